@@ -1,0 +1,44 @@
+"""The one Spark session of a process, configured so its Parquet matches Delta."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+# Settings every reclock session needs: Delta expects microsecond timestamps (not
+# INT96), all times are UTC, and Spark's _SUCCESS markers have no place in a table.
+REQUIRED_CONF: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    "spark.hadoop.parquet.enable.summary-metadata": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+# Defaults suited to a laptop or a CI box; any of them can be overridden.
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "8",
+    "spark.default.parallelism": "8",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "4g",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.files.maxPartitionBytes": "64m",
+}
+
+
+def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
+    """Return the process's Spark session, creating it on first use.
+
+    Reuses an active session so that a process never pays the JVM start-up twice.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("reclock").master(master or "local[2]")
+    for key, value in {**DEFAULT_CONF, **(conf or {}), **REQUIRED_CONF}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
