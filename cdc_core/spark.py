@@ -20,6 +20,8 @@ REQUIRED_CONF: dict[str, str] = {
 
 # Defaults suited to a laptop or a CI box; any of them can be overridden.
 DEFAULT_CONF: dict[str, str] = {
+    "spark.master": "local[2]",
+    "spark.app.name": "reclock",
     "spark.sql.shuffle.partitions": "8",
     "spark.default.parallelism": "8",
     "spark.ui.enabled": "false",
@@ -30,14 +32,25 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+def session_conf(
+    master: str | None = None, conf: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The full Spark configuration: defaults, then the caller's, then what reclock requires."""
+    merged = {**DEFAULT_CONF, **(conf or {})}
+    if master:
+        merged["spark.master"] = master
+    return {**merged, **REQUIRED_CONF}
+
+
 def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
     """Return the process's Spark session, creating it on first use.
 
     Reuses an active session so that a process never pays the JVM start-up twice.
     """
+    # Python workers must run the interpreter (and virtualenv) of the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("reclock").master(master or "local[2]")
-    for key, value in {**DEFAULT_CONF, **(conf or {}), **REQUIRED_CONF}.items():
+    builder = SparkSession.builder
+    for key, value in session_conf(master, conf).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
