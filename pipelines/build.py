@@ -1,0 +1,53 @@
+"""Definitions of a reclock deployment, built from its config file."""
+
+from __future__ import annotations
+
+from dagster import (
+    AssetSelection,
+    Definitions,
+    build_schedule_from_partitioned_job,
+    define_asset_job,
+    in_process_executor,
+)
+
+from assets.checks import source_checks
+from assets.partitions import window_partitions
+from assets.source_assets import source_assets
+from cdc_core.config import Config
+from pipelines.sensors import dump_sensor
+from resources.lake import LakeResource
+from resources.landing import LandingZone
+from resources.spark import spark_resource
+
+ALL_WINDOWS_JOB = "all_sources_windows"
+
+
+def build_definitions(config: Config) -> Definitions:
+    """Assets, checks, job, schedule and sensor for every configured source.
+
+    The job runs in process: every window of every source in one run shares one Spark
+    session, instead of paying the JVM start-up once per step.
+    """
+    partitions = window_partitions(config)
+    assets = [source_assets(config, source, partitions) for source in config.sources]
+    checks = [check for source in config.sources for check in source_checks(config, source)]
+    job = define_asset_job(
+        ALL_WINDOWS_JOB,
+        selection=AssetSelection.all(include_sources=False),
+        partitions_def=partitions,
+        executor_def=in_process_executor,
+    )
+    schedule = build_schedule_from_partitioned_job(job, name="latest_closed_window")
+    return Definitions(
+        assets=assets,
+        asset_checks=checks,
+        jobs=[job],
+        schedules=[schedule],
+        sensors=[dump_sensor(config, job)],
+        resources={
+            "pyspark": spark_resource(config.spark_master, config.spark_conf),
+            "lake": LakeResource(root=str(config.lake)),
+            "landing": LandingZone(root=str(config.landing)),
+        },
+        executor=in_process_executor,
+    )
