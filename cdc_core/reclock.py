@@ -1,0 +1,229 @@
+"""The reclocked collection: every record exactly once, at the first binding covering it.
+
+For binding times in ``[lower, upper)`` the records are those with offsets in
+``[remap[lower - 1], remap[upper - 1])`` per partition (above the partition's start
+offset); record ``(p, o)`` gets the first binding time ``t`` with ``remap[t][p] > o``.
+Only the registered files whose offset ranges meet that interval are read.
+
+Errors of the range come back as a DataFrame for the caller to append to the source's
+errors shard together with its own errors (one writer per window for that shard):
+- a copy of an offset whose ts/key/payload differ from the kept copy, at the time the
+  offset is reclocked;
+- malformed lines of a dump file, at the first binding that covers any of its records;
+- a file without any valid record, at the first binding after its arrival.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.registry import RegisteredFile, Registry, read_canonical
+from cdc_core.remap import (
+    Binding,
+    ReclockSource,
+    configured_starts,
+    effective_starts,
+    frontier_at,
+    mint_binding,
+    starts_column,
+)
+from cdc_core.schemas import ERROR, RECLOCKED
+from cdc_core.shard import Shard, ShardUsageError
+
+
+@dataclass(frozen=True)
+class ReclockedRange:
+    """Reclocked records and errors for the binding times ``[lower, upper)``;
+    ``records``: RECLOCKED + time + diff, ``errors``: ERROR + time + diff."""
+
+    lower: int
+    upper: int
+    records: DataFrame
+    errors: DataFrame
+
+
+@dataclass(frozen=True)
+class ReclockedWindow:
+    binding: Binding
+    reclocked: ReclockedRange
+
+
+def bindings_between(remap: Shard, lower: int, upper: int) -> list[tuple[int, int, int]]:
+    """The bindings minted at times in ``[lower, upper)``: ``(partition, next offset, time)``.
+
+    Tiny metadata: one row per partition that moved, per window.
+    """
+    if upper - 1 <= max(lower - 1, 0):
+        return []
+    added = remap.listen(max(lower - 1, 0), upper - 1).filter(F.col("diff") > 0)
+    rows = added.filter(F.col("time") >= lower).select("partition", "offset", "time").collect()
+    return sorted((r["partition"], r["offset"], r["time"]) for r in rows)
+
+
+def binding_intervals(
+    base: OffsetFrontier, bindings: Sequence[tuple[int, int, int]]
+) -> list[tuple[int, int, int, int]]:
+    """Per binding, the offsets it newly covers: ``(partition, lo, hi, time)``, so that
+    every offset falls in exactly one interval (remap is monotone)."""
+    reached = dict(base.offsets)
+    intervals = []
+    for p, o, t in sorted(bindings, key=lambda b: (b[0], b[2])):
+        intervals.append((p, reached.get(p, 0), o, t))
+        reached[p] = o
+    return intervals
+
+
+def first_covering(bindings: Sequence[tuple[int, int, int]], partition: int, offset: int) -> int:
+    """The first binding time whose frontier for ``partition`` passes ``offset`` (or -1)."""
+    times = [t for p, o, t in bindings if p == partition and o > offset]
+    return min(times, default=-1)
+
+
+def first_read_times(
+    source: ReclockSource,
+    files: Sequence[RegisteredFile],
+    base: OffsetFrontier,
+    bindings: Sequence[tuple[int, int, int]],
+    lower: int,
+    upper: int,
+) -> dict[str, int]:
+    """Files first read in this range -> the binding time at which their errors belong.
+
+    A file with records was read before iff one of its offsets at or above the
+    partition's start lies below ``base``; otherwise its errors belong to the first
+    binding covering its lowest such offset. A file with no valid record belongs to the
+    first binding after its arrival, when it arrived during this range.
+    """
+    starts = configured_starts(source)
+    times: dict[str, int] = {}
+    for registered in files:
+        if not registered.partitions:
+            if lower - 1 <= registered.arrival_ms < upper - 1:
+                later = [t for _, _, t in bindings if t > registered.arrival_ms]
+                times[registered.path] = min(later, default=upper - 1)
+            continue
+        lowest = {
+            s.partition: max(s.min_offset, starts.get(s.partition, 0))
+            for s in registered.partitions
+            if s.max_offset >= starts.get(s.partition, 0)
+        }
+        if any(base.contains(p, o) for p, o in lowest.items()):
+            continue
+        covered = [first_covering(bindings, p, o) for p, o in lowest.items()]
+        covered = [t for t in covered if t >= 0]
+        if covered:
+            times[registered.path] = min(covered)
+    return times
+
+
+def reclock_range(
+    spark: SparkSession,
+    source: ReclockSource,
+    registry: Registry,
+    remap: Shard,
+    lower: int,
+    upper: int,
+) -> ReclockedRange:
+    """Reclocked records and errors for binding times ``[lower, upper)`` (``upper`` must
+    not exceed the remap's upper)."""
+    remap_upper = remap.refresh().upper
+    if not TimeFrontier.at(upper) <= remap_upper:
+        raise ShardUsageError(f"remap is bound only up to {remap_upper}, not to {upper}")
+    base = frontier_at(remap, lower - 1)
+    top = frontier_at(remap, upper - 1)
+    starts = effective_starts(source, base)
+    bindings = bindings_between(remap, lower, upper)
+    files = registry.files()
+    error_times = first_read_times(source, files, base, bindings, lower, upper)
+    needed = [f for f in files if f.overlaps(starts, top) or f.path in error_times]
+    in_range = (F.col("offset") >= starts_column(spark, starts)) & (
+        F.col("offset") < starts_column(spark, dict(top.offsets))
+    )
+    canonical = read_canonical(spark, registry, needed, in_range)
+    intervals = F.broadcast(
+        _frame(spark, binding_intervals(base, bindings), ("partition", "_lo", "_hi", "time"))
+    )
+
+    def timed(frame: DataFrame) -> DataFrame:
+        """Attach to each row the binding time whose interval holds its offset."""
+        return frame.join(
+            intervals,
+            (frame["partition"] == intervals["partition"])
+            & (frame["offset"] >= intervals["_lo"])
+            & (frame["offset"] < intervals["_hi"]),
+        ).select(frame["*"], intervals["time"])
+
+    records = timed(canonical.records.select(*RECLOCKED.fieldNames())).withColumn(
+        "diff", F.lit(1).cast("bigint")
+    )
+    file_errors = canonical.read_errors.join(
+        F.broadcast(_frame(spark, sorted(error_times.items()), ("file", "time"))), "file"
+    )
+    empty_files = _frame(
+        spark,
+        [(f.path, error_times[f.path]) for f in needed if not f.partitions],
+        ("file", "time"),
+    ).select(
+        F.lit(source.topic).alias("topic"),
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("bigint").alias("offset"),
+        F.lit(None).cast("string").alias("key"),
+        F.lit("dump file holds no valid record").alias("reason"),
+        "file",
+        "time",
+    )
+    errors = (
+        timed(canonical.conflicts)
+        .unionByName(file_errors.select(*ERROR.fieldNames(), "time"))
+        .unionByName(empty_files)
+        .withColumn("diff", F.lit(1).cast("bigint"))
+    )
+    return ReclockedRange(lower, upper, records, errors)
+
+
+def reclock_window(
+    spark: SparkSession,
+    source: ReclockSource,
+    registry: Registry,
+    remap: Shard,
+    lower: int,
+    start: int,
+    end: int,
+) -> ReclockedWindow:
+    """Bind window ``[start, end)`` (or read its binding back) and reclock the binding
+    times ``[lower, end + 1)``, where ``lower`` is where the caller's output shards stand
+    (their meet of uppers, at most ``start + 1``)."""
+    if lower > start + 1:
+        raise ShardUsageError(f"outputs at {lower} are already past window [{start}, {end})")
+    binding = mint_binding(spark, source, registry, remap, start, end)
+    return ReclockedWindow(binding, reclock_range(spark, source, registry, remap, lower, end + 1))
+
+
+def append_new(shard: Shard, updates: DataFrame, lower: int, upper: int) -> bool:
+    """Append the part of ``updates`` (computed for times ``[lower, upper)``) that ``shard``
+    does not hold yet; returns False when the shard already covers ``upper``.
+
+    Replicated writers of the same definite updates may race: the loser's append is a
+    no-op. A shard behind ``lower`` would leave a hole, which is refused.
+    """
+    current = shard.refresh().upper
+    if current.time is None or current.time >= upper:
+        return False
+    if current.time < lower:
+        raise ShardUsageError(f"shard upper {current} is behind the updates' lower {lower}")
+    fresh = updates.filter(F.col("time") >= current.time)
+    return shard.append(fresh, current, TimeFrontier.at(upper))
+
+
+def _frame(spark: SparkSession, rows: Sequence[tuple], names: Sequence[str]) -> DataFrame:
+    """A tiny driver-built DataFrame of metadata rows (ints are bigint, except partition)."""
+    types = {"partition": pa.int32(), "file": pa.string()}
+    schema = pa.schema([(n, types.get(n, pa.int64())) for n in names])
+    columns = {n: [row[i] for row in rows] for i, n in enumerate(names)}
+    return spark.createDataFrame(pa.table(columns, schema=schema))

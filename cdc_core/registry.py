@@ -1,0 +1,282 @@
+"""The durable registry of a source's dump files, and the canonical records they hold.
+
+Every dump file is registered once, with its arrival time and per-partition offset and
+timestamp statistics, in a small Delta table written from the driver (metadata only).
+The arrival time makes the ``arrival`` minting policy replayable; the statistics let a
+window read only the files that can hold the offsets it needs.
+
+Dump files are immutable once landed: registering a path again with the same size and
+mtime is a no-op, while a changed size or mtime raises ``DumpFileChanged`` (a rewritten
+dump could silently change records already bound to a window).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from cdc_core.dumps import DumpFile, read_dumps, scan_dump_files
+from cdc_core.frontier import OffsetFrontier
+
+FILES_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("mtime_ms", pa.int64()),
+        ("arrival_ms", pa.int64()),
+        ("partition", pa.int32()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),
+        ("min_ts", pa.int64()),
+        ("max_ts", pa.int64()),
+        ("records", pa.int64()),
+    ]
+)
+RETIRED_SCHEMA = pa.schema(
+    [("path", pa.string()), ("retired_ms", pa.int64()), ("archived_to", pa.string())]
+)
+
+
+class DumpFileChanged(ValueError):
+    """A registered dump file changed size or mtime: dumps must be immutable once landed."""
+
+
+class MissingDumpFile(FileNotFoundError):
+    """A dump file that a run still needs is gone (never silently skipped)."""
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """What one dump file holds of one Kafka partition."""
+
+    partition: int
+    min_offset: int
+    max_offset: int
+    min_ts: int
+    max_ts: int
+    records: int
+
+
+@dataclass(frozen=True)
+class RegisteredFile:
+    """One registered dump file; ``partitions`` is empty for a file without valid records."""
+
+    path: str
+    size: int
+    mtime_ms: int
+    arrival_ms: int
+    partitions: tuple[PartitionStats, ...]
+    archived_to: str | None = None
+    retired: bool = False
+
+    def stats(self, partition: int) -> PartitionStats | None:
+        return next((s for s in self.partitions if s.partition == partition), None)
+
+    def overlaps(self, low: Mapping[int, int], high: OffsetFrontier | None) -> bool:
+        """True iff some partition range meets ``[low[p], high[p])`` (``high=None``: unbounded)."""
+        return any(
+            s.max_offset >= low.get(s.partition, 0)
+            and (high is None or s.min_offset < high[s.partition])
+            for s in self.partitions
+        )
+
+    def lies_below(self, frontier: OffsetFrontier) -> bool:
+        """True iff every record of the file is before ``frontier`` (and it has records)."""
+        return bool(self.partitions) and all(
+            frontier.contains(s.partition, s.max_offset) for s in self.partitions
+        )
+
+    def describe(self) -> str:
+        ranges = ", ".join(
+            f"partition {s.partition} offsets {s.min_offset}..{s.max_offset}"
+            for s in self.partitions
+        )
+        return f"{self.path} ({ranges or 'no records'})"
+
+
+@dataclass(frozen=True)
+class CanonicalRecords:
+    """One copy per ``(partition, offset)`` plus the contradictions found while choosing it.
+
+    ``records``: DUMP_RECORD columns plus ``arrival_ms``; ``conflicts``: ERROR columns of
+    every dropped copy whose ts/key/payload differ from the kept one; ``read_errors``:
+    ERROR rows of malformed dump lines (file known, position unknown).
+    """
+
+    records: DataFrame
+    conflicts: DataFrame
+    read_errors: DataFrame
+
+
+class Registry:
+    """The registry of one topic's dumps: ``files`` and ``retired`` Delta tables under ``root``."""
+
+    def __init__(self, root: Path | str, topic: str) -> None:
+        self.root = Path(root)
+        self.topic = topic
+        self.files_path = str(self.root / "files")
+        self.retired_path = str(self.root / "retired")
+
+    def files(self) -> list[RegisteredFile]:
+        """Registered files, retired ones included (a run that still needs one must fail
+        loudly, not skip it), oldest arrival first (then path), each exactly once."""
+        rows = _read_rows(self.files_path)
+        retired = {r["path"]: r["archived_to"] for r in _read_rows(self.retired_path)}
+        first: dict[str, dict] = {}
+        for row in sorted(rows, key=lambda r: (r["arrival_ms"], r["path"])):
+            first.setdefault(row["path"], row)
+        partitions: dict[str, dict[int, PartitionStats]] = {path: {} for path in first}
+        for row in rows:
+            chosen = first[row["path"]]
+            if row["partition"] is not None and row["arrival_ms"] == chosen["arrival_ms"]:
+                partitions[row["path"]][row["partition"]] = PartitionStats(
+                    row["partition"], row["min_offset"], row["max_offset"],
+                    row["min_ts"], row["max_ts"], row["records"],
+                )
+        return [
+            RegisteredFile(
+                path=path,
+                size=row["size"],
+                mtime_ms=row["mtime_ms"],
+                arrival_ms=row["arrival_ms"],
+                partitions=tuple(sorted(partitions[path].values(), key=lambda s: s.partition)),
+                archived_to=retired.get(path),
+                retired=path in retired,
+            )
+            for path, row in first.items()
+        ]
+
+    def register(
+        self, spark: SparkSession, files: Iterable[DumpFile], arrival_ms: int
+    ) -> list[RegisteredFile]:
+        """Register the files not registered yet; returns the newly registered ones.
+
+        Idempotent: a file already registered with the same size and mtime is skipped.
+        """
+        known = {f.path: f for f in self.files()}
+        new: list[DumpFile] = []
+        for dump in files:
+            seen = known.get(str(dump.path))
+            if seen is None:
+                new.append(dump)
+            elif (seen.size, seen.mtime_ms) != (dump.size, dump.mtime_ms):
+                raise DumpFileChanged(
+                    f"dump file {dump.path} changed after registration "
+                    f"(size {seen.size} -> {dump.size}, mtime {seen.mtime_ms} -> {dump.mtime_ms});"
+                    " dumps must be immutable: land new data as a new file"
+                )
+        if not new:
+            return []
+        rows = _registration_rows(spark, new, arrival_ms, self.topic)
+        write_deltalake(self.files_path, rows, mode="append")
+        paths = {str(d.path) for d in new}
+        return [f for f in self.files() if f.path in paths]
+
+    def mark_retired(self, retired: Mapping[str, str | None], retired_ms: int) -> None:
+        """Record that these files (path -> archive path, None when deleted) are retired."""
+        if retired:
+            rows = [
+                {"path": path, "retired_ms": retired_ms, "archived_to": to}
+                for path, to in sorted(retired.items())
+            ]
+            write_deltalake(
+                self.retired_path, pa.Table.from_pylist(rows, RETIRED_SCHEMA), mode="append"
+            )
+
+    def end_offsets(self) -> OffsetFrontier:
+        """Per partition, the highest registered offset + 1 (retired files included)."""
+        ends: dict[int, int] = {}
+        for registered in self.files():
+            for s in registered.partitions:
+                ends[s.partition] = max(ends.get(s.partition, 0), s.max_offset + 1)
+        return OffsetFrontier(ends)
+
+
+def _read_rows(path: str) -> list[dict]:
+    if not DeltaTable.is_deltatable(path):
+        return []
+    return DeltaTable(path).to_pyarrow_table().to_pylist()
+
+
+def _registration_rows(
+    spark: SparkSession, new: Sequence[DumpFile], arrival_ms: int, topic: str
+) -> pa.Table:
+    """One row per (file, partition) from the scan, plus one partition-less row per file
+    whose scan found no valid record, so that such files are registered too."""
+    scanned = scan_dump_files(spark, [d.path for d in new], topic=topic).to_pylist()
+    by_path: dict[str, list[dict]] = {}
+    for row in scanned:
+        by_path.setdefault(str(row["file"]), []).append(row)
+    rows = []
+    for dump in new:
+        base = {"path": str(dump.path), "size": dump.size, "mtime_ms": dump.mtime_ms,
+                "arrival_ms": arrival_ms}
+        stats = by_path.get(str(dump.path)) or [{"partition": None, "records": 0}]
+        for s in stats:
+            rows.append({**base, **{k: s.get(k) for k in FILES_SCHEMA.names[4:]}})
+    return pa.Table.from_pylist(rows, FILES_SCHEMA)
+
+
+def require_present(files: Iterable[RegisteredFile]) -> None:
+    """Fail loudly, naming each file and its offsets, when a needed dump file is gone."""
+    missing = [f for f in files if f.retired or not Path(f.path).exists()]
+    if missing:
+        described = "; ".join(
+            f.describe() + (f" retired to {f.archived_to}" if f.archived_to else "")
+            for f in missing
+        )
+        raise MissingDumpFile(f"dump file(s) still needed but missing: {described}")
+
+
+def read_canonical(
+    spark: SparkSession, registry: Registry, files: Sequence[RegisteredFile], keep: Column
+) -> CanonicalRecords:
+    """Read ``files`` and keep one copy per (partition, offset) among records passing ``keep``.
+
+    The kept copy is the one of the earliest-arriving file, then the smallest path, so
+    every run picks the same copy; dropped copies that differ in ts, key or payload
+    become conflict rows. Identical redeliveries simply collapse.
+    """
+    require_present(files)
+    dumps = read_dumps(spark, [f.path for f in files], topic=registry.topic)
+    arrivals = spark.createDataFrame(
+        pa.table(
+            {"file": [f.path for f in files], "arrival_ms": [f.arrival_ms for f in files]},
+            schema=pa.schema([("file", pa.string()), ("arrival_ms", pa.int64())]),
+        )
+    )
+    records = dumps.records.filter(keep).join(F.broadcast(arrivals), "file")
+    copies = Window.partitionBy("partition", "offset").orderBy("arrival_ms", "file")
+    ranked = records.select(
+        "*",
+        F.row_number().over(copies).alias("_copy"),
+        *(F.first(c).over(copies).alias(f"_kept_{c}") for c in ("ts", "key", "payload", "file")),
+    )
+    same = (
+        F.col("ts").eqNullSafe(F.col("_kept_ts"))
+        & F.col("key").eqNullSafe(F.col("_kept_key"))
+        & F.col("payload").eqNullSafe(F.col("_kept_payload"))
+    )
+    conflicts = (
+        ranked.filter((F.col("_copy") > 1) & ~same)
+        .dropDuplicates(["partition", "offset", "file", "ts", "key", "payload"])
+        .select(
+            "topic", "partition", "offset", "key",
+            F.format_string(
+                "conflicting copy of partition %d offset %d: ts/key/payload differ from the "
+                "kept copy in %s", "partition", "offset", "_kept_file",
+            ).alias("reason"),
+            "file",
+        )
+    )
+    kept = ranked.filter(F.col("_copy") == 1).drop(
+        "_copy", *(f"_kept_{c}" for c in ("ts", "key", "payload", "file"))
+    )
+    return CanonicalRecords(records=kept, conflicts=conflicts, read_errors=dumps.errors)
