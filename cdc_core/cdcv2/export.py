@@ -1,0 +1,109 @@
+"""Shards (or any DataFrame of updates) as CDCv2 streams between two times.
+
+A stream of ``[lower, upper)`` holds the collection's updates at those times, one per
+``(data, time)``, and progress statements that tile ``[lower, upper)`` contiguously.
+Streams of adjacent windows therefore chain: read together (from the first window's
+lower) they are one stream, which is what downstream consumers of per-window files do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from cdc_core.cdcv2.model import Progress
+from cdc_core.cdcv2.spark_counts import column, count_per_time, data_columns
+from cdc_core.frontier import TimeFrontier
+from cdc_core.shard import Shard, ShardUsageError
+
+DEFAULT_TIMES_PER_STATEMENT = 1000
+
+
+@dataclass(frozen=True)
+class CdcStream:
+    """A CDCv2 stream of ``[lower, upper)``: ``updates`` (data columns + ``time`` +
+    ``diff``, consolidated, lazy on the executors) and ``progress`` (on the driver)."""
+
+    data_schema: StructType
+    updates: DataFrame
+    progress: tuple[Progress, ...]
+    lower: int
+    upper: TimeFrontier
+
+
+def tile_progress(
+    counts: Mapping[int, int], lower: int, upper: TimeFrontier, times_per_statement: int
+) -> tuple[Progress, ...]:
+    """Progress statements tiling ``[lower, upper)``, each listing at most
+    ``times_per_statement`` non-zero counts; the last one reaches ``upper``."""
+    if times_per_statement < 1:
+        raise ValueError("times_per_statement must be positive")
+    times = sorted(t for t, c in counts.items() if c)
+    statements = []
+    start = TimeFrontier.at(lower)
+    for first in range(0, len(times), times_per_statement):
+        chunk = times[first : first + times_per_statement]
+        is_last = first + times_per_statement >= len(times)
+        end = upper if is_last else TimeFrontier.at(chunk[-1] + 1)
+        statements.append(Progress(start, end, tuple((t, counts[t]) for t in chunk)))
+        start = end
+    if not statements:
+        statements.append(Progress(start, upper))
+    return tuple(statements)
+
+
+def export_updates(
+    updates: DataFrame,
+    lower: int,
+    upper: TimeFrontier,
+    times_per_statement: int = DEFAULT_TIMES_PER_STATEMENT,
+) -> CdcStream:
+    """The stream of a differential collection (data columns + ``time`` + ``diff``,
+    any number of rows per ``(data, time)``) restricted to ``[lower, upper)``: diffs
+    are summed per ``(data, time)`` and zero sums dropped, as the protocol requires."""
+    if not TimeFrontier.at(lower) < upper:
+        raise ValueError(f"export interval [{lower}, {upper}) is empty")
+    columns = data_columns(updates)
+    in_window = updates.filter(F.col("time") >= lower)
+    if not upper.is_empty:
+        in_window = in_window.filter(F.col("time") < upper.time)
+    consolidated = (
+        in_window.groupBy(*[column(c) for c in columns], column("time"))
+        .agg(F.sum("diff").alias("diff"))
+        .filter(F.col("diff") != 0)
+    )
+    progress = tile_progress(count_per_time(consolidated), lower, upper, times_per_statement)
+    schema = StructType([updates.schema[c] for c in columns])
+    return CdcStream(schema, consolidated, progress, lower, upper)
+
+
+def export_shard(
+    shard: Shard,
+    lower: int,
+    upper: TimeFrontier | None = None,
+    times_per_statement: int = DEFAULT_TIMES_PER_STATEMENT,
+) -> CdcStream:
+    """The stream of ``shard`` over ``[lower, upper)`` (``upper`` defaults to the
+    shard's). Only complete, exact times can be exported: ``since <= lower`` and
+    ``upper <= shard.upper``. Exporting from ``lower == since`` folds the compacted
+    history into time ``since``, as a snapshot there would."""
+    upper = shard.upper if upper is None else upper
+    if not TimeFrontier.at(lower) < upper <= shard.upper:
+        raise ShardUsageError(
+            f"cannot export [{lower}, {upper}): it must be non-empty and end by {shard.upper}"
+        )
+    if not shard.since <= TimeFrontier.at(lower):
+        raise ShardUsageError(f"cannot export from {lower}: the shard's since is {shard.since}")
+    return export_updates(_shard_updates(shard, lower, upper), lower, upper, times_per_statement)
+
+
+def _shard_updates(shard: Shard, lower: int, upper: TimeFrontier) -> DataFrame:
+    """The shard's updates at times in ``[lower, upper)`` through its read API."""
+    until = None if upper.is_empty else upper.time - 1
+    if shard.since == TimeFrontier.at(lower):
+        return shard.snapshot(lower).unionByName(shard.listen(lower, until))
+    return shard.listen(lower - 1, until)

@@ -1,0 +1,36 @@
+"""Source formats for topics that carry a CDCv2 stream, so such a topic is ingested
+like any other source: its envelope is the stream's own updates.
+
+Dumps follow ``cdc_core.schemas.DUMP_RECORD``, one Kafka message per record:
+- ``cdcv2-json``: ``payload`` is the JSON text of one message (see ``codec_json``);
+- ``cdcv2-avro``: kcat's JSON dump cannot hold raw bytes, so ``payload`` is the
+  **base64** text of the Kafka value: one Avro message of the Materialize CDC schema,
+  in the Confluent wire format (magic byte, schema id) unless ``confluent=False``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
+
+from cdc_core.cdcv2.decode import DecodedStream, Packing, decode_messages
+
+CDCV2_FORMATS = ("cdcv2-json", "cdcv2-avro")
+
+
+class UnknownFormat(ValueError):
+    """A source format name this module does not know."""
+
+
+def decode_cdcv2_dumps(
+    dumps: DataFrame, data_schema: StructType, format: str, confluent: bool = True
+) -> DecodedStream:
+    """Decode dump records of a CDCv2 topic into update rows, progress statements and
+    errors (with topic/partition/offset), ready for ``spark_reader.read_stream``."""
+    if format == "cdcv2-json":
+        packing = Packing.JSON
+    elif format == "cdcv2-avro":
+        packing = Packing.AVRO_CONFLUENT_BASE64 if confluent else Packing.AVRO_BASE64
+    else:
+        raise UnknownFormat(f"unknown CDCv2 format {format!r}; expected one of {CDCV2_FORMATS}")
+    return decode_messages(dumps, data_schema, packing)

@@ -1,0 +1,156 @@
+"""CDCv2 streams as files for downstream consumers: JSON lines (one message per line)
+or Avro object container files (one message per record), in one folder.
+
+Updates are written by the executors, one file per Spark partition; the progress
+statements (small) by the driver. Every file appears atomically (written under a
+hidden name, then renamed), so a reader never sees half a file; a retried task may
+leave a second copy of its updates, which the protocol absorbs as duplication.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from cdc_core.cdcv2 import codec_json
+from cdc_core.cdcv2.codec_avro import AvroCodec
+from cdc_core.cdcv2.columns import DataColumns
+from cdc_core.cdcv2.decode import DecodedStream, Packing, decode_messages
+from cdc_core.cdcv2.export import CdcStream
+from cdc_core.cdcv2.model import Message, Updates
+
+DEFAULT_BATCH_SIZE = 1000
+
+
+class Encoding(Enum):
+    JSON = ".jsonl"
+    AVRO = ".avro"
+
+
+@dataclass(frozen=True)
+class StreamFiles:
+    """What ``write_stream`` wrote: file paths and how many messages and updates."""
+
+    update_files: tuple[str, ...]
+    progress_file: str
+    update_messages: int
+    updates: int
+
+
+_SUMMARY = pa.schema([("path", pa.string()), ("messages", pa.int64()), ("updates", pa.int64())])
+
+
+def write_stream(
+    stream: CdcStream,
+    directory: str | Path,
+    encoding: Encoding,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> StreamFiles:
+    """Write ``stream`` into ``directory`` (created if missing); updates are grouped
+    into messages of at most ``batch_size`` updates."""
+    directory = str(directory)
+    os.makedirs(directory, exist_ok=True)
+    columns = DataColumns(stream.data_schema)
+    writer = _partition_writer(directory, encoding, columns, batch_size)
+    written = stream.updates.mapInArrow(writer, _SUMMARY).collect()
+    progress_file, _ = _write_file(directory, "progress", encoding, columns, stream.progress)
+    return StreamFiles(
+        update_files=tuple(sorted(row["path"] for row in written)),
+        progress_file=progress_file,
+        update_messages=sum(row["messages"] for row in written),
+        updates=sum(row["updates"] for row in written),
+    )
+
+
+def read_stream_files(
+    spark: SparkSession, paths: str | Sequence[str], data_schema: StructType, encoding: Encoding
+) -> DecodedStream:
+    """Decode stream files (folders or files) back into updates, progress and errors."""
+    sources = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
+    pattern = f"*{encoding.value}"
+    if encoding is Encoding.JSON:
+        files = spark.read.option("pathGlobFilter", pattern).text(sources)
+        raw = files.select(F.col("value").alias("payload"), F.col("_metadata.file_path"))
+        packing = Packing.JSON
+    else:
+        files = spark.read.format("binaryFile").option("pathGlobFilter", pattern).load(sources)
+        raw = files.select(F.col("content").alias("payload"), F.col("path").alias("file_path"))
+        packing = Packing.AVRO_CONTAINER
+    return decode_messages(_without_kafka_position(raw), data_schema, packing)
+
+
+def _without_kafka_position(raw: DataFrame) -> DataFrame:
+    return raw.select(
+        "payload",
+        F.lit(None).cast("string").alias("topic"),
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("long").alias("offset"),
+        F.lit(None).cast("string").alias("key"),
+        F.col("file_path").alias("file"),
+    )
+
+
+def _partition_writer(
+    directory: str, encoding: Encoding, columns: DataColumns, batch_size: int
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        messages = _update_messages(batches, columns, batch_size)
+        first = next(messages, None)
+        if first is None:
+            return
+        path, counts = _write_file(directory, "updates", encoding, columns, [first], messages)
+        yield pa.RecordBatch.from_pylist([{"path": path, **counts}], schema=_SUMMARY)
+
+    return write_partition
+
+
+def _update_messages(
+    batches: Iterable[pa.RecordBatch], columns: DataColumns, batch_size: int
+) -> Iterator[Updates]:
+    names = columns.names
+    pending: list[tuple[tuple[object, ...], int, int]] = []
+    for batch in batches:
+        for row in batch.to_pylist():
+            pending.append((tuple(row[n] for n in names), row["time"], row["diff"]))
+            if len(pending) == batch_size:
+                yield Updates(tuple(pending))
+                pending = []
+    if pending:
+        yield Updates(tuple(pending))
+
+
+def _write_file(
+    directory: str,
+    prefix: str,
+    encoding: Encoding,
+    columns: DataColumns,
+    *message_groups: Iterable[Message],
+) -> tuple[str, dict[str, int]]:
+    """Write the messages to a new file, atomically; returns its path and counts."""
+    name = f"{prefix}-{uuid.uuid4().hex}{encoding.value}"
+    final, hidden = os.path.join(directory, name), os.path.join(directory, f".{name}.tmp")
+    counts = {"messages": 0, "updates": 0}
+
+    def counted() -> Iterator[Message]:
+        for group in message_groups:
+            for message in group:
+                counts["messages"] += 1
+                counts["updates"] += len(message.updates) if isinstance(message, Updates) else 0
+                yield message
+
+    with open(hidden, "wb") as out:
+        if encoding is Encoding.JSON:
+            out.writelines((codec_json.encode(m, columns) + "\n").encode() for m in counted())
+        else:
+            AvroCodec(columns.schema).write_container(out, counted())
+    os.replace(hidden, final)
+    return final, counts
