@@ -5,6 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from dagster import TimeWindow, TimeWindowPartitionsDefinition
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
 
 from cdc_core.config import Config
 
@@ -32,3 +36,18 @@ def to_ms(moment: datetime) -> int:
 
 def window_bounds(window: TimeWindow) -> tuple[int, int]:
     return to_ms(window.start), to_ms(window.end)
+
+
+def range_tags(first_key: str, last_key: str) -> dict[str, str]:
+    """Run tags that make one run cover the windows ``first_key .. last_key``."""
+    return {ASSET_PARTITION_RANGE_START_TAG: first_key, ASSET_PARTITION_RANGE_END_TAG: last_key}
+
+
+def closed_windows(config: Config, after_ms: int, through_ms: int) -> list[tuple[str, int]]:
+    """``(key, end)`` of the windows whose end lies in ``(after_ms, through_ms]``, in order."""
+    partitions = window_partitions(config)
+    ends = (
+        (key, to_ms(partitions.time_window_for_partition_key(key).end))
+        for key in partitions.get_partition_keys()
+    )
+    return [(key, end) for key, end in ends if after_ms < end <= through_ms]

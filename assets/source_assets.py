@@ -52,7 +52,12 @@ def source_assets(
     config: Config, source: SourceConfig, partitions: TimeWindowPartitionsDefinition
 ):
     """Build the multi-asset that materializes one source window by window."""
-    upstream = {"reclocked": "remap", "changes": "reclocked", "state": "changes", "errors": "reclocked"}
+    upstream = {
+        "reclocked": "remap",
+        "changes": "reclocked",
+        "state": "changes",
+        "errors": "reclocked",
+    }
     specs = [
         AssetSpec(
             output_key(source.name, name),

@@ -45,7 +45,7 @@ def build_definitions(config: Config) -> Definitions:
         schedules=[schedule],
         sensors=[dump_sensor(config, job)],
         resources={
-            "pyspark": spark_resource(config.spark_master, config.spark_conf),
+            "pyspark": spark_resource(config.spark.master, config.spark.conf),
             "lake": LakeResource(root=str(config.lake)),
             "landing": LandingZone(root=str(config.landing)),
         },

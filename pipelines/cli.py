@@ -9,12 +9,8 @@ from datetime import datetime
 from pathlib import Path
 
 from dagster import DagsterInstance
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
-from assets.partitions import to_ms, window_partitions
+from assets.partitions import closed_windows, range_tags, to_ms
 from cdc_core.config import Config, ConfigError, load_config
 from cdc_core.pipeline import SourcePipeline, SourceStatus
 from cdc_core.sample import write_sample
@@ -22,17 +18,10 @@ from cdc_core.spark import get_spark
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 
 
-def closed_window_keys(config: Config, through_ms: int) -> list[str]:
-    """Partition keys of the windows that have closed by ``through_ms``, in order."""
-    partitions = window_partitions(config)
-    keys = partitions.get_partition_keys()
-    return [k for k in keys if to_ms(partitions.time_window_for_partition_key(k).end) <= through_ms]
-
-
 def materialize(config: Config, through_ms: int | None = None) -> bool:
     """Every closed window of every source, in order, in one in-process Dagster run."""
     now_ms = int(time.time() * 1000)
-    keys = closed_window_keys(config, min(through_ms or now_ms, now_ms))
+    keys = [key for key, _ in closed_windows(config, -1, min(through_ms or now_ms, now_ms))]
     if not keys:
         print("No closed window to materialize.")
         return True
@@ -40,7 +29,7 @@ def materialize(config: Config, through_ms: int | None = None) -> bool:
     with _instance() as instance:
         result = job.execute_in_process(
             instance=instance,
-            tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]},
+            tags=range_tags(keys[0], keys[-1]),
             raise_on_error=False,
         )
     print(f"Materialized windows {keys[0]} .. {keys[-1]} ({len(keys)} windows): "
@@ -56,9 +45,9 @@ def _instance() -> DagsterInstance:
 
 
 def statuses(config: Config, only: str | None = None) -> list[SourceStatus]:
-    spark = get_spark(config.spark_master, config.spark_conf)
+    spark = get_spark(config.spark.master, config.spark.conf)
     return [
-        SourcePipeline(spark, config, source, config.lake / source.name, str(config.landing)).status()
+        SourcePipeline.from_config(spark, config, source).status()
         for source in config.sources
         if only is None or source.name == only
     ]
@@ -119,13 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             print_inspection(config, args.source)
             return 0
         if args.command == "retire":
-            spark = get_spark(config.spark_master, config.spark_conf)
+            spark = get_spark(config.spark.master, config.spark.conf)
             for source in config.sources:
                 if args.source in (None, source.name):
-                    pipeline = SourcePipeline(
-                        spark, config, source, config.lake / source.name, str(config.landing)
-                    )
-                    print(pipeline.retire())
+                    print(SourcePipeline.from_config(spark, config, source).retire())
             return 0
     except ConfigError as error:
         print(f"reclock: invalid config: {error}", file=sys.stderr)

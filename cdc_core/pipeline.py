@@ -1,0 +1,296 @@
+"""One source, window by window: register dumps, bind, reclock, apply the envelope.
+
+Every output of a window is a shard append at the window's binding time, and every
+append is idempotent (a shard already past the window ignores it), so a window can be
+re-run, or resumed after a crash between two commits, without writing anything twice.
+Windows are processed in order: a window whose predecessors' outputs are missing
+first processes those (their bindings are durable, so the result is the same).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from cdc_core.config import Config, SourceConfig
+from cdc_core.delta_io import live_files
+from cdc_core.dumps import list_dump_files
+from cdc_core.envelopes import apply_envelope, dedup_state_schema
+from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.reclock import append_new, reclock_window
+from cdc_core.registry import Registry
+from cdc_core.resumption import (
+    RetireReport,
+    SourceInspection,
+    UpstreamCommit,
+    inspect_source,
+    resumption_frontiers,
+    retire,
+)
+from cdc_core.schemas import ERROR, RECLOCKED, REMAP
+from cdc_core.shard import Shard
+from cdc_core.state import refresh_state
+
+OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
+
+
+@dataclass(frozen=True)
+class WindowReport:
+    """What one window did: figures for logs and materialization metadata."""
+
+    source: str
+    start: int
+    end: int
+    frontier: OffsetFrontier
+    minted: bool
+    records_in: int
+    updates_out: int
+    errors_out: int
+
+    def summary(self) -> str:
+        verb = "bound" if self.minted else "reused binding"
+        return (
+            f"{self.source} window [{self.start}, {self.end}): {verb} {self.frontier}; "
+            f"{self.records_in} record(s) in, {self.updates_out} change(s), "
+            f"{self.errors_out} error update(s)"
+        )
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    path: Path
+    schema: StructType
+    version: int
+    rows: int
+    upper: int | None
+    since: int | None
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """Per source: every table's frontiers and size, remap frontier and lag."""
+
+    source: str
+    window_ms: int
+    start_ms: int
+    tables: dict[str, TableStatus]
+    inspection: SourceInspection
+    current_errors: int
+    frontier: OffsetFrontier = field(init=False)
+    lag: dict[int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "frontier", self.inspection.frontier)
+        object.__setattr__(self, "lag", self.inspection.lag)
+
+    @property
+    def upper(self) -> TimeFrontier:
+        return self.inspection.resumption.timestamp
+
+    @property
+    def windows_done(self) -> int:
+        upper = self.upper.time
+        if upper is None or upper <= self.start_ms:
+            return 0
+        return (upper - 1 - self.start_ms) // self.window_ms
+
+    @property
+    def upper_text(self) -> str:
+        return str(self.upper)
+
+    def describe(self) -> str:
+        lines = [self.inspection.describe(), "  tables:"]
+        for name, table in self.tables.items():
+            lines.append(
+                f"    {name:<10} version {table.version:>4}  rows {table.rows:>9}  "
+                f"upper {table.upper}  since {table.since}"
+            )
+        lines.append(f"  current errors: {self.current_errors}")
+        return "\n".join(lines)
+
+
+class SourcePipeline:
+    """The shards of one source and the steps that advance them."""
+
+    def __init__(
+        self, spark: SparkSession, config: Config, source: SourceConfig, root: Path, landing: str
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.source = source
+        self.root = Path(root)
+        self.landing = Path(landing)
+        self.registry = Registry(self.root / "dumps", source.topic)
+        self.remap = Shard.open(spark, str(self.root / "remap"), REMAP)
+        self.reclocked = Shard.open(spark, str(self.root / "reclocked"), RECLOCKED)
+        self.changes = Shard.open(spark, str(self.root / "changes"), source.output_schema)
+        self.errors = Shard.open(spark, str(self.root / "errors"), ERROR)
+        self.dedup = (
+            Shard.open(spark, str(self.root / "dedup"), dedup_state_schema())
+            if source.envelope == "debezium"
+            else None
+        )
+        self.upstream = UpstreamCommit(self.root / "upstream")
+
+    @classmethod
+    def from_config(
+        cls, spark: SparkSession, config: Config, source: SourceConfig
+    ) -> SourcePipeline:
+        return cls(spark, config, source, config.lake / source.name, str(config.landing))
+
+    @property
+    def outputs(self) -> list[Shard]:
+        """The shards written from reclocked data (remap excluded)."""
+        shards = [self.reclocked, self.changes, self.errors]
+        return shards + ([self.dedup] if self.dedup is not None else [])
+
+    def register_dumps(self, arrival_ms: int) -> int:
+        """Register dump files not seen before, stamped with their arrival time."""
+        files = list_dump_files(self.landing, self.source.topic)
+        return len(self.registry.register(self.spark, files, arrival_ms))
+
+    def outputs_upper(self) -> int:
+        """Where all outputs stand: the meet of their uppers (0 before the first window)."""
+        meet = TimeFrontier.empty()
+        for shard in self.outputs:
+            meet = meet.meet(shard.refresh().upper)
+        return meet.time if meet.time is not None else 2**63 - 1
+
+    def run_window(self, start: int, end: int) -> WindowReport:
+        """Process window ``[start, end)``; a window already done writes nothing.
+
+        Earlier windows that are bound but whose outputs are missing (a crash between
+        commits) are processed first, in order. Windows not bound yet before ``start``
+        are bound to the unchanged frontier by the binding of this window, so their
+        outputs hold nothing and advance together with this one.
+        """
+        width = self.config.window_ms
+        lower = self.outputs_upper()
+        if lower > end:
+            return self._reused(start, end)
+        bound = self.remap.refresh().upper
+        pending = (lower - 1 + width) if lower > 0 else self.config.start_ms + width
+        for earlier in range(pending, end, width):
+            if bound.less_equal(earlier):
+                break
+            self._run_one(earlier - width, earlier)
+        return self._run_one(start, end)
+
+    def _reused(self, start: int, end: int) -> WindowReport:
+        frontier = self.inspect().frontier
+        return WindowReport(self.source.name, start, end, frontier, False, 0, 0, 0)
+
+    def _run_one(self, start: int, end: int) -> WindowReport:
+        lower = self.outputs_upper()
+        window = reclock_window(
+            self.spark, self.source, self.registry, self.remap, lower, start, end
+        )
+        upper = end + 1
+        append_new(self.reclocked, window.reclocked.records, lower, upper)
+        records = self.reclocked.listen(max(lower - 1, 0), end) if lower > 0 else (
+            self.reclocked.snapshot(end)
+        )
+        result = apply_envelope(
+            self.spark,
+            self.source,
+            records,
+            time=end,
+            prior_changes=self._prior(self.changes, lower),
+            prior_errors=self._prior(self.errors, lower),
+            prior_dedup=self._prior(self.dedup, lower) if self.dedup is not None else None,
+        )
+        errors = window.reclocked.errors.unionByName(result.errors)
+        appended_changes = append_new(self.changes, result.changes, lower, upper)
+        appended_errors = append_new(self.errors, errors, lower, upper)
+        if self.dedup is not None and result.dedup_state is not None:
+            append_new(self.dedup, result.dedup_state, lower, upper)
+        return WindowReport(
+            source=self.source.name,
+            start=start,
+            end=end,
+            frontier=window.binding.frontier,
+            minted=window.binding.minted,
+            records_in=self._count_at(self.reclocked, end),
+            updates_out=self._count_at(self.changes, end) if appended_changes else 0,
+            errors_out=self._count_at(self.errors, end) if appended_errors else 0,
+        )
+
+    @staticmethod
+    def _prior(shard: Shard | None, lower: int) -> DataFrame | None:
+        """The shard's contents just before ``lower`` (None before its first window)."""
+        if shard is None or lower == 0:
+            return None
+        return shard.snapshot(lower - 1)
+
+    @staticmethod
+    def _count_at(shard: Shard, time: int) -> int:
+        """Distinct updates at ``time``, from the progress statement of its commit."""
+        for statement in reversed(shard.progress()):
+            counts = dict(statement.counts)
+            if time in counts:
+                return counts[time]
+        return 0
+
+    def finish(self) -> SourceStatus:
+        """Publish ``state`` at the newest complete time and report the source's status."""
+        refresh_state(self.changes, str(self.root / "state"), self.source.output_schema)
+        return self.status()
+
+    def inspect(self) -> SourceInspection:
+        return inspect_source(
+            self.source.name, self.remap, self.outputs, self.registry, self.upstream
+        )
+
+    def status(self) -> SourceStatus:
+        inspection = self.inspect()
+        tables = {
+            "remap": _table_status(self.remap),
+            "reclocked": _table_status(self.reclocked),
+            "changes": _table_status(self.changes),
+            "state": _plain_table_status(self.root / "state", self.source.output_schema),
+            "errors": _table_status(self.errors),
+        }
+        upper = self.errors.upper.time
+        current_errors = 0
+        if upper:
+            current_errors = self.errors.snapshot(upper - 1).groupBy().sum("diff").first()[0] or 0
+        return SourceStatus(
+            self.source.name,
+            self.config.window_ms,
+            self.config.start_ms,
+            tables,
+            inspection,
+            int(current_errors),
+        )
+
+    def retire(self) -> RetireReport:
+        """Commit the offset resumption frontier upstream and retire the dumps below it."""
+        frontiers = resumption_frontiers(self.remap, self.outputs)
+        return retire(self.registry, self.remap, self.upstream, frontiers, self.source.retire)
+
+
+def _table_status(shard: Shard) -> TableStatus:
+    shard.refresh()
+    files = live_files(DeltaTable(shard.path))
+    return TableStatus(
+        path=Path(shard.path),
+        schema=shard.data_schema,
+        version=shard.version,
+        rows=sum(f.num_records for f in files),
+        upper=shard.upper.time,
+        since=shard.since.time,
+    )
+
+
+def _plain_table_status(path: Path, schema: StructType) -> TableStatus:
+    if not DeltaTable.is_deltatable(str(path)):
+        return TableStatus(path, schema, -1, 0, None, None)
+    table = DeltaTable(str(path))
+    files = live_files(table)
+    return TableStatus(
+        path, schema, table.version(), sum(f.num_records for f in files), None, None
+    )

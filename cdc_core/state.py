@@ -1,0 +1,85 @@
+"""The ``state`` table: current rows of a source, for readers that want a plain table.
+
+``state`` is derived, not a shard: it is the snapshot of ``changes`` at the newest
+complete time, written as an ordinary Delta table (one row per copy of a record)
+so that any Delta reader sees the current rows without knowing about diffs. The time
+it reflects is stored as an app-transaction version, in the same commit as the rows,
+so a refresh that has nothing new to show writes no new version.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from cdc_core.delta_io import (
+    DIFF,
+    add_action,
+    delete_batches,
+    live_files,
+    remove_action,
+    write_files,
+)
+from cdc_core.shard import Shard
+
+STATE_AS_OF = "reclock.state_as_of"
+
+
+def state_as_of(path: str) -> int | None:
+    """The IntoTime the state table reflects, or None when it was never written."""
+    try:
+        return DeltaTable(path).transaction_version(STATE_AS_OF)
+    except TableNotFoundError:
+        return None
+
+
+def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
+    """Rewrite ``state`` as the snapshot of ``changes`` at its newest complete time.
+
+    Returns False (and writes nothing) when the table already reflects that time or
+    when ``changes`` has no complete time yet.
+    """
+    upper = changes.upper
+    if upper.time is None or upper.time == 0 or changes.since.time is None:
+        return False
+    as_of = upper.time - 1
+    if state_as_of(path) == as_of:
+        return False
+    snapshot = changes.snapshot(as_of)
+    copies = F.explode(F.array_repeat(F.lit(1), F.col(DIFF).cast("int")))
+    rows = snapshot.where(F.col(DIFF) > 0).select(*schema.fieldNames(), copies.alias("_")).drop("_")
+    table = _open_or_create(path, schema)
+    batch_id, files = write_files(rows, path)
+    actions = [remove_action(f) for f in live_files(table)]
+    actions += [add_action(f, data_change=True) for f in files]
+    try:
+        table.create_write_transaction(
+            actions,
+            mode="append",
+            schema=_delta_schema(schema),
+            commit_properties=CommitProperties(
+                max_commit_retries=0, app_transactions=[Transaction(STATE_AS_OF, as_of)]
+            ),
+        )
+    except CommitFailedError:
+        # A concurrent refresh won; its contents are the same snapshot or a newer one.
+        delete_batches(path, [batch_id])
+        return False
+    return True
+
+
+def _open_or_create(path: str, schema: StructType) -> DeltaTable:
+    try:
+        return DeltaTable(path)
+    except TableNotFoundError:
+        return DeltaTable.create(path, _delta_schema(schema), mode="ignore")
+
+
+def _delta_schema(schema: StructType) -> DeltaSchema:
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    return DeltaSchema.from_arrow(pa.schema([field.with_nullable(True) for field in arrow]))
