@@ -273,11 +273,11 @@ def _boolean(value: Any, where: str) -> bool:
     return value
 
 
-def _non_negative_int(value: Any, where: str) -> int:
+def _non_negative_int(value: Any, where: str, what: str) -> int:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(where, f"must be a non-negative integer (got {_describe(value)})")
+        raise ConfigError(where, f"{what} must be a non-negative integer (got {_describe(value)})")
     return value
 
 
@@ -427,8 +427,8 @@ def _start_offsets(value: Any, where: str) -> OffsetFrontier:
     offsets: dict[int, int] = {}
     for partition, offset in section.data.items():
         place = section.field(str(partition))
-        number = _non_negative_int(partition, f"{place} (partition)")
-        offsets[number] = _non_negative_int(offset, place)
+        number = _non_negative_int(partition, place, "partition")
+        offsets[number] = _non_negative_int(offset, place, "offset")
     return OffsetFrontier(offsets)
 
 

@@ -1,0 +1,288 @@
+"""Config loading and validation: every rule rejects with a message naming the field."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from cdc_core.config import ConfigError, load_config, parse_config
+from cdc_core.frontier import OffsetFrontier
+
+VALID_YAML = """\
+lake: ./lake
+landing: /data/landing
+window: 5m
+start: 2026-01-01T00:00:00Z
+end: "2026-01-01T01:00:00+00:00"
+spark:
+  master: local[1]
+  conf:
+    spark.sql.shuffle.partitions: 4
+    spark.sql.adaptive.enabled: false
+sources:
+  - name: users
+    topic: users.v1
+    key: {id: long}
+    value: {name: string, score: double}
+    envelope: upsert
+    reclock: arrival
+    allow_offset_gaps: true
+    start_offsets: {0: 10, "2": 5}
+    retire: delete
+    expectations:
+      - type: expect_column_values_to_not_be_null
+        kwargs: {column: id}
+  - name: orders
+    topic: orders
+    format: json
+    key: {id: bigint}
+    value: {id: bigint, status: string}
+    envelope: debezium-upsert
+    reclock: event-time
+"""
+
+BASE: dict[str, Any] = {
+    "lake": "lake",
+    "landing": "landing",
+    "window": "1m",
+    "start": "2026-01-01T00:00:00Z",
+    "sources": [
+        {
+            "name": "users",
+            "topic": "users",
+            "key": {"id": "bigint"},
+            "value": {"name": "string"},
+            "envelope": "upsert",
+            "reclock": "event-time",
+        },
+        {
+            "name": "orders",
+            "topic": "orders",
+            "key": {"id": "bigint"},
+            "value": {"id": "bigint", "status": "string"},
+            "envelope": "debezium",
+            "reclock": "arrival",
+        },
+    ],
+}
+
+
+def config_with(**changes: Any) -> dict[str, Any]:
+    """BASE with dotted-path changes, e.g. ``sources__1__envelope="x"``; None deletes."""
+    data = copy.deepcopy(BASE)
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        target: Any = data
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        if value is None:
+            del target[int(last) if last.isdigit() else last]
+        else:
+            target[int(last) if last.isdigit() else last] = value
+    return data
+
+
+def rejected(data: dict[str, Any]) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, Path("/base"))
+    return caught.value
+
+
+def test_valid_config_loads_with_resolved_paths_and_types(tmp_path: Path) -> None:
+    path = tmp_path / "reclock.yaml"
+    path.write_text(VALID_YAML)
+    config = load_config(path)
+
+    assert config.lake == tmp_path / "lake"
+    assert config.landing == Path("/data/landing")
+    assert (config.window_ms, config.cron) == (300_000, "*/5 * * * *")
+    assert config.start_ms == 1_767_225_600_000
+    assert config.end_ms == 1_767_225_600_000 + 3_600_000
+    assert config.spark.master == "local[1]"
+    assert config.spark.conf == {
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.adaptive.enabled": "false",
+    }
+    users, orders = config.sources
+    assert users.topic == "users.v1" and users.format == "json"
+    assert users.key == {"id": "bigint"}
+    assert users.start_offsets == OffsetFrontier({0: 10, 2: 5})
+    assert users.allow_offset_gaps is True and users.retire == "delete"
+    assert users.expectations[0].type == "expect_column_values_to_not_be_null"
+    assert users.expectations[0].kwargs == {"column": "id"}
+    assert users.output_schema == StructType(
+        [
+            StructField("id", LongType()),
+            StructField("name", StringType()),
+            StructField("score", DoubleType()),
+        ]
+    )
+    assert users.key_schema == StructType([StructField("id", LongType())])
+    # Debezium output is the after-image, which already holds the key.
+    assert orders.output_schema == orders.value_schema
+    assert [f.name for f in orders.output_schema] == ["id", "status"]
+    assert (orders.allow_offset_gaps, orders.retire, orders.start_offsets) == (
+        False,
+        "archive",
+        OffsetFrontier(),
+    )
+    assert config.source("orders") is orders
+    assert config.end_ms is not None
+
+
+def test_defaults_and_open_end() -> None:
+    config = parse_config(BASE, Path("/base"))
+    assert config.end_ms is None
+    assert config.lake == Path("/base/lake")
+    assert config.spark.master is None and config.spark.conf == {}
+    assert config.sources[0].format == "json"
+
+
+@pytest.mark.parametrize(
+    ("window", "window_ms", "cron"),
+    [
+        ("1m", 60_000, "* * * * *"),
+        ("120s", 120_000, "*/2 * * * *"),
+        ("15m", 900_000, "*/15 * * * *"),
+        ("60m", 3_600_000, "0 * * * *"),
+        ("1h", 3_600_000, "0 * * * *"),
+        ("6h", 21_600_000, "0 */6 * * *"),
+        ("1d", 86_400_000, "0 0 * * *"),
+    ],
+)
+def test_window_durations_and_their_cron(window: str, window_ms: int, cron: str) -> None:
+    config = parse_config(config_with(window=window), Path("/base"))
+    assert (config.window_ms, config.cron) == (window_ms, cron)
+
+
+@pytest.mark.parametrize(
+    ("window", "words"),
+    [
+        ("30s", "whole number of minutes"),
+        ("7m", "tile the day"),
+        ("40m", "no cron schedule"),
+        ("90m", "no cron schedule"),
+        ("2d", "tile the day"),
+        ("5 minutes", "duration"),
+        ("0m", "tile the day"),
+    ],
+)
+def test_windows_that_cannot_be_scheduled_are_rejected(window: str, words: str) -> None:
+    error = rejected(config_with(window=window))
+    assert error.field == "window"
+    assert words in str(error) and str(error).startswith("window:")
+
+
+def test_start_must_be_an_aligned_utc_instant() -> None:
+    assert rejected(config_with(start="yesterday")).field == "start"
+    error = rejected(config_with(start="2026-01-01T00:00:00"))
+    assert error.field == "start" and "UTC offset" in str(error)
+    error = rejected(config_with(start="2026-01-01T00:00:30Z"))
+    assert error.field == "start" and "window boundary" in str(error)
+    assert parse_config(config_with(start="2026-01-01T01:00:00+01:00"), Path("/")).start_ms == (
+        1_767_225_600_000
+    )
+
+
+def test_end_must_follow_start() -> None:
+    error = rejected(config_with(end="2026-01-01T00:00:00Z"))
+    assert error.field == "end" and "after start" in str(error)
+    assert rejected(config_with(end="2026-01-01T00:00:10Z")).field == "end"
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"lake": None}, "lake", "is required"),
+        ({"landing": 5}, "landing", "non-empty string"),
+        ({"sources": []}, "sources", "non-empty list"),
+        ({"colour": "red"}, "colour", "unknown key"),
+        ({"sources__0__envelop": "upsert"}, "sources[0].envelop", "did you mean 'envelope'"),
+        ({"sources__1__envelope": "upsrt"}, "sources[1].envelope", "must be one of none, upsert"),
+        ({"sources__0__reclock": "wallclock"}, "sources[0].reclock", "arrival, event-time"),
+        ({"sources__0__format": "avro"}, "sources[0].format", "json, cdcv2-json, cdcv2-avro"),
+        ({"sources__0__retire": "keep"}, "sources[0].retire", "archive, delete"),
+        ({"sources__0__name": "user-s"}, "sources[0].name", "identifier"),
+        ({"sources__1__name": "users"}, "sources[1].name", "duplicate"),
+        ({"sources__0__topic": "a topic"}, "sources[0].topic", "Kafka topic"),
+        ({"sources__0__value__age": "integer"}, "sources[0].value.age", "type must be one of"),
+        ({"sources__0__value__time": "bigint"}, "sources[0].value.time", "reserved"),
+        ({"sources__0__value": {}}, "sources[0].value", "at least one column"),
+        ({"sources__0__allow_offset_gaps": "yes"}, "sources[0].allow_offset_gaps", "true or"),
+        ({"sources__0__start_offsets": {0: -1}}, "sources[0].start_offsets.0", "offset must"),
+        ({"sources__0__start_offsets": {"p": 1}}, "sources[0].start_offsets.p", "partition must"),
+        ({"sources__0__expectations": {"type": "x"}}, "sources[0].expectations", "list"),
+        (
+            {"sources__0__expectations": [{"type": "x"}]},
+            "sources[0].expectations[0].type",
+            "expect_",
+        ),
+        (
+            {"sources__0__expectations": [{"type": "expect_x", "args": {}}]},
+            "sources[0].expectations[0].args",
+            "unknown key",
+        ),
+        ({"spark": {"master": "local", "cores": 2}}, "spark.cores", "unknown key"),
+        ({"spark": {"conf": {"a": [1]}}}, "spark.conf.a", "scalar"),
+    ],
+)
+def test_each_invalid_field_is_named(changes: dict[str, Any], field: str, words: str) -> None:
+    error = rejected(config_with(**changes))
+    assert error.field == field
+    assert str(error).startswith(f"{field}: ")
+    assert words in str(error)
+
+
+def test_keyed_envelopes_need_a_key_but_none_does_not() -> None:
+    error = rejected(config_with(sources__0__key=None))
+    assert error.field == "sources[0].key" and "upsert needs at least one key" in str(error)
+    assert rejected(config_with(sources__1__key={})).field == "sources[1].key"
+    keyless = parse_config(config_with(sources__0__key=None, sources__0__envelope="none"), Path())
+    assert keyless.sources[0].key == {}
+
+
+def test_upsert_key_and_value_columns_must_not_clash() -> None:
+    error = rejected(config_with(sources__0__value={"id": "bigint", "name": "string"}))
+    assert error.field == "sources[0].value.id" and "clashes with key column" in str(error)
+
+
+def test_debezium_key_columns_must_be_after_image_columns() -> None:
+    error = rejected(config_with(sources__1__key={"order_id": "bigint"}))
+    assert error.field == "sources[1].key.order_id" and "after-image" in str(error)
+    error = rejected(config_with(sources__1__key={"id": "string"}))
+    assert error.field == "sources[1].key.id" and "differs" in str(error)
+
+
+def test_cdcv2_formats_need_envelope_none() -> None:
+    error = rejected(config_with(sources__0__format="cdcv2-json"))
+    assert error.field == "sources[0].envelope" and "needs envelope none" in str(error)
+    ok = parse_config(
+        config_with(sources__0__format="cdcv2-avro", sources__0__envelope="none"), Path("/")
+    )
+    assert ok.sources[0].format == "cdcv2-avro"
+
+
+def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(missing)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("lake: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("just text\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(scalar)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(VALID_YAML.replace("envelope: upsert", "envelope: upsrt"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(typo)
+    assert str(caught.value) == (
+        f"{typo}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium "
+        "(got 'upsrt')"
+    )
