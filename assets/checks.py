@@ -1,0 +1,177 @@
+"""Asset checks of one source, each saying which IntoTime window(s) it judged.
+
+The checks that guard correctness are blocking: an asset downstream of a failed check
+(in another step, e.g. a CDCv2 export of ``changes``) is not built on a failed window.
+A run covers a range of windows; the checks judge that whole range (every time in it
+for completeness, the last window's time for the others). Without partition tags
+(a check run on its own) they judge the newest complete window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    asset_check,
+)
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
+from dagster_pyspark import PySparkResource
+
+from assets.partitions import to_datetime, window_bounds, window_partitions
+from assets.source_assets import output_key
+from cdc_core import checks
+from cdc_core.config import Config, SourceConfig
+from cdc_core.expectations import parse_expectations, validate
+from cdc_core.pipeline import SourcePipeline
+from cdc_core.remap import frontier_at
+
+
+def judged_range(
+    context: AssetCheckExecutionContext, config: Config, pipeline: SourcePipeline
+) -> tuple[int, int] | None:
+    """``(first window start, last window end)`` of the run, else the newest complete
+    window; None when nothing is complete yet."""
+    partitions = window_partitions(config)
+    tags = context.run.tags
+    first = tags.get(ASSET_PARTITION_RANGE_START_TAG) or tags.get(PARTITION_NAME_TAG)
+    last = tags.get(ASSET_PARTITION_RANGE_END_TAG) or tags.get(PARTITION_NAME_TAG)
+    if first and last:
+        start, _ = window_bounds(partitions.time_window_for_partition_key(first))
+        _, end = window_bounds(partitions.time_window_for_partition_key(last))
+        return start, end
+    upper = pipeline.outputs_upper()
+    if upper <= config.start_ms + 1 or upper == 2**63 - 1:
+        return None
+    return upper - 1 - config.window_ms, upper - 1
+
+
+def to_result(
+    outcome: checks.CheckOutcome, window: tuple[int, int], severity: AssetCheckSeverity
+) -> AssetCheckResult:
+    start, end = window
+    return AssetCheckResult(
+        passed=outcome.passed,
+        severity=severity,
+        description=outcome.description,
+        metadata={
+            "window_start": to_datetime(start).isoformat(),
+            "window_end": to_datetime(end).isoformat(),
+            "judged_time": end,
+            "figures": outcome.figures,
+        },
+    )
+
+
+def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefinition]:
+    """Completeness of every shard, monotone remap, exactly-once reclocking, upsert state
+    is a set, and the source's data expectations."""
+    name = source.name
+
+    def make(
+        asset: str,
+        check_name: str,
+        judge: Callable[[SourcePipeline, int, int], checks.CheckOutcome],
+        *,
+        blocking: bool = True,
+        description: str,
+    ) -> AssetChecksDefinition:
+        @asset_check(
+            asset=output_key(name, asset),
+            name=check_name,
+            blocking=blocking,
+            description=description,
+        )
+        def _check(
+            context: AssetCheckExecutionContext, pyspark: PySparkResource
+        ) -> AssetCheckResult:
+            pipeline = SourcePipeline.from_config(pyspark.spark_session, config, source)
+            window = judged_range(context, config, pipeline)
+            if window is None:
+                return AssetCheckResult(passed=True, description="no complete window yet")
+            severity = AssetCheckSeverity.ERROR if blocking else AssetCheckSeverity.WARN
+            return to_result(judge(pipeline, *window), window, severity)
+
+        return _check
+
+    def completeness_of(output: str) -> Callable[[SourcePipeline, int, int], checks.CheckOutcome]:
+        def judge(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
+            shard = getattr(pipeline, output)
+            return checks.completeness(shard, start + 1, end + 1)
+
+        return judge
+
+    def exactly_once(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
+        frontier = frontier_at(pipeline.remap, end)
+        starts = dict(source.start_offsets.offsets)
+        return checks.exactly_once(
+            pipeline.reclocked, frontier, starts, end, gaps_allowed=source.allow_offset_gaps
+        )
+
+    def state_set(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
+        key_columns = list(source.key_schema.fieldNames())
+        return checks.state_is_set(pipeline.changes, key_columns, end)
+
+    def expectations(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
+        raw = [{"type": e.type, "kwargs": dict(e.kwargs)} for e in source.expectations]
+        specs = parse_expectations(raw)
+        rows = checks.window_rows(pipeline.changes, start + 1, end + 1).where("diff > 0")
+        report = validate(rows, specs, name=f"{name}_changes")
+        return checks.CheckOutcome(
+            report.success,
+            report.summary(),
+            {o.type: dict(o.observed) for o in report.results},
+        )
+
+    definitions = [
+        make(
+            output,
+            "complete",
+            completeness_of(output),
+            description="Distinct updates per time equal the counts committed with them.",
+        )
+        for output in ("remap", "reclocked", "changes", "errors")
+    ]
+    definitions.append(
+        make(
+            "remap",
+            "monotone",
+            lambda p, _s, end: checks.remap_monotone(p.remap, end),
+            description="Bindings never move backwards and cover the window.",
+        )
+    )
+    definitions.append(
+        make(
+            "reclocked",
+            "exactly_once",
+            exactly_once,
+            description="Every offset below the binding appears exactly once.",
+        )
+    )
+    if source.envelope in ("upsert", "debezium-upsert"):
+        definitions.append(
+            make(
+                "changes",
+                "state_is_set",
+                state_set,
+                description="Every key's accumulated count is 0 or 1.",
+            )
+        )
+    if source.expectations:
+        definitions.append(
+            make(
+                "changes",
+                "expectations",
+                expectations,
+                blocking=False,
+                description="The source's great-expectations suite on the window's new rows.",
+            )
+        )
+    return definitions

@@ -1,0 +1,174 @@
+"""Correctness checks over a source's shards, judged at one IntoTime.
+
+Each check recomputes its verdict from the durable tables alone (never from what the
+pipeline believes it wrote), so it catches damage done behind the pipeline's back.
+Only aggregates reach the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from cdc_core.cdcv2.completeness import check_completeness
+from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.shard import Shard
+
+MAX_EXAMPLES = 10
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """A verdict with the figures behind it (JSON-friendly)."""
+
+    passed: bool
+    description: str
+    figures: Mapping[str, object] = field(default_factory=dict)
+
+
+def completeness(shard: Shard, lower: int, upper: int) -> CheckOutcome:
+    """Distinct ``(data, time)`` updates per time in ``[lower, upper)`` equal the counts
+    announced by the progress statements committed with them."""
+    report = check_completeness(
+        shard.raw_updates(lower, upper), shard.progress(), lower, TimeFrontier.at(upper)
+    )
+    wrong = [
+        {"time": d.time, "announced": d.announced, "found": d.found}
+        for d in report.discrepancies[:MAX_EXAMPLES]
+    ]
+    problems = []
+    if not TimeFrontier.at(upper) <= report.covered:
+        problems.append(f"progress statements cover only up to {report.covered}")
+    if wrong:
+        problems.append(f"count mismatches at times {[w['time'] for w in wrong]}")
+    if report.duplicated_times:
+        problems.append(f"(data, time) stored twice at times {list(report.duplicated_times)}")
+    return CheckOutcome(
+        passed=report.complete,
+        description="; ".join(problems) or f"complete on [{lower}, {upper})",
+        figures={
+            "mismatches": wrong,
+            "mismatched_times": len(report.discrepancies),
+            "duplicated_times": list(report.duplicated_times[:MAX_EXAMPLES]),
+            "covered_through": report.covered.time,
+        },
+    )
+
+
+def remap_history(remap: Shard) -> list[tuple[int, OffsetFrontier]]:
+    """The bound frontier at every binding time from the remap's since on (tiny)."""
+    remap.refresh()
+    since, upper = remap.since.time, remap.upper.time
+    if since is None or upper is None or upper <= since:
+        return []
+    updates = remap.snapshot(since).unionByName(remap.listen(since, upper - 1))
+    rows = updates.groupBy("time", "partition", "offset").agg(F.sum("diff").alias("diff"))
+    by_time: dict[int, list[tuple[int, int, int]]] = {}
+    for row in rows.collect():
+        by_time.setdefault(row["time"], []).append((row["partition"], row["offset"], row["diff"]))
+    history: list[tuple[int, OffsetFrontier]] = []
+    current: dict[tuple[int, int], int] = {}
+    for time in sorted(by_time):
+        for partition, offset, diff in by_time[time]:
+            current[(partition, offset)] = current.get((partition, offset), 0) + diff
+        live = {key: count for key, count in current.items() if count != 0}
+        malformed = [key for key, count in live.items() if count != 1]
+        partitions = [p for p, _ in live]
+        if malformed or len(partitions) != len(set(partitions)):
+            raise ValueError(f"remap at {time} is not a frontier: {sorted(live.items())}")
+        history.append((time, OffsetFrontier(dict(live))))
+    return history
+
+
+def remap_monotone(remap: Shard, window_end: int) -> CheckOutcome:
+    """Every binding is at or beyond the previous one, and the remap covers the window."""
+    try:
+        history = remap_history(remap)
+    except ValueError as malformed:
+        return CheckOutcome(False, str(malformed))
+    regressions = []
+    for (_, before), (time, after) in zip(history, history[1:], strict=False):
+        moved_back = {str(p): v for p, v in before.regressions(after).items()}
+        if moved_back:
+            regressions.append({"time": time, "partitions": moved_back})
+    covered = not remap.upper.less_equal(window_end)
+    problems = []
+    if regressions:
+        problems.append(f"frontier moved backwards at times {[r['time'] for r in regressions]}")
+    if not covered:
+        problems.append(f"remap upper {remap.upper} does not cover window end {window_end}")
+    return CheckOutcome(
+        passed=not problems,
+        description="; ".join(problems) or f"{len(history)} binding(s), monotone",
+        figures={"bindings": len(history), "regressions": regressions[:MAX_EXAMPLES]},
+    )
+
+
+def exactly_once(
+    reclocked: Shard,
+    frontier: OffsetFrontier,
+    starts: Mapping[int, int],
+    as_of: int,
+    *,
+    gaps_allowed: bool,
+) -> CheckOutcome:
+    """Every ``(partition, offset)`` below ``frontier`` (the remap at ``as_of``) appears
+    exactly once in ``reclocked`` at or before ``as_of``; nothing beyond it appears."""
+    per_record = reclocked.snapshot(as_of).groupBy("partition", "offset").agg(
+        F.sum("diff").alias("count")
+    )
+    ends = F.create_map(*[F.lit(x) for p, o in frontier.offsets.items() for x in (p, o)])
+    bound = F.coalesce(ends[F.col("partition")], F.lit(0)) if frontier.offsets else F.lit(0)
+    summary = per_record.groupBy("partition").agg(
+        F.count("*").alias("records"),
+        F.sum(F.when(F.col("count") != 1, 1).otherwise(0)).alias("not_once"),
+        F.sum(F.when(F.col("offset") >= bound, 1).otherwise(0)).alias("beyond"),
+    )
+    problems = []
+    figures: dict[str, object] = {}
+    seen = {row["partition"]: row for row in summary.collect()}
+    for partition in sorted(set(seen) | set(frontier.partitions)):
+        row = seen.get(partition)
+        records = row["records"] if row else 0
+        expected = max(frontier[partition] - starts.get(partition, 0), 0)
+        figures[f"partition_{partition}"] = {"records": records, "frontier": frontier[partition]}
+        if row and row["not_once"]:
+            problems.append(f"partition {partition}: {row['not_once']} offset(s) not exactly once")
+        if row and row["beyond"]:
+            problems.append(f"partition {partition}: {row['beyond']} offset(s) beyond the frontier")
+        if not gaps_allowed and records - (row["beyond"] if row else 0) != expected:
+            problems.append(
+                f"partition {partition}: {records} record(s) below frontier {frontier[partition]},"
+                f" expected {expected}"
+            )
+    return CheckOutcome(not problems, "; ".join(problems) or "exactly once", figures)
+
+
+def state_is_set(changes: Shard, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
+    """Upsert state: every row's accumulated count is 1 and every key holds one row."""
+    snapshot = changes.snapshot(as_of)
+    bad_counts = snapshot.where(F.col("diff") != 1)
+    per_key = snapshot.groupBy(*key_columns).agg(F.sum("diff").alias("rows"))
+    figures = snapshot.agg(F.count("*").alias("rows")).first().asDict()
+    wrong = bad_counts.agg(
+        F.count("*").alias("rows"), F.min("diff").alias("min_diff"), F.max("diff").alias("max")
+    ).first()
+    keys = per_key.where(F.col("rows") != 1).count()
+    problems = []
+    if wrong["rows"]:
+        problems.append(f"{wrong['rows']} row(s) with count other than 1 (min {wrong['min_diff']})")
+    if keys:
+        problems.append(f"{keys} key(s) holding more than one row")
+    return CheckOutcome(
+        not problems,
+        "; ".join(problems) or "every key holds at most one row",
+        {**figures, "bad_counts": wrong["rows"], "bad_keys": keys},
+    )
+
+
+def window_rows(shard: Shard, lower: int, upper: int) -> DataFrame:
+    """The updates at times in ``[lower, upper)`` (what data expectations judge)."""
+    return shard.listen(lower - 1, upper - 1) if lower > 0 else shard.snapshot(upper - 1)
