@@ -1,0 +1,89 @@
+"""Helpers shared by the reclocking tests: kcat-style dump files, source options, and a
+plain-Python oracle of the event-time policy (independent of the Spark code)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from cdc_core.dumps import list_dump_files
+from cdc_core.registry import Registry
+
+
+@dataclass(frozen=True)
+class Options:
+    """The per-source options reclocking reads (a stand-in for SourceConfig's fields)."""
+
+    topic: str = "t"
+    reclock: str = "event-time"
+    allow_offset_gaps: bool = False
+    start_offsets: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rec:
+    partition: int
+    offset: int
+    ts: int
+    payload: str = ""
+
+    def line(self, topic: str) -> str:
+        body = self.payload or f"v{self.partition}-{self.offset}"
+        return json.dumps(
+            {"topic": topic, "partition": self.partition, "offset": self.offset, "ts": self.ts,
+             "key": json.dumps({"k": self.offset}), "payload": json.dumps({"v": body})}
+        )
+
+
+def write_dump(
+    landing: Path, topic: str, name: str, records: Iterable[Rec], extra: str = ""
+) -> Path:
+    """Write one kcat ``-J`` style dump file under ``<landing>/<topic>/``."""
+    path = landing / topic / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(r.line(topic) + "\n" for r in records) + extra)
+    return path
+
+
+def register_new(spark: SparkSession, registry: Registry, landing: Path, arrival_ms: int) -> int:
+    """Register every dump of the registry's topic not registered yet."""
+    return len(registry.register(spark, list_dump_files(landing, registry.topic), arrival_ms))
+
+
+def oracle_bindings(
+    records: Sequence[Rec], ends: Sequence[int], allow_gaps: bool = False
+) -> list[dict[int, int]]:
+    """Event-time frontiers at each window end, window after window, in plain Python."""
+    by_partition: dict[int, dict[int, int]] = {}
+    for r in records:
+        by_partition.setdefault(r.partition, {})[r.offset] = r.ts
+    frontier: dict[int, int] = {}
+    bindings = []
+    for end in ends:
+        for p, offsets in by_partition.items():
+            nxt = frontier.get(p, 0)
+            running = -1
+            for o in sorted(o for o in offsets if o >= frontier.get(p, 0)):
+                running = max(running, offsets[o])
+                if running >= end or (not allow_gaps and o != nxt):
+                    break
+                nxt = o + 1
+            if nxt:
+                frontier[p] = nxt
+        bindings.append(dict(frontier))
+    return bindings
+
+
+def oracle_times(records: Sequence[Rec], ends: Sequence[int], bindings: Sequence[dict[int, int]]):
+    """Each distinct (partition, offset) -> the first window end whose binding covers it."""
+    times = {}
+    for r in records:
+        for end, frontier in zip(ends, bindings, strict=True):
+            if r.offset < frontier.get(r.partition, 0):
+                times[(r.partition, r.offset)] = end
+                break
+    return times
