@@ -1,0 +1,56 @@
+"""Envelopes: one window of a source's reclocked Kafka records -> its differential outputs.
+
+Each envelope is a pure Spark transform of one window (``records`` in the RECLOCKED layout,
+all at IntoTime ``time``) plus the prior state read back from the source's own output
+shards; it returns an ``EnvelopeResult`` of consolidated updates at ``time``.
+"""
+
+from cdc_core.envelopes.append_only import apply_none
+from cdc_core.envelopes.classic import DEDUP_STATE, POSITION, apply_debezium
+from cdc_core.envelopes.columns import (
+    DEBEZIUM,
+    DEBEZIUM_UPSERT,
+    ENVELOPES,
+    NONE,
+    UPSERT,
+    output_schema,
+)
+from cdc_core.envelopes.debezium import apply_debezium_upsert
+from cdc_core.envelopes.dispatch import apply_envelope
+from cdc_core.envelopes.fingerprint import (
+    ConfigDriftError,
+    check_fingerprint,
+    describe_drift,
+    fingerprint,
+)
+from cdc_core.envelopes.reasons import (
+    EnvelopeConfigError,
+    constraint_violations,
+    has_constraint_violations,
+)
+from cdc_core.envelopes.result import EnvelopeResult
+from cdc_core.envelopes.upsert import apply_upsert
+
+__all__ = [
+    "DEBEZIUM",
+    "DEBEZIUM_UPSERT",
+    "DEDUP_STATE",
+    "ENVELOPES",
+    "NONE",
+    "POSITION",
+    "UPSERT",
+    "ConfigDriftError",
+    "EnvelopeConfigError",
+    "EnvelopeResult",
+    "apply_debezium",
+    "apply_debezium_upsert",
+    "apply_envelope",
+    "apply_none",
+    "apply_upsert",
+    "check_fingerprint",
+    "constraint_violations",
+    "describe_drift",
+    "fingerprint",
+    "has_constraint_violations",
+    "output_schema",
+]

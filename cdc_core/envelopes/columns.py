@@ -1,0 +1,52 @@
+"""Envelope names and the output columns they produce, with the checks that make them work."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import StructType
+
+from cdc_core.envelopes.reasons import EnvelopeConfigError
+
+NONE = "none"
+UPSERT = "upsert"
+DEBEZIUM_UPSERT = "debezium-upsert"
+DEBEZIUM = "debezium"
+ENVELOPES: tuple[str, ...] = (NONE, UPSERT, DEBEZIUM_UPSERT, DEBEZIUM)
+
+SHARD_COLUMNS = ("time", "diff")
+
+
+def output_schema(envelope: str, key_schema: StructType, value_schema: StructType) -> StructType:
+    """The ``changes`` columns of a source (shards add ``time`` and ``diff``): key columns ++
+    value columns for none/upsert, the after-image columns for the Debezium envelopes.
+    Raises EnvelopeConfigError naming what cannot work."""
+    if envelope not in ENVELOPES:
+        raise EnvelopeConfigError(
+            f"envelope must be one of {', '.join(ENVELOPES)} (got {envelope!r})"
+        )
+    if envelope != NONE and not key_schema.fields:
+        raise EnvelopeConfigError(
+            f"envelope {envelope} needs key columns (the key schema is empty)"
+        )
+    if envelope in (NONE, UPSERT):
+        overlap = sorted(set(key_schema.names) & set(value_schema.names))
+        if overlap:
+            raise EnvelopeConfigError(
+                f"envelope {envelope}: key and value columns must differ, both have {overlap}"
+            )
+        output = StructType([*key_schema.fields, *value_schema.fields])
+    else:
+        value_types = {f.name: f.dataType for f in value_schema.fields}
+        for key_field in key_schema.fields:
+            if value_types.get(key_field.name) != key_field.dataType:
+                raise EnvelopeConfigError(
+                    f"envelope {envelope}: key column {key_field.name!r} "
+                    f"({key_field.dataType.simpleString()}) must be a column of the after "
+                    f"image with the same type"
+                )
+        output = value_schema
+    reserved = sorted(set(output.names) & set(SHARD_COLUMNS))
+    if reserved:
+        raise EnvelopeConfigError(f"column names {reserved} are reserved for shards")
+    if len(set(output.names)) != len(output.names):
+        raise EnvelopeConfigError(f"duplicate column names in {output.names}")
+    return output

@@ -1,0 +1,164 @@
+"""Debezium change events, and the DEBEZIUM UPSERT envelope built on them.
+
+An event is ``{"op", "before", "after", "source", ...}`` (optionally wrapped by the JSON
+converter). DEBEZIUM UPSERT keys by the Kafka record key and upserts the ``after`` image
+(see ``upsert``); ``before`` is not used. The rules for ``op``:
+- ``c``, ``r``, ``u``: upsert the after image (a null after deletes);
+- ``d``: delete the key; the null-value tombstone Debezium writes after a delete is a
+  delete of an absent key, so no output and no error;
+- ``t`` (truncate): the key's slot becomes an error ``unsupported op``. A truncate names no
+  rows (Postgres sends it with a null key, so it lands in the shared null-key slot); the
+  error stays until the slot is cleared or the source is reset and re-read;
+- anything else, or no op at all: the key's slot becomes an error ``unknown op`` naming it.
+The after image's key columns must equal the record key (``key mismatch`` otherwise), as
+the state read back from ``changes`` is found by those columns.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from cdc_core.envelopes.columns import DEBEZIUM_UPSERT, output_schema
+from cdc_core.envelopes.decode import Decoded, decode_key, decode_object, unwrap_connect_envelope
+from cdc_core.envelopes.reasons import (
+    KEY_MISMATCH,
+    UNKNOWN_OP,
+    UNSUPPORTED_OP,
+    VALUE_DECODE,
+    reason,
+)
+from cdc_core.envelopes.result import EnvelopeResult
+from cdc_core.envelopes.upsert import apply_commands, key_problem, slot_columns
+
+UPSERT_OPS = ("c", "r", "u")
+DELETE_OP = "d"
+TRUNCATE_OP = "t"
+KNOWN_OPS = (*UPSERT_OPS, DELETE_OP, TRUNCATE_OP)
+
+# The event's parts as raw JSON text; each image is decoded on its own so that a
+# mismatch names the offending field.
+EVENT_TEXT = StructType(
+    [StructField(name, StringType()) for name in ("op", "before", "after", "source")]
+)
+
+# The ``source`` fields the classic envelope orders by.
+SOURCE = StructType(
+    [
+        StructField("connector", StringType()),
+        StructField("snapshot", StringType()),  # true/false/"last"/"incremental": kept as text
+        StructField("sequence", StringType()),  # Postgres: JSON text of [last_commit_lsn, lsn]
+        StructField("lsn", LongType()),
+        StructField("file", StringType()),
+        StructField("pos", LongType()),
+        StructField("row", LongType()),
+    ]
+)
+
+
+def stage_events(records: DataFrame) -> DataFrame:
+    """``records`` plus ``event_text`` (null for a tombstone), ``event_error``, ``op`` and the
+    raw text of ``before_text``, ``after_text``, ``source_text``."""
+    staged = records.withColumn("event_text", unwrap_connect_envelope(F.col("payload"), EVENT_TEXT))
+    event = decode_object(F.col("event_text"), EVENT_TEXT, required=())
+    return staged.select(
+        "*",
+        event.error.alias("event_error"),
+        *[event.value[name].alias(f"{name}_text") for name in ("before", "after", "source")],
+        event.value["op"].alias("op"),
+    )
+
+
+def event_problem(image: Decoded, image_name: str) -> Column:
+    """The error of an event that does not decode or has no usable op, else null."""
+    return F.coalesce(
+        F.when(
+            F.col("event_error").isNotNull(),
+            reason(VALUE_DECODE, F.concat(F.lit("value "), F.col("event_error"))),
+        ),
+        F.when(
+            image.error.isNotNull(),
+            reason(VALUE_DECODE, F.concat(F.lit(f"{image_name} image "), image.error)),
+        ),
+        F.when(
+            F.col("op").isNull(),
+            reason(UNKNOWN_OP, "the value has no op, so it is not a Debezium change event"),
+        ),
+        F.when(
+            ~F.col("op").isin(*KNOWN_OPS),
+            reason(
+                UNKNOWN_OP,
+                F.concat(F.lit("op '"), F.col("op"), F.lit(f"' is none of {', '.join(KNOWN_OPS)}")),
+            ),
+        ),
+    )
+
+
+def truncate_problem() -> Column:
+    return F.when(
+        F.col("event_error").isNull() & (F.col("op") == TRUNCATE_OP),
+        reason(
+            UNSUPPORTED_OP,
+            "Debezium truncate (op 't') names no rows to delete; reset the source to re-read it",
+        ),
+    )
+
+
+def apply_debezium_upsert(
+    records: DataFrame,
+    *,
+    time: int,
+    topic: str,
+    key_schema: StructType,
+    value_schema: StructType,
+    prior_changes: DataFrame | None = None,
+    prior_errors: DataFrame | None = None,
+) -> EnvelopeResult:
+    """The DEBEZIUM UPSERT envelope for one window of RECLOCKED ``records`` at ``time``.
+    ``value_schema`` is the after image (it holds the key columns); output = after columns."""
+    output = output_schema(DEBEZIUM_UPSERT, key_schema, value_schema)
+    staged = stage_events(records)
+    key = decode_key(F.col("key"), key_schema)
+    after = decode_object(F.col("after_text"), value_schema)
+    is_tombstone = F.col("event_text").isNull()
+    deletes = (F.col("op") == DELETE_OP) | F.col("after_text").isNull()
+    same_key = reduce(
+        lambda a, b: a & b,
+        [after.value[name].eqNullSafe(key.value[name]) for name in key_schema.names],
+    )
+    mismatch = F.when(
+        ~deletes & ~same_key,
+        reason(
+            KEY_MISMATCH,
+            F.concat(
+                F.lit("after image key "),
+                F.to_json(F.struct(*[after.value[name].alias(name) for name in key_schema.names])),
+                F.lit(" differs from the record key "),
+                F.to_json(key.value),
+            ),
+        ),
+    )
+    problem = F.when(
+        ~is_tombstone,
+        F.coalesce(truncate_problem(), key_problem(key), event_problem(after, "after"), mismatch),
+    )
+    commands = staged.select(
+        "partition",
+        "offset",
+        "key",
+        *slot_columns(key),
+        problem.alias("reason"),
+        F.when(~is_tombstone & problem.isNull() & ~deletes, after.value).alias("row"),
+    )
+    return apply_commands(
+        commands,
+        time=time,
+        topic=topic,
+        key_schema=key_schema,
+        output=output,
+        prior_changes=prior_changes,
+        prior_errors=prior_errors,
+    )

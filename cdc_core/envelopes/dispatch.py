@@ -1,0 +1,37 @@
+"""One entry point for every envelope, chosen by its configured name."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
+
+from cdc_core.envelopes.append_only import apply_none
+from cdc_core.envelopes.classic import apply_debezium
+from cdc_core.envelopes.columns import DEBEZIUM, DEBEZIUM_UPSERT, NONE, UPSERT, output_schema
+from cdc_core.envelopes.debezium import apply_debezium_upsert
+from cdc_core.envelopes.result import EnvelopeResult
+from cdc_core.envelopes.upsert import apply_upsert
+
+
+def apply_envelope(
+    envelope: str,
+    records: DataFrame,
+    *,
+    time: int,
+    topic: str,
+    key_schema: StructType,
+    value_schema: StructType,
+    prior_changes: DataFrame | None = None,
+    prior_errors: DataFrame | None = None,
+    prior_dedup_state: DataFrame | None = None,
+) -> EnvelopeResult:
+    """Apply ``envelope`` (none | upsert | debezium-upsert | debezium) to one window; each
+    envelope reads only the prior state it needs."""
+    output_schema(envelope, key_schema, value_schema)
+    common = {"time": time, "topic": topic, "key_schema": key_schema, "value_schema": value_schema}
+    if envelope == NONE:
+        return apply_none(records, **common)
+    if envelope == DEBEZIUM:
+        return apply_debezium(records, prior_dedup_state=prior_dedup_state, **common)
+    upsert = {UPSERT: apply_upsert, DEBEZIUM_UPSERT: apply_debezium_upsert}[envelope]
+    return upsert(records, prior_changes=prior_changes, prior_errors=prior_errors, **common)
