@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 from cdc_core.config import Config, SourceConfig
 from cdc_core.delta_io import live_files
 from cdc_core.dumps import list_dump_files
-from cdc_core.envelopes import apply_envelope, dedup_state_schema
+from cdc_core.envelopes import DEDUP_STATE, apply_envelope, check_fingerprint, fingerprint
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.reclock import append_new, reclock_window
 from cdc_core.registry import Registry
@@ -130,7 +130,7 @@ class SourcePipeline:
         self.changes = Shard.open(spark, str(self.root / "changes"), source.output_schema)
         self.errors = Shard.open(spark, str(self.root / "errors"), ERROR)
         self.dedup = (
-            Shard.open(spark, str(self.root / "dedup"), dedup_state_schema())
+            Shard.open(spark, str(self.root / "dedup"), DEDUP_STATE)
             if source.envelope == "debezium"
             else None
         )
@@ -168,6 +168,7 @@ class SourcePipeline:
         are bound to the unchanged frontier by the binding of this window, so their
         outputs hold nothing and advance together with this one.
         """
+        self.check_fingerprint()
         width = self.config.window_ms
         lower = self.outputs_upper()
         if lower > end:
@@ -179,6 +180,21 @@ class SourcePipeline:
                 break
             self._run_one(earlier - width, earlier)
         return self._run_one(start, end)
+
+    def check_fingerprint(self) -> None:
+        """Refuse to write outputs shaped by a different envelope or schema (config drift);
+        the first run records the fingerprint inside the ``changes`` table's folder, so
+        removing the outputs (the documented reset) removes it too."""
+        path = self.root / "changes" / "_reclock_fingerprint.json"
+        current = fingerprint(
+            self.source.envelope, self.source.key_schema, self.source.value_schema
+        )
+        stored = path.read_text() if path.exists() else None
+        check_fingerprint(stored, current)
+        if stored is None:
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(current)
+            temporary.replace(path)
 
     def _reused(self, start: int, end: int) -> WindowReport:
         frontier = self.inspect().frontier
@@ -195,13 +211,15 @@ class SourcePipeline:
             self.reclocked.snapshot(end)
         )
         result = apply_envelope(
-            self.spark,
-            self.source,
-            records,
+            self.source.envelope,
+            records.drop("time", "diff"),
             time=end,
+            topic=self.source.topic,
+            key_schema=self.source.key_schema,
+            value_schema=self.source.value_schema,
             prior_changes=self._prior(self.changes, lower),
             prior_errors=self._prior(self.errors, lower),
-            prior_dedup=self._prior(self.dedup, lower) if self.dedup is not None else None,
+            prior_dedup_state=self._prior(self.dedup, lower),
         )
         errors = window.reclocked.errors.unionByName(result.errors)
         appended_changes = append_new(self.changes, result.changes, lower, upper)
