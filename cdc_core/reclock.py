@@ -54,16 +54,37 @@ class ReclockedWindow:
     reclocked: ReclockedRange
 
 
-def bindings_between(remap: Shard, lower: int, upper: int) -> list[tuple[int, int, int]]:
-    """The bindings minted at times in ``[lower, upper)``: ``(partition, next offset, time)``.
+@dataclass(frozen=True)
+class RangeBindings:
+    """The remap over binding times ``[lower, upper)``: the frontier before them and the
+    bindings minted in them, ``(partition, next offset, time)`` (tiny metadata)."""
 
-    Tiny metadata: one row per partition that moved, per window.
-    """
-    if upper - 1 <= max(lower - 1, 0):
-        return []
-    added = remap.listen(max(lower - 1, 0), upper - 1).filter(F.col("diff") > 0)
-    rows = added.filter(F.col("time") >= lower).select("partition", "offset", "time").collect()
-    return sorted((r["partition"], r["offset"], r["time"]) for r in rows)
+    base: OffsetFrontier
+    bindings: tuple[tuple[int, int, int], ...]
+
+    @property
+    def top(self) -> OffsetFrontier:
+        return self.base.join(OffsetFrontier({p: o for p, o, _ in self.bindings}))
+
+    @classmethod
+    def read(cls, remap: Shard, lower: int, upper: int) -> RangeBindings:
+        remap_upper = remap.refresh().upper
+        if not TimeFrontier.at(upper) <= remap_upper:
+            raise ShardUsageError(f"remap is bound only up to {remap_upper}, not to {upper}")
+        base = frontier_at(remap, lower - 1)
+        if upper - 1 <= max(lower - 1, 0):
+            return cls(base, ())
+        added = remap.listen(max(lower - 1, 0), upper - 1).filter(
+            (F.col("diff") > 0) & (F.col("time") >= lower)
+        )
+        rows = added.select("partition", "offset", "time").collect()
+        return cls(base, tuple(sorted((r["partition"], r["offset"], r["time"]) for r in rows)))
+
+    @classmethod
+    def of(cls, binding: Binding, previous: OffsetFrontier) -> RangeBindings:
+        """The bindings of one window, known from its binding without reading the remap."""
+        moved = [p for p in binding.frontier.partitions if binding.frontier[p] != previous[p]]
+        return cls(previous, tuple((p, binding.frontier[p], binding.time) for p in moved))
 
 
 def binding_intervals(
@@ -129,16 +150,14 @@ def reclock_range(
     remap: Shard,
     lower: int,
     upper: int,
+    known: RangeBindings | None = None,
 ) -> ReclockedRange:
     """Reclocked records and errors for binding times ``[lower, upper)`` (``upper`` must
-    not exceed the remap's upper)."""
-    remap_upper = remap.refresh().upper
-    if not TimeFrontier.at(upper) <= remap_upper:
-        raise ShardUsageError(f"remap is bound only up to {remap_upper}, not to {upper}")
-    base = frontier_at(remap, lower - 1)
-    top = frontier_at(remap, upper - 1)
+    not exceed the remap's upper); ``known`` saves reading the remap when the caller has
+    the range's bindings at hand."""
+    remap_bindings = known or RangeBindings.read(remap, lower, upper)
+    base, top, bindings = remap_bindings.base, remap_bindings.top, remap_bindings.bindings
     starts = effective_starts(source, base)
-    bindings = bindings_between(remap, lower, upper)
     files = registry.files()
     error_times = first_read_times(source, files, base, bindings, lower, upper)
     needed = [f for f in files if f.overlaps(starts, top) or f.path in error_times]
@@ -202,23 +221,17 @@ def reclock_window(
     if lower > start + 1:
         raise ShardUsageError(f"outputs at {lower} are already past window [{start}, {end})")
     binding = mint_binding(spark, source, registry, remap, start, end)
-    return ReclockedWindow(binding, reclock_range(spark, source, registry, remap, lower, end + 1))
+    known = None
+    if lower == start + 1 and binding.previous is not None:
+        known = RangeBindings.of(binding, binding.previous)
+    reclocked = reclock_range(spark, source, registry, remap, lower, end + 1, known)
+    return ReclockedWindow(binding, reclocked)
 
 
 def append_new(shard: Shard, updates: DataFrame, lower: int, upper: int) -> bool:
-    """Append the part of ``updates`` (computed for times ``[lower, upper)``) that ``shard``
-    does not hold yet; returns False when the shard already covers ``upper``.
-
-    Replicated writers of the same definite updates may race: the loser's append is a
-    no-op. A shard behind ``lower`` would leave a hole, which is refused.
-    """
-    current = shard.refresh().upper
-    if current.time is None or current.time >= upper:
-        return False
-    if current.time < lower:
-        raise ShardUsageError(f"shard upper {current} is behind the updates' lower {lower}")
-    fresh = updates.filter(F.col("time") >= current.time)
-    return shard.append(fresh, current, TimeFrontier.at(upper))
+    """``Shard.append`` for updates computed for times ``[lower, upper)``: writes only what
+    the shard does not hold yet (False when it already covers ``upper``)."""
+    return shard.append(updates, TimeFrontier.at(lower), TimeFrontier.at(upper))
 
 
 def _frame(spark: SparkSession, rows: Sequence[tuple], names: Sequence[str]) -> DataFrame:

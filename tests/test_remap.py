@@ -1,0 +1,119 @@
+"""Remap bindings: minting policies, gap and start-offset options, durability, inversion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from test_reclock_support import Options, Rec, register_new, write_dump
+
+from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.registry import Registry
+from cdc_core.remap import (
+    NonMonotoneBinding,
+    UnexpectedStartOffset,
+    binding_updates,
+    mint_binding,
+    offsets_for,
+    propose_frontier,
+    visible_at,
+)
+from cdc_core.schemas import REMAP
+from cdc_core.shard import Shard
+
+
+@pytest.fixture
+def landing(tmp_path: Path) -> Path:
+    return tmp_path / "landing"
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Registry:
+    return Registry(tmp_path / "registry", "t")
+
+
+def test_event_time_gap_holds_back_unless_gaps_are_allowed(
+    spark: SparkSession, landing: Path, registry: Registry
+) -> None:
+    # Partition 0 misses offset 3 (compacted away); partition 1 has a late timestamp at 2.
+    write_dump(landing, "t", "a.json", [Rec(0, o, 10) for o in (0, 1, 2, 4, 5)])
+    write_dump(landing, "t", "b.json", [Rec(1, 0, 10), Rec(1, 1, 10), Rec(1, 2, 99), Rec(1, 3, 10)])
+    register_new(spark, registry, landing, arrival_ms=1)
+
+    strict = propose_frontier(spark, Options(), registry, OffsetFrontier(), end=50)
+    assert strict.offsets == {0: 3, 1: 2}
+    compacted = Options(allow_offset_gaps=True)
+    assert propose_frontier(spark, compacted, registry, OffsetFrontier(), end=50).offsets == {
+        0: 6,
+        1: 2,
+    }
+
+
+def test_arrival_policy_uses_only_files_registered_before_the_window_end(
+    spark: SparkSession, landing: Path, registry: Registry
+) -> None:
+    write_dump(landing, "t", "a.json", [Rec(0, o, 1000) for o in range(3)])
+    register_new(spark, registry, landing, arrival_ms=40)
+    write_dump(landing, "t", "b.json", [Rec(0, o, 0) for o in range(3, 6)])
+    register_new(spark, registry, landing, arrival_ms=60)
+
+    arrival = Options(reclock="arrival")
+    # Timestamps do not matter under arrival; the arrival time of each file does.
+    assert propose_frontier(spark, arrival, registry, OffsetFrontier(), end=50).offsets == {0: 3}
+    assert propose_frontier(spark, arrival, registry, OffsetFrontier({0: 3}), end=70).offsets == {
+        0: 6
+    }
+
+
+def test_unexpected_start_offset_is_refused_unless_configured(
+    spark: SparkSession, landing: Path, registry: Registry
+) -> None:
+    write_dump(landing, "t", "head_lost.json", [Rec(0, o, 1) for o in range(5, 9)])
+    register_new(spark, registry, landing, arrival_ms=1)
+
+    with pytest.raises(UnexpectedStartOffset, match=r"partition 0 starts at offset 5 in .*head"):
+        propose_frontier(spark, Options(), registry, OffsetFrontier(), end=50)
+    with pytest.raises(UnexpectedStartOffset):  # gaps mode does not excuse a missing head
+        propose_frontier(spark, Options(allow_offset_gaps=True), registry, OffsetFrontier(), 50)
+    accepted = Options(start_offsets={0: 5})
+    assert propose_frontier(spark, accepted, registry, OffsetFrontier(), end=50).offsets == {0: 9}
+    # A start inside the dump: the records below it are not part of the source.
+    later = Options(start_offsets={0: 7})
+    assert propose_frontier(spark, later, registry, OffsetFrontier(), end=50).offsets == {0: 9}
+
+
+def test_a_binding_may_not_move_backwards(spark: SparkSession) -> None:
+    with pytest.raises(NonMonotoneBinding, match="partition 1: 5 -> 3"):
+        binding_updates(spark, OffsetFrontier({0: 1, 1: 5}), OffsetFrontier({0: 2, 1: 3}), 10)
+
+
+def test_bindings_are_minted_once_reused_and_invertible(
+    spark: SparkSession, tmp_path: Path, landing: Path, registry: Registry
+) -> None:
+    write_dump(landing, "t", "a.json", [Rec(0, o, 10 * o) for o in range(6)])
+    register_new(spark, registry, landing, arrival_ms=1)
+    remap = Shard.open(spark, str(tmp_path / "remap"), REMAP)
+
+    first = mint_binding(spark, Options(), registry, remap, start=0, end=25)
+    assert (first.frontier.offsets, first.minted) == ({0: 3}, True)
+    # New data that would change the binding arrives; another process re-runs the window.
+    write_dump(landing, "t", "b.json", [Rec(1, 0, 0)])
+    register_new(spark, registry, landing, arrival_ms=2)
+    other = Shard.open(spark, str(tmp_path / "remap"), REMAP)
+    again = mint_binding(spark, Options(), registry, other, start=0, end=25)
+    assert (again.frontier, again.minted) == (first.frontier, False)
+
+    # Window [50, 75) materialized before [25, 50): the skipped window keeps the frontier.
+    third = mint_binding(spark, Options(), registry, other, start=50, end=75)
+    assert third.frontier.offsets == {0: 6, 1: 1}
+    skipped = mint_binding(spark, Options(), registry, remap, start=25, end=50)
+    assert (skipped.frontier, skipped.minted) == (first.frontier, False)
+    assert remap.refresh().upper == TimeFrontier.at(76)
+
+    assert [visible_at(remap, 0, o) for o in (0, 2, 3, 5, 6)] == [25, 25, 75, 75, None]
+    assert visible_at(remap, 1, 0) == 75
+    assert offsets_for(remap, TimeFrontier.at(26)).offsets == {0: 3}
+    assert offsets_for(remap, TimeFrontier.at(75)).offsets == {0: 3}
+    assert offsets_for(remap, TimeFrontier.at(0)) == OffsetFrontier()
+    assert offsets_for(remap, TimeFrontier.empty()).offsets == {0: 6, 1: 1}
