@@ -253,7 +253,6 @@ def debezium_order_messages(
     table: dict[int, dict[str, object]] = {}
     messages: list[Message] = []
     lsn = 24_000_000
-    commit_lsn: int | None = None
     snapshot_ms = span_ms // 20
 
     for order_id in range(1, snapshot_rows + 1):
@@ -263,6 +262,7 @@ def debezium_order_messages(
         source = _pg_source(ts, marker, lsn, None, tx_id=700)
         messages.append(_debezium_message(order_id, None, table[order_id], "r", source, ts))
 
+    commit_lsn = lsn  # streaming continues from the snapshot's position
     replay_at = changes * 3 // 5
     next_id = snapshot_rows + 1
     tx_id = 701
