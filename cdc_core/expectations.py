@@ -114,9 +114,11 @@ def parse_expectations(raw: Sequence[Mapping]) -> list[ExpectationSpec]:
         raise ExpectationConfigError(
             None, f"expected a list of expectations, got {type(raw).__name__}"
         )
-    specs = [_spec_from_entry(index, entry) for index, entry in enumerate(raw)]
-    for index, spec in enumerate(specs):
+    specs = []
+    for index, entry in enumerate(raw):
+        spec = _spec_from_entry(index, entry)
         _build_expectation(index, spec)
+        specs.append(spec)
     return specs
 
 
@@ -131,7 +133,10 @@ def validate(df: DataFrame, specs: Sequence[ExpectationSpec], *, name: str) -> V
     expectations = [_build_expectation(index, spec) for index, spec in enumerate(specs)]
     with _cached(df):
         gx_results = _run_suite(df, expectations, name)
-    by_index = {result.expectation_config.meta[_SPEC_INDEX_META]: result for result in gx_results}
+    by_index = {
+        (result.expectation_config.meta or {}).get(_SPEC_INDEX_META): result
+        for result in gx_results
+    }
     outcomes = tuple(_outcome(spec, by_index.get(index)) for index, spec in enumerate(specs))
     return ValidationReport(
         name=name, success=all(outcome.success for outcome in outcomes), results=outcomes
