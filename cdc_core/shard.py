@@ -1,23 +1,59 @@
 """Persist shards on Delta Lake: durable, definite time-varying collections.
 
-API CONTRACT (implementation in progress; signatures are fixed, other modules code against them).
-
 A shard is a Delta table holding the data columns plus ``time`` (IntoTime, int64)
 and ``diff`` (int64), with two frontiers stored as Delta app-transaction versions
 so that they move atomically with the data in the same commit:
 - ``upper``: every time not >= upper is complete;
 - ``since``: snapshots at times >= since are exact.
-Both start at ``TimeFrontier.minimum()`` (time 0).
+Both start at ``TimeFrontier.minimum()`` (time 0). The empty frontier ("finished") is
+its own app id, so no magic time ever stands for it.
+
+Every change is a compare-and-set on the Delta log: a commit is attempted at the version
+the handle read, never blindly retried; on a conflict the log is re-read and the commit
+is retried only if what it relied on (e.g. the upper) still holds.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import DeltaError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from cdc_core import delta_io
+from cdc_core.delta_io import DIFF, TIME, DataFile, WrittenFile
 from cdc_core.frontier import TimeFrontier
+
+UPPER = "reclock.upper"
+SINCE = "reclock.since"
+EMPTY_SUFFIX = ".empty"
+
+# Commit metadata keys (Delta commitInfo): what a commit did, the id that lets a writer
+# recognise its own commit after an ambiguous failure, and the CDCv2 progress statement.
+OPERATION_KEY = "reclock.operation"
+COMMIT_ID_KEY = "reclock.commit"
+PROGRESS_KEY = "reclock.progress"
+
+# Progress statements live in the commit history, so the log must never expire.
+TABLE_CONFIGURATION = {"delta.enableExpiredLogCleanup": "false"}
+
+# Physical compaction aims at files of about this size; files under half of it are small.
+COMPACTED_FILE_BYTES = 128 * 1024 * 1024
+
+_LOCATION_FAILURES = (DeltaError, OSError, PySparkException, Py4JError)
 
 
 class ShardUsageError(ValueError):
@@ -52,28 +88,143 @@ class ProgressStatement:
     version: int
 
 
+@dataclass(frozen=True)
+class StagedBatch:
+    """Consolidated updates written as Parquet under the table folder but not committed:
+    invisible to readers until ``Shard.commit``; gc removes them if nobody ever does."""
+
+    batch_id: str
+    files: tuple[WrittenFile, ...]
+    counts: tuple[tuple[int, int], ...]  # distinct updates per time, ascending
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.files
+
+
+@contextmanager
+def _location_failure(action: str) -> Iterator[None]:
+    """Turn a failure of the storage location during ``action``, which commits nothing,
+    into a ShardStorageError that says the write definitely did not happen."""
+    try:
+        yield
+    except _LOCATION_FAILURES as failure:
+        raise ShardStorageError(f"{action} failed: {failure}", definitely_not_written=True) from (
+            failure
+        )
+
+
+def _frontier_transactions(app_id: str, frontier: TimeFrontier) -> list[Transaction]:
+    if frontier.is_empty:
+        return [Transaction(app_id + EMPTY_SUFFIX, 1)]
+    return [Transaction(app_id, frontier.time)]
+
+
+def _read_frontier(table: DeltaTable, app_id: str) -> TimeFrontier:
+    if table.transaction_version(app_id + EMPTY_SUFFIX):
+        return TimeFrontier.empty()
+    return TimeFrontier.at(table.transaction_version(app_id) or 0)
+
+
+def _frontier_from_json(time: int | None) -> TimeFrontier:
+    return TimeFrontier.empty() if time is None else TimeFrontier.at(time)
+
+
+def _check_advance(lower: TimeFrontier, upper: TimeFrontier) -> None:
+    if not lower <= upper:
+        raise ShardUsageError(f"upper {upper} is before lower {lower}")
+
+
+def _check_times(staged: StagedBatch, lower: TimeFrontier, upper: TimeFrontier) -> None:
+    """Every update time must lie in [lower, upper); checked on the files' footers."""
+    if any(f.null_times for f in staged.files):
+        raise ShardUsageError("updates contain a null time")
+    if any(f.null_diffs for f in staged.files):
+        raise ShardUsageError("updates contain a null diff")
+    if staged.is_empty:
+        return
+    earliest = min(f.min_time for f in staged.files if f.min_time is not None)
+    latest = max(f.max_time for f in staged.files if f.max_time is not None)
+    if not lower.less_equal(earliest):
+        raise ShardUsageError(f"update time {earliest} is before the lower bound {lower}")
+    if upper.less_equal(latest):
+        raise ShardUsageError(f"update time {latest} is not before the new upper {upper}")
+
+
+def consolidate(updates: DataFrame, data_columns: Sequence[str]) -> DataFrame:
+    """One row per (data, time) with the summed diff; zero sums dropped. A group holding a
+    null diff keeps a null diff, so that validation rejects it instead of losing it."""
+    diff = F.col(DIFF)
+    summed = F.when(F.count(F.lit(1)) == F.count(diff), F.sum(diff)).alias(DIFF)
+    return (
+        updates.groupBy(*data_columns, TIME)
+        .agg(summed)
+        .where(F.col(DIFF).isNull() | (F.col(DIFF) != 0))
+    )
+
+
+def _compaction_inputs(files: Sequence[DataFile], since: TimeFrontier) -> list[DataFile]:
+    """Files holding times before since (all of them, so that forwarded updates meet every
+    update they may cancel), plus small files when at least two could be merged."""
+    historical = [f for f in files if since.is_empty or f.may_hold_times(None, since.time - 1)]
+    small = [f for f in files if f.size < COMPACTED_FILE_BYTES // 2 and f not in historical]
+    if historical:
+        return historical + small
+    return small if len(small) >= 2 else []
+
+
 class Shard:
-    """Handle on one shard; cheap to create, re-reads the Delta log on ``refresh``."""
+    """Handle on one shard; cheap to create, re-reads the Delta log on ``refresh``.
+
+    Reads use the version the handle last loaded, so frontiers and contents always come
+    from the same version; writes re-read the log as the protocol requires.
+    """
+
+    def __init__(
+        self, spark: SparkSession, path: str, data_schema: StructType, table: DeltaTable
+    ) -> None:
+        self.path = path
+        self.data_schema = data_schema
+        self._spark = spark
+        self._schema = delta_io.shard_schema(data_schema)
+        self._table = table
+        self._load_state()
 
     @classmethod
     def open(cls, spark: SparkSession, path: str, data_schema: StructType) -> Shard:
         """Open the shard at ``path``, creating it (upper = since = [0]) if missing.
         ``data_schema`` excludes ``time``/``diff``; a mismatch with an existing table
         raises ShardUsageError naming the differing columns."""
-        raise NotImplementedError
+        reserved = sorted({TIME, DIFF} & set(data_schema.names))
+        if reserved:
+            raise ShardUsageError(f"data columns may not be named {reserved}: the shard adds them")
+        location = os.path.abspath(path)
+        expected = delta_io.delta_schema(data_schema)
+        table = _open_or_create(location, expected)
+        problems = delta_io.schema_differences(expected, table.schema())
+        if problems:
+            raise ShardUsageError(f"shard {location} has another schema: {'; '.join(problems)}")
+        return cls(spark, location, data_schema, table)
 
     @property
-    def upper(self) -> TimeFrontier: ...
+    def upper(self) -> TimeFrontier:
+        return self._upper
 
     @property
-    def since(self) -> TimeFrontier: ...
+    def since(self) -> TimeFrontier:
+        return self._since
 
     @property
-    def version(self) -> int: ...
+    def version(self) -> int:
+        return self._version
 
     def refresh(self) -> Shard:
         """Re-read the Delta log (another process may have committed)."""
-        raise NotImplementedError
+        with _location_failure(f"reading the log of {self.path}"):
+            self._reload()
+        return self
+
+    # ---- writing ----------------------------------------------------------------------
 
     def compare_and_append(
         self,
@@ -86,37 +237,331 @@ class Shard:
         Updates are consolidated per (data, time) before writing (zero diffs dropped).
         All times must lie in [expected_upper, new_upper) (ShardUsageError otherwise).
         Returns None on success, UpperMismatch(actual upper) when the upper moved."""
-        raise NotImplementedError
+        _check_advance(expected_upper, new_upper)
+        self.refresh()
+        if self._upper != expected_upper:
+            return UpperMismatch(expected_upper, self._upper)
+        return self.commit(self.stage(updates), expected_upper, new_upper)
 
     def append(self, updates: DataFrame, lower: TimeFrontier, upper: TimeFrontier) -> bool:
         """Append for replicated writers of identical definite data: a batch whose
-        [lower, upper) is already covered by the shard's upper is a no-op (False);
-        a batch with lower == current upper is committed (True); a gap is a usage error."""
-        raise NotImplementedError
+        [lower, upper) is already covered by the shard's upper is a no-op (False) that
+        writes nothing; a batch with lower == current upper is committed (True); a gap is
+        a usage error. When the upper lies inside the batch, only the updates at times not
+        yet covered are written: the rest is already there, because the data is definite."""
+        _check_advance(lower, upper)
+        while True:
+            self.refresh()
+            current = self._upper
+            if upper <= current:
+                return False
+            if not lower <= current:
+                raise ShardUsageError(
+                    f"batch [{lower}, {upper}) would leave a gap after the upper {current}"
+                )
+            uncovered = updates if lower == current else updates.where(F.col(TIME) >= current.time)
+            if self.commit(self.stage(uncovered), current, upper) is None:
+                return True
+
+    def stage(self, updates: DataFrame) -> StagedBatch:
+        """The first half of compare_and_append: consolidate ``updates`` and write them as
+        Parquet under the table folder (Spark), then describe them from their footers."""
+        consolidated = consolidate(self._conform(updates), self.data_schema.names)
+        batch_id = uuid.uuid4().hex
+        try:
+            with _location_failure(f"writing updates under {self.path}"):
+                files = delta_io.write_files(consolidated, self.path, batch_id)
+                counts = delta_io.count_by_time(self._spark, self.path, files, self._schema)
+        except ShardStorageError:
+            delta_io.delete_batches(self.path, [batch_id])
+            raise
+        return StagedBatch(batch_id, files, tuple(sorted(counts.items())))
+
+    def commit(
+        self, staged: StagedBatch, expected_upper: TimeFrontier, new_upper: TimeFrontier
+    ) -> UpperMismatch | None:
+        """The second half of compare_and_append (driver only): commit ``staged`` and move
+        the upper to ``new_upper`` iff the upper is ``expected_upper``, checked against
+        the version this handle last read. Staged files that are not committed are deleted."""
+        try:
+            _check_advance(expected_upper, new_upper)
+            _check_times(staged, expected_upper, new_upper)
+        except ShardUsageError:
+            self.discard(staged)
+            raise
+        if self._upper != expected_upper:
+            self.refresh()  # the handle may merely be behind
+        if self._upper != expected_upper:
+            self.discard(staged)
+            return UpperMismatch(expected_upper, self._upper)
+        if staged.is_empty and new_upper == expected_upper:
+            return None  # nothing to record: a heartbeat
+        progress = {
+            "lower": expected_upper.time,
+            "upper": new_upper.time,
+            "counts": [list(count) for count in staged.counts],
+        }
+        committed = self._commit(
+            [delta_io.add_action(f, data_change=True) for f in staged.files],
+            _frontier_transactions(UPPER, new_upper),
+            _commit_metadata("append", {PROGRESS_KEY: progress}),
+            still_valid=lambda: self._upper == expected_upper,
+        )
+        if committed:
+            return None
+        self.discard(staged)
+        return UpperMismatch(expected_upper, self._upper)
+
+    def discard(self, staged: StagedBatch) -> None:
+        """Delete the files of a batch that will not be committed."""
+        delta_io.delete_batches(self.path, [staged.batch_id])
+
+    def downgrade_since(self, since: TimeFrontier) -> None:
+        """Give up reading at times before ``since`` (monotone; a regression is a usage
+        error). Compaction may then forward older updates to ``since``."""
+        self.refresh()
+        if not self._since <= since:
+            raise ShardUsageError(f"since may only advance: it is {self._since}, not {since}")
+        if since != self._since:
+            self._commit(
+                [],
+                _frontier_transactions(SINCE, since),
+                _commit_metadata("downgrade_since"),
+                still_valid=lambda: self._since < since,
+            )
+
+    def compact(self) -> None:
+        """Logical (advance times < since to since, consolidate, drop zeros) and physical
+        (fewer, larger files) compaction; changes no snapshot at or after since."""
+        self.refresh()
+        since = self._since
+        inputs = _compaction_inputs(self._files(), since)
+        if not inputs:
+            return
+        batch_id = uuid.uuid4().hex
+        outputs: tuple[WrittenFile, ...] = ()
+        if not since.is_empty:  # an empty since means nobody may ever read: keep nothing
+            outputs = self._rewrite(inputs, since.time, batch_id)
+        replaced = {f.path for f in inputs}
+        actions: list[AddAction | RemoveAction] = [delta_io.remove_action(f) for f in inputs]
+        actions += [delta_io.add_action(f, data_change=False) for f in outputs]
+        committed = self._commit(
+            actions,
+            [],
+            _commit_metadata("compact"),
+            still_valid=lambda: replaced <= {f.path for f in self._files()},
+        )
+        if not committed:
+            delta_io.delete_batches(self.path, [batch_id])
+
+    def gc(self, retention_hours: float = 1.0) -> list[str]:
+        """Remove files no valid snapshot references (Delta vacuum); returns removed paths.
+
+        Removes files that the current version does not reference, if they were removed
+        from the table (or, for orphans of crashed writers, written) more than
+        ``retention_hours`` ago, rounded up to whole hours. The retention must outlast
+        the longest read and the longest stage-to-commit gap of any writer."""
+        if retention_hours < 0:
+            raise ShardUsageError(f"retention must not be negative: {retention_hours}")
+        with _location_failure(f"garbage-collecting {self.path}"):
+            self._reload()  # never judge references by a stale version
+            removed = self._table.vacuum(
+                retention_hours=math.ceil(retention_hours),
+                dry_run=False,
+                enforce_retention_duration=False,
+                full=True,
+            )
+            delta_io.remove_empty_folders(self.path)
+            self._reload()
+        return sorted(removed)
+
+    # ---- reading ----------------------------------------------------------------------
 
     def snapshot(self, as_of: int) -> DataFrame:
         """Consolidated contents at ``as_of``: data columns + ``time`` (= as_of) + ``diff``
         (summed, zeros dropped). Requires since <= as_of < upper (ShardUsageError naming
         the violated bound otherwise)."""
-        raise NotImplementedError
+        self._check_since(as_of, "as_of")
+        self._check_complete(as_of, "as_of")
+        data = self.data_schema.names
+        rows = self._read(None, as_of).where(F.col(TIME) <= as_of)
+        totals = rows.groupBy(*data).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
+        return totals.select(*data, F.lit(as_of).cast("long").alias(TIME), DIFF)
 
     def listen(self, as_of: int, until: int | None = None) -> DataFrame:
-        """Updates with as_of < time <= until (until defaults to upper - 1):
-        data columns + time + diff."""
-        raise NotImplementedError
-
-    def downgrade_since(self, since: TimeFrontier) -> None:
-        raise NotImplementedError
-
-    def compact(self) -> None:
-        """Logical (advance times < since to since, consolidate, drop zeros) and physical
-        (fewer, larger files) compaction; changes no snapshot at or after since."""
-        raise NotImplementedError
-
-    def gc(self, retention_hours: float = 1.0) -> list[str]:
-        """Remove files no valid snapshot references (Delta vacuum); returns removed paths."""
-        raise NotImplementedError
+        """Updates with as_of < time <= until (until defaults to upper - 1; to everything
+        when the shard is finished): data columns + time + diff. Requires since <= as_of
+        and until < upper."""
+        self._check_since(as_of, "as_of")
+        if until is None:
+            until = None if self._upper.is_empty else self._upper.time - 1
+        else:
+            self._check_complete(until, "until")
+        if until is not None and until < as_of:
+            raise ShardUsageError(f"until {until} is before as_of {as_of}")
+        selected: Column = F.col(TIME) > as_of
+        if until is not None:
+            selected &= F.col(TIME) <= until
+        return self._read(as_of + 1, until).where(selected)
 
     def progress(self) -> list[ProgressStatement]:
         """The progress statements recorded by every commit, oldest first."""
-        raise NotImplementedError
+        with _location_failure(f"reading the history of {self.path}"):
+            history = self._table.history()
+        return [
+            ProgressStatement(
+                lower=_frontier_from_json(statement["lower"]),
+                upper=_frontier_from_json(statement["upper"]),
+                counts=tuple((time, count) for time, count in statement["counts"]),
+                version=entry["version"],
+            )
+            for entry in reversed(history)
+            if (statement := entry.get(PROGRESS_KEY)) is not None
+        ]
+
+    # ---- internals --------------------------------------------------------------------
+
+    def _load_state(self) -> None:
+        self._version = self._table.version()
+        self._upper = _read_frontier(self._table, UPPER)
+        self._since = _read_frontier(self._table, SINCE)
+
+    def _reload(self) -> None:
+        self._table.update_incremental()
+        self._load_state()
+
+    def _files(self) -> list[DataFile]:
+        with _location_failure(f"listing the files of {self.path}"):
+            return delta_io.live_files(self._table)
+
+    def _read(self, low: int | None, high: int | None) -> DataFrame:
+        """The rows of the files whose ``time`` statistics may hold times in [low, high]."""
+        files = [f for f in self._files() if f.may_hold_times(low, high)]
+        with _location_failure(f"reading {self.path}"):
+            return delta_io.read_files(self._spark, self.path, files, self._schema)
+
+    def _check_since(self, time: int, name: str) -> None:
+        if not self._since.less_equal(time):
+            raise ShardUsageError(
+                f"{name} {time} is before since {self._since}: history there is compacted"
+            )
+
+    def _check_complete(self, time: int, name: str) -> None:
+        if self._upper.less_equal(time):
+            self.refresh()  # the shard may have moved on since this handle last looked
+        if self._upper.less_equal(time):
+            raise ShardUsageError(
+                f"{name} {time} is not before upper {self._upper}: not complete yet"
+            )
+
+    def _conform(self, updates: DataFrame) -> DataFrame:
+        """The updates in the shard's column order and types (safe casts only)."""
+        missing = [c for c in self._schema.names if c not in updates.columns]
+        extra = [c for c in updates.columns if c not in self._schema.names]
+        if missing or extra:
+            raise ShardUsageError(f"updates lack columns {missing} and have extra {extra}")
+        try:
+            return updates.to(self._schema)
+        except PySparkException as failure:
+            raise ShardUsageError(f"updates do not fit the shard schema: {failure}") from failure
+
+    def _rewrite(
+        self, inputs: Sequence[DataFile], since: int, batch_id: str
+    ) -> tuple[WrittenFile, ...]:
+        """Forward times before ``since`` to it, consolidate and write about
+        COMPACTED_FILE_BYTES per file."""
+        rows = delta_io.read_files(self._spark, self.path, inputs, self._schema)
+        forwarded = rows.withColumn(TIME, F.greatest(F.col(TIME), F.lit(since).cast("long")))
+        files = max(1, sum(f.size for f in inputs) // COMPACTED_FILE_BYTES)
+        compacted = consolidate(forwarded, self.data_schema.names).coalesce(files)
+        try:
+            with _location_failure(f"compacting {self.path}"):
+                return delta_io.write_files(compacted, self.path, batch_id)
+        except ShardStorageError:
+            delta_io.delete_batches(self.path, [batch_id])
+            raise
+
+    def _commit(
+        self,
+        actions: Sequence[AddAction | RemoveAction],
+        frontiers: list[Transaction],
+        metadata: dict[str, Any],
+        still_valid: Callable[[], bool],
+    ) -> bool:
+        """Commit at the version this handle read, with no blind retry. After a conflict
+        the log is re-read; the commit is retried iff ``still_valid()`` holds on the new
+        state, else False is returned. A failure that leaves the outcome unknown is settled
+        by looking for this commit's id in the log."""
+        properties = CommitProperties(
+            max_commit_retries=0, app_transactions=frontiers, custom_metadata=metadata
+        )
+        while True:
+            read_version = self._version
+            try:
+                self._table.create_write_transaction(
+                    list(actions), "append", self._table.schema(), commit_properties=properties
+                )
+            except _LOCATION_FAILURES as failure:
+                if self._landed(read_version, metadata[COMMIT_ID_KEY], failure):
+                    return True
+                if self._version == read_version:
+                    raise ShardStorageError(
+                        f"commit to {self.path} failed: {failure}", definitely_not_written=True
+                    ) from failure
+                if not still_valid():
+                    return False
+                continue
+            try:
+                self._reload()
+            except _LOCATION_FAILURES as failure:
+                raise ShardStorageError(
+                    f"committed to {self.path} but could not re-read the log: {failure}",
+                    definitely_not_written=False,
+                ) from failure
+            return True
+
+    def _landed(self, read_version: int, commit_id: str, failure: Exception) -> bool:
+        """After a failed commit call: re-read the log and report whether the commit is in
+        it anyway (e.g. it landed and a later step failed)."""
+        try:
+            self._reload()
+            newer = self._version - read_version
+            history = self._table.history(limit=newer) if newer > 0 else []
+        except _LOCATION_FAILURES as unreadable:
+            raise ShardStorageError(
+                f"commit to {self.path} failed ({failure}) and the log could not be re-read "
+                f"({unreadable}): the commit may or may not have happened",
+                definitely_not_written=False,
+            ) from unreadable
+        return any(entry.get(COMMIT_ID_KEY) == commit_id for entry in history)
+
+
+def _commit_metadata(operation: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {OPERATION_KEY: operation, COMMIT_ID_KEY: uuid.uuid4().hex, **(extra or {})}
+
+
+def _open_or_create(location: str, schema: DeltaSchema) -> DeltaTable:
+    """Load the table at ``location``, creating it with upper = since = [0] if missing;
+    a concurrent creator winning the race is fine."""
+    with _location_failure(f"opening shard {location}"):
+        if not DeltaTable.is_deltatable(location):
+            minimum = TimeFrontier.minimum()
+            properties = CommitProperties(
+                app_transactions=[
+                    *_frontier_transactions(UPPER, minimum),
+                    *_frontier_transactions(SINCE, minimum),
+                ],
+                custom_metadata=_commit_metadata("create"),
+            )
+            try:
+                DeltaTable.create(
+                    location,
+                    schema,
+                    mode="error",
+                    configuration=TABLE_CONFIGURATION,
+                    commit_properties=properties,
+                )
+            except DeltaError:
+                if not DeltaTable.is_deltatable(location):
+                    raise
+        return DeltaTable(location)

@@ -1,0 +1,243 @@
+"""Where Spark meets Delta: Spark moves the rows, the driver moves only metadata.
+
+Write: Spark writes Parquet files into a fresh folder under the table's ``data/`` folder;
+the driver reads nothing but their footers (size, row count, min/max/null counts) and
+turns them into Delta Add actions. Read: the driver prunes the table's files by their
+``time`` statistics and hands the list to ``spark.read.parquet`` on the executors.
+
+Tables live on the local filesystem (the lake root is a local folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from deltalake.transaction import AddAction, RemoveAction
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import LongType, StructField, StructType
+
+TIME = "time"
+DIFF = "diff"
+DATA_DIR = "data"
+
+
+def shard_schema(data_schema: StructType) -> StructType:
+    """The full Spark layout of a shard: data columns, then ``time`` and ``diff``."""
+    return StructType(
+        [*data_schema.fields, StructField(TIME, LongType()), StructField(DIFF, LongType())]
+    )
+
+
+def delta_schema(data_schema: StructType) -> DeltaSchema:
+    """The Delta schema of a shard. Every field is nullable: Spark may write a column as
+    optional, and a non-null column is still a valid instance of a nullable field.
+    Timestamps are UTC microseconds, as the session writes them."""
+    arrow = to_arrow_schema(shard_schema(data_schema), timezone="UTC")
+    return DeltaSchema.from_arrow(pa.schema([field.with_nullable(True) for field in arrow]))
+
+
+def schema_differences(expected: DeltaSchema, actual: DeltaSchema) -> list[str]:
+    """Human-readable differences between two Delta schemas (names and types, in order)."""
+    want = pa.schema(expected.to_arrow())
+    have = pa.schema(actual.to_arrow())
+    problems = [f"missing column {name!r}" for name in want.names if name not in have.names]
+    problems += [f"unexpected column {name!r}" for name in have.names if name not in want.names]
+    problems += [
+        f"column {field.name!r} is {have.field(field.name).type}, expected {field.type}"
+        for field in want
+        if field.name in have.names and not have.field(field.name).type.equals(field.type)
+    ]
+    if not problems and want.names != have.names:
+        problems.append(f"column order is {have.names}, expected {want.names}")
+    return problems
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One Parquet file of a table: what pruning and compaction need to know about it.
+    ``min_time``/``max_time`` are None when unknown (no statistics)."""
+
+    path: str  # relative to the table root, as in the Delta log
+    size: int
+    num_records: int
+    min_time: int | None
+    max_time: int | None
+
+    def may_hold_times(self, low: int | None, high: int | None) -> bool:
+        """False only if the statistics prove no row has ``low <= time <= high``."""
+        if low is not None and self.max_time is not None and self.max_time < low:
+            return False
+        return not (high is not None and self.min_time is not None and self.min_time > high)
+
+
+@dataclass(frozen=True)
+class WrittenFile(DataFile):
+    """A freshly written file, not yet in the log, with what its footer says."""
+
+    null_times: int
+    null_diffs: int
+    stats: str  # Delta statistics JSON for the Add action
+
+
+def write_files(df: DataFrame, table_path: str, batch_id: str) -> tuple[WrittenFile, ...]:
+    """Write ``df`` (in the shard layout) as Parquet into the folder ``data/<batch_id>`` of
+    the table and describe the files from their footers. Empty files and the filesystem's
+    checksum files are removed right away; the caller owns the folder if this fails."""
+    folder = os.path.join(table_path, DATA_DIR, batch_id)
+    df.write.mode("errorifexists").parquet(folder)
+    written: list[WrittenFile] = []
+    for name in sorted(os.listdir(folder)):
+        local = os.path.join(folder, name)
+        if name.endswith(".crc"):
+            os.remove(local)
+        elif name.endswith(".parquet") and not name.startswith((".", "_")):
+            described = describe_file(table_path, f"{DATA_DIR}/{batch_id}/{name}")
+            if described.num_records == 0:
+                os.remove(local)
+            else:
+                written.append(described)
+    return tuple(written)
+
+
+def describe_file(table_path: str, rel_path: str) -> WrittenFile:
+    """Read one file's footer (never its rows) into a WrittenFile with Delta statistics."""
+    local = os.path.join(table_path, rel_path)
+    meta = pq.read_metadata(local)
+    columns = _footer_columns(meta)
+    mins = {name: c.minimum for name, c in columns.items() if c.minimum is not None}
+    maxs = {name: c.maximum for name, c in columns.items() if c.maximum is not None}
+    nulls = {name: c.nulls for name, c in columns.items()}
+    stats = {"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+    return WrittenFile(
+        path=rel_path,
+        size=os.path.getsize(local),
+        num_records=meta.num_rows,
+        min_time=mins.get(TIME),
+        max_time=maxs.get(TIME),
+        null_times=nulls.get(TIME, 0),
+        null_diffs=nulls.get(DIFF, 0),
+        stats=json.dumps(stats),
+    )
+
+
+@dataclass(frozen=True)
+class _ColumnFooter:
+    minimum: int | None
+    maximum: int | None
+    nulls: int
+
+
+def _footer_columns(meta: pq.FileMetaData) -> dict[str, _ColumnFooter]:
+    """Per top-level primitive column: null count, and min/max for integer columns (the
+    only ones whose Parquet statistics map one-to-one onto Delta's JSON statistics)."""
+    arrow = meta.schema.to_arrow_schema()
+    result: dict[str, _ColumnFooter] = {}
+    for index in range(meta.num_columns):
+        name = meta.schema.column(index).path
+        if "." in name:
+            continue  # nested leaf: Delta statistics for nested data are optional
+        chunks = [meta.row_group(g).column(index).statistics for g in range(meta.num_row_groups)]
+        if any(s is None or not s.has_null_count for s in chunks):
+            continue
+        nulls = sum(s.null_count for s in chunks)
+        minimum = maximum = None
+        valued = [s for s in chunks if s.num_values > 0]
+        integer = pa.types.is_integer(arrow.field(name).type)
+        if integer and valued and all(s.has_min_max for s in valued):
+            minimum = min(s.min for s in valued)
+            maximum = max(s.max for s in valued)
+        result[name] = _ColumnFooter(minimum, maximum, nulls)
+    return result
+
+
+def add_action(file: WrittenFile, *, data_change: bool) -> AddAction:
+    return AddAction(
+        path=file.path,
+        size=file.size,
+        partition_values={},
+        modification_time=int(time.time() * 1000),
+        data_change=data_change,
+        stats=file.stats,
+    )
+
+
+def remove_action(file: DataFile) -> RemoveAction:
+    return RemoveAction(
+        path=file.path,
+        data_change=False,
+        deletion_timestamp=int(time.time() * 1000),
+        size=file.size,
+        partition_values={},
+    )
+
+
+def live_files(table: DeltaTable) -> list[DataFile]:
+    """The files of the table's loaded version, from its Add actions (log metadata only)."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    columns = actions.column_names
+    rows = actions.select(
+        [c for c in ("path", "size_bytes", "num_records", "min.time", "max.time") if c in columns]
+    ).to_pylist()
+    return [
+        DataFile(
+            path=row["path"],
+            size=row["size_bytes"],
+            num_records=row.get("num_records") or 0,
+            min_time=row.get("min.time"),
+            max_time=row.get("max.time"),
+        )
+        for row in rows
+    ]
+
+
+def read_files(
+    spark: SparkSession, table_path: str, files: Sequence[DataFile], schema: StructType
+) -> DataFrame:
+    """The rows of ``files`` as a DataFrame, read by the executors; no files -> no rows."""
+    if not files:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*(os.path.join(table_path, f.path) for f in files))
+
+
+def count_by_time(
+    spark: SparkSession, table_path: str, files: Sequence[DataFile], schema: StructType
+) -> dict[int, int]:
+    """Rows per ``time`` over ``files``: from the footers when each file holds a single
+    time, else from a small aggregate that reads only the ``time`` column."""
+    single_time = {
+        f.path: f.min_time for f in files if f.max_time is not None and f.min_time == f.max_time
+    }
+    if len(single_time) == len(files):
+        counts: Counter[int] = Counter()
+        for f in files:
+            counts[single_time[f.path]] += f.num_records
+        return dict(counts)
+    rows = read_files(spark, table_path, files, schema).groupBy(TIME).count().collect()
+    return {row[TIME]: row["count"] for row in rows}
+
+
+def delete_batches(table_path: str, batch_ids: Iterable[str]) -> None:
+    """Best-effort removal of uncommitted batch folders (gc catches whatever remains)."""
+    for batch_id in batch_ids:
+        shutil.rmtree(os.path.join(table_path, DATA_DIR, batch_id), ignore_errors=True)
+
+
+def remove_empty_folders(table_path: str) -> None:
+    """Drop batch folders that vacuum emptied; Delta itself only tracks files."""
+    root = os.path.join(table_path, DATA_DIR)
+    if not os.path.isdir(root):
+        return
+    for current, _dirs, _files in os.walk(root, topdown=False):
+        if current != root and not os.listdir(current):
+            os.rmdir(current)
