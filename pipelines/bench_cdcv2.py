@@ -1,0 +1,124 @@
+"""Throughput of the data-parallel CDCv2 reader against a plain Spark read.
+
+Writes a scrambled stream (every fact once, a share of them again, all shuffled) as
+Parquet update rows plus JSON-lines progress statements (two tilings and copies),
+then times ``spark_reader.read_stream`` (judging counts, then writing out the
+complete updates to Spark's no-op sink) against counting every column of the same
+files. Run: ``python -m pipelines.bench_cdcv2 --updates 5000000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from cdc_core.cdcv2 import codec_json
+from cdc_core.cdcv2.columns import DataColumns
+from cdc_core.cdcv2.export import tile_progress
+from cdc_core.cdcv2.model import Progress
+from cdc_core.cdcv2.spark_reader import read_stream
+from cdc_core.frontier import TimeFrontier
+from cdc_core.spark import get_spark
+
+DATA = StructType([StructField("key", LongType()), StructField("value", StringType())])
+EPOCH = 1_700_000_000_000  # first IntoTime of the stream, epoch milliseconds
+TICK = 1_000  # one second between times
+
+Result = TypeVar("Result")
+
+
+def timed(action: Callable[[], Result]) -> tuple[Result, float]:
+    started = time.perf_counter()
+    result = action()
+    return result, time.perf_counter() - started
+
+
+def facts(spark: SparkSession, updates: int, times: int) -> DataFrame:
+    """``updates`` distinct facts spread evenly over ``times`` times; diffs +1 / -1."""
+    ids = spark.range(updates)
+    return ids.select(
+        F.col("id").alias("key"),
+        F.concat(F.lit("value-"), (F.col("id") % 997).cast("string")).alias("value"),
+        (F.lit(EPOCH) + (F.col("id") % times) * TICK).alias("time"),
+        F.when(F.col("id") % 5 == 0, -1).otherwise(1).cast("long").alias("diff"),
+    )
+
+
+def announced(updates: int, times: int) -> dict[int, int]:
+    """The count per time of ``facts``, worked out without reading them."""
+    per_time, extra = divmod(updates, times)
+    counts = {EPOCH + t * TICK: per_time + (t < extra) for t in range(times)}
+    return {at: count for at, count in counts.items() if count}
+
+
+def write_stream(
+    spark: SparkSession, folder: Path, updates: int, times: int, duplicated: float
+) -> tuple[list[Progress], TimeFrontier]:
+    """Write the scrambled stream; returns its progress statements and upper."""
+    stream = facts(spark, updates, times)
+    copies = stream.sample(fraction=duplicated, seed=7)
+    scrambled = stream.unionByName(copies).orderBy(F.rand(seed=11))
+    scrambled.write.mode("overwrite").parquet(str(folder / "updates"))
+
+    upper = TimeFrontier.at(EPOCH + times * TICK)
+    counts = announced(updates, times)
+    statements = list(tile_progress(counts, 0, upper, 10))
+    statements += list(tile_progress(counts, 0, upper, 7)) + statements[::3]
+    columns = DataColumns(DATA)
+    lines = [codec_json.encode(p, columns) + "\n" for p in reversed(statements)]
+    (folder / "progress.jsonl").write_text("".join(lines))
+    return statements, upper
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=5_000_000, help="distinct updates")
+    parser.add_argument("--times", type=int, default=1_000, help="distinct times")
+    parser.add_argument("--duplicated", type=float, default=0.1, help="share sent twice")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep the files here")
+    parser.add_argument("--master", default=None, help="Spark master (default local[2])")
+    args = parser.parse_args(argv)
+
+    spark = get_spark(args.master)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.workdir or Path(scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        _, seconds = timed(
+            lambda: write_stream(spark, folder, args.updates, args.times, args.duplicated)
+        )
+        print(f"wrote the scrambled stream in {seconds:.1f} s to {folder}")
+        updates = spark.read.parquet(str(folder / "updates"))
+        columns = DataColumns(DATA)
+        progress_lines = (folder / "progress.jsonl").read_text().splitlines()
+        progress = [codec_json.decode(line, columns) for line in progress_lines]
+
+        count_all = updates.select([F.count(c) for c in updates.columns])
+        count_all.first()  # warm the file cache for both contenders
+        rows, plain = timed(count_all.first)
+        imported, judge = timed(lambda: read_stream(updates, progress))
+        _, output = timed(lambda: imported.updates.write.format("noop").mode("overwrite").save())
+        complete = imported.updates.count()
+
+    total_rows = rows[0]
+    reader = judge + output
+    print(f"update rows in files:     {total_rows:,} ({args.updates:,} distinct facts)")
+    print(f"plain read, count all:    {plain:7.1f} s  {total_rows / plain:12,.0f} rows/s")
+    print(f"reader: judge + frontier: {judge:7.1f} s")
+    print(f"reader: write out result: {output:7.1f} s")
+    print(f"reader total:             {reader:7.1f} s  {total_rows / reader:12,.0f} rows/s")
+    print(f"reader / plain read:      {reader / plain:7.1f}x")
+    print(f"complete frontier: {imported.frontier}; complete updates: {complete:,}")
+    if complete != args.updates:
+        raise SystemExit(f"expected {args.updates:,} complete updates, read {complete:,}")
+
+
+if __name__ == "__main__":
+    main()
