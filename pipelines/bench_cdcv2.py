@@ -4,7 +4,8 @@ Writes a scrambled stream (every fact once, a share of them again, all shuffled)
 Parquet update rows plus JSON-lines progress statements (two tilings and copies),
 then times ``spark_reader.read_stream`` (judging counts, then writing out the
 complete updates to Spark's no-op sink) against counting every column of the same
-files. Run: ``python -m pipelines.bench_cdcv2 --updates 5000000``.
+files, and against a plain ``dropDuplicates`` of them (the least any deduplicating
+reader must do). Run: ``python -m pipelines.bench_cdcv2 --updates 5000000``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def timed(action: Callable[[], Result]) -> tuple[Result, float]:
     started = time.perf_counter()
     result = action()
     return result, time.perf_counter() - started
+
+
+def write_nowhere(frame: DataFrame) -> None:
+    """Compute every row and column, keep nothing (Spark's no-op sink)."""
+    frame.write.format("noop").mode("overwrite").save()
 
 
 def facts(spark: SparkSession, updates: int, times: int) -> DataFrame:
@@ -103,18 +109,21 @@ def main(argv: list[str] | None = None) -> None:
         count_all = updates.select([F.count(c) for c in updates.columns])
         count_all.first()  # warm the file cache for both contenders
         rows, plain = timed(count_all.first)
+        _, dedup = timed(lambda: write_nowhere(updates.dropDuplicates()))
         imported, judge = timed(lambda: read_stream(updates, progress))
-        _, output = timed(lambda: imported.updates.write.format("noop").mode("overwrite").save())
+        _, output = timed(lambda: write_nowhere(imported.updates))
         complete = imported.updates.count()
 
     total_rows = rows[0]
     reader = judge + output
     print(f"update rows in files:     {total_rows:,} ({args.updates:,} distinct facts)")
     print(f"plain read, count all:    {plain:7.1f} s  {total_rows / plain:12,.0f} rows/s")
+    print(f"plain dedup, write out:   {dedup:7.1f} s  {total_rows / dedup:12,.0f} rows/s")
     print(f"reader: judge + frontier: {judge:7.1f} s")
     print(f"reader: write out result: {output:7.1f} s")
     print(f"reader total:             {reader:7.1f} s  {total_rows / reader:12,.0f} rows/s")
     print(f"reader / plain read:      {reader / plain:7.1f}x")
+    print(f"reader / plain dedup:     {reader / dedup:7.1f}x")
     print(f"complete frontier: {imported.frontier}; complete updates: {complete:,}")
     if complete != args.updates:
         raise SystemExit(f"expected {args.updates:,} complete updates, read {complete:,}")
