@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import pyarrow as pa
 from pyspark.sql.types import (
     BooleanType,
     ByteType,
@@ -30,20 +29,19 @@ from cdc_core.cdcv2.model import Data, MalformedMessage
 @dataclass(frozen=True)
 class _Kind:
     avro: str
-    arrow: pa.DataType
     python: type
     bits: int | None = None  # range of an integer column
 
 
 _KINDS: dict[type[DataType], _Kind] = {
-    BooleanType: _Kind("boolean", pa.bool_(), bool),
-    ByteType: _Kind("int", pa.int8(), int, 8),
-    ShortType: _Kind("int", pa.int16(), int, 16),
-    IntegerType: _Kind("int", pa.int32(), int, 32),
-    LongType: _Kind("long", pa.int64(), int, 64),
-    FloatType: _Kind("float", pa.float32(), float),
-    DoubleType: _Kind("double", pa.float64(), float),
-    StringType: _Kind("string", pa.string(), str),
+    BooleanType: _Kind("boolean", bool),
+    ByteType: _Kind("int", int, 8),
+    ShortType: _Kind("int", int, 16),
+    IntegerType: _Kind("int", int, 32),
+    LongType: _Kind("long", int, 64),
+    FloatType: _Kind("float", float),
+    DoubleType: _Kind("double", float),
+    StringType: _Kind("string", str),
 }
 
 
@@ -74,14 +72,6 @@ class DataColumns:
 
     def avro_type(self, name: str) -> str:
         return _KINDS[type(self.schema[name].dataType)].avro
-
-    def arrow_struct(self) -> pa.StructType:
-        return pa.struct(
-            [
-                pa.field(f.name, _KINDS[type(f.dataType)].arrow, nullable=f.nullable)
-                for f in self.schema.fields
-            ]
-        )
 
     def to_record(self, data: Data) -> dict[str, object]:
         return dict(zip(self.names, data, strict=True))

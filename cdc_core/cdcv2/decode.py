@@ -19,7 +19,8 @@ from enum import Enum
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.cdcv2 import codec_json
 from cdc_core.cdcv2.codec_avro import AvroCodec
@@ -53,9 +54,9 @@ class DecodedStream:
 def decode_messages(raw: DataFrame, data_schema: StructType, packing: Packing) -> DecodedStream:
     """Decode ``raw`` (``payload`` plus ``POSITION_COLUMNS``) on the executors."""
     columns = DataColumns(data_schema)
-    output = _output_schema(columns)
+    output = _output_schema(data_schema)
     decoded = raw.select("payload", *POSITION_COLUMNS).mapInArrow(
-        _decoder(columns, packing, output), output
+        _decoder(columns, packing, to_arrow_schema(output)), output
     )
     progress_rows = decoded.filter(F.col("kind") == "progress").select("progress").distinct()
     progress = tuple(codec_json.decode(row["progress"], columns) for row in progress_rows.collect())
@@ -64,20 +65,15 @@ def decode_messages(raw: DataFrame, data_schema: StructType, packing: Packing) -
     return DecodedStream(updates, progress, errors)  # type: ignore[arg-type]
 
 
-def _output_schema(columns: DataColumns) -> pa.Schema:
-    return pa.schema(
+def _output_schema(data_schema: StructType) -> StructType:
+    return StructType(
         [
-            ("kind", pa.string()),
-            ("data", columns.arrow_struct()),
-            ("time", pa.int64()),
-            ("diff", pa.int64()),
-            ("progress", pa.string()),
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("key", pa.string()),
-            ("reason", pa.string()),
-            ("file", pa.string()),
+            StructField("kind", StringType()),
+            StructField("data", data_schema),
+            StructField("time", LongType()),
+            StructField("diff", LongType()),
+            StructField("progress", StringType()),
+            *[StructField(f.name, f.dataType) for f in ERROR.fields],
         ]
     )
 

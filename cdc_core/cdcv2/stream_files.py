@@ -46,7 +46,7 @@ class StreamFiles:
     updates: int
 
 
-_SUMMARY = pa.schema([("path", pa.string()), ("messages", pa.int64()), ("updates", pa.int64())])
+_SUMMARY = "path string, messages long, updates long"
 
 
 def write_stream(
@@ -108,7 +108,7 @@ def _partition_writer(
         if first is None:
             return
         path, counts = _write_file(directory, "updates", encoding, columns, [first], messages)
-        yield pa.RecordBatch.from_pylist([{"path": path, **counts}], schema=_SUMMARY)
+        yield pa.RecordBatch.from_pylist([{"path": path, **counts}])
 
     return write_partition
 
