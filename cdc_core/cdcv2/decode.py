@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -26,6 +27,7 @@ from cdc_core.cdcv2 import codec_json
 from cdc_core.cdcv2.codec_avro import AvroCodec
 from cdc_core.cdcv2.columns import DataColumns
 from cdc_core.cdcv2.model import MalformedMessage, Message, Progress, Updates
+from cdc_core.cdcv2.records import progress_from_value, to_value
 from cdc_core.schemas import ERROR
 
 # The columns a raw message DataFrame carries besides ``payload``.
@@ -58,11 +60,11 @@ def decode_messages(raw: DataFrame, data_schema: StructType, packing: Packing) -
     decoded = raw.select("payload", *POSITION_COLUMNS).mapInArrow(
         _decoder(columns, packing, to_arrow_schema(output)), output
     )
-    progress_rows = decoded.filter(F.col("kind") == "progress").select("progress").distinct()
-    progress = tuple(codec_json.decode(row["progress"], columns) for row in progress_rows.collect())
+    statements = decoded.filter(F.col("kind") == "progress").select("progress").distinct()
+    progress = tuple(progress_from_value(json.loads(r["progress"])) for r in statements.collect())
     updates = decoded.filter(F.col("kind") == "update").select("data.*", "time", "diff")
     errors = decoded.filter(F.col("kind") == "error").select(*[f.name for f in ERROR.fields])
-    return DecodedStream(updates, progress, errors)  # type: ignore[arg-type]
+    return DecodedStream(updates, progress, errors)
 
 
 def _output_schema(data_schema: StructType) -> StructType:
@@ -109,7 +111,8 @@ def _rows(
                 record = columns.to_record(data)
                 yield {"kind": "update", "data": record, "time": time, "diff": diff}
         else:
-            yield {"kind": "progress", "progress": codec_json.encode(message, columns), **position}
+            statement = json.dumps(to_value(message, columns))
+            yield {"kind": "progress", "progress": statement, **position}
 
 
 def _unpacker(packing: Packing, columns: DataColumns) -> Callable[[object], list[Message]]:
