@@ -201,3 +201,13 @@ def test_shard_windows_export_as_streams_that_chain(spark: SparkSession, tmp_pat
 
     with pytest.raises(ShardUsageError):
         export_shard(shard, 0, T(10))
+
+    # From the since on, the history before it is folded into the since.
+    shard.downgrade_since(T(4))
+    folded = export_shard(shard, 4)
+    batch = Updates(tuple(((r.k, r.v), r.time, r.diff) for r in folded.updates.collect()))
+    updates, frontier = read_all([*folded.progress, batch], T(4))
+    assert frontier == T(9)
+    assert reference_facts(updates) == {((1, "a"), 4): 1, ((1, "a"), 6): -1, ((1, "c"), 6): 1}
+    with pytest.raises(ShardUsageError):
+        export_shard(shard, 3)
