@@ -164,10 +164,12 @@ def consolidate(updates: DataFrame, data_columns: Sequence[str]) -> DataFrame:
 
 
 def _compaction_inputs(files: Sequence[DataFile], since: TimeFrontier) -> list[DataFile]:
-    """Files holding times before since (all of them, so that forwarded updates meet every
-    update they may cancel), plus small files when at least two could be merged."""
+    """Every file holding times before since, rewritten together so that updates cancelling
+    once forwarded meet and vanish (files starting at since are left alone, or compacted
+    output would be rewritten forever), plus small files when at least two can be merged."""
     historical = [f for f in files if since.is_empty or f.may_hold_times(None, since.time - 1)]
-    small = [f for f in files if f.size < COMPACTED_FILE_BYTES // 2 and f not in historical]
+    taken = {f.path for f in historical}
+    small = [f for f in files if f.size < COMPACTED_FILE_BYTES // 2 and f.path not in taken]
     if historical:
         return historical + small
     return small if len(small) >= 2 else []
