@@ -11,7 +11,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from cdc_core.dumps import list_dump_files
+from cdc_core.reclock import ReclockedWindow, append_new, reclock_window
 from cdc_core.registry import Registry
+from cdc_core.schemas import RECLOCKED, REMAP
+from cdc_core.shard import Shard
 
 
 @dataclass(frozen=True)
@@ -87,3 +90,58 @@ def oracle_times(records: Sequence[Rec], ends: Sequence[int], bindings: Sequence
                 times[(r.partition, r.offset)] = end
                 break
     return times
+
+
+def run_windows(
+    spark: SparkSession,
+    source: Options,
+    registry: Registry,
+    remap: Shard,
+    reclocked: Shard,
+    ends: Sequence[int],
+    width: int,
+) -> list[ReclockedWindow]:
+    """Reclock the windows ending at ``ends`` in order, as the per-window job does."""
+    done = []
+    for end in ends:
+        lower = reclocked.refresh().upper.time or 0
+        window = reclock_window(spark, source, registry, remap, lower, end - width, end)
+        append_new(reclocked, window.reclocked.records, lower, end + 1)
+        done.append(window)
+    return done
+
+
+def remap_history(remap: Shard) -> dict[int, dict[int, int]]:
+    """The remap frontier after each binding time, folded in Python from its updates.
+
+    Asserts the stored collection is well formed: at every time each partition has
+    exactly one element of multiplicity one.
+    """
+    updates = sorted(
+        (r["time"], r["partition"], r["offset"], r["diff"]) for r in remap.listen(0).collect()
+    )
+    elements: dict[tuple[int, int], int] = {}
+    history: dict[int, dict[int, int]] = {}
+    for time, partition, offset, diff in updates:
+        elements[(partition, offset)] = elements.get((partition, offset), 0) + diff
+        live = {k: v for k, v in elements.items() if v}
+        assert all(v == 1 for v in live.values()), live
+        frontier = {p: o for p, o in live}
+        assert len(frontier) == len(live), live
+        history[time] = frontier
+    return history
+
+
+def open_shards(spark: SparkSession, root: Path) -> tuple[Shard, Shard]:
+    return (
+        Shard.open(spark, str(root / "remap"), REMAP),
+        Shard.open(spark, str(root / "reclocked"), RECLOCKED),
+    )
+
+
+def reclocked_rows(reclocked: Shard) -> list[tuple[int, int, int, int, str | None]]:
+    """Every update of the reclocked shard: (partition, offset, time, diff, payload)."""
+    return sorted(
+        (r["partition"], r["offset"], r["time"], r["diff"], r["payload"])
+        for r in reclocked.listen(0).collect()
+    )
