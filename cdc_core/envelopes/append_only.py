@@ -12,9 +12,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from cdc_core.envelopes.columns import NONE, output_schema
-from cdc_core.envelopes.decode import decode_key, decode_object, unwrap_connect_envelope
-from cdc_core.envelopes.reasons import KEY_DECODE, VALUE_DECODE, error_rows, reason
-from cdc_core.envelopes.result import EnvelopeResult, at_time
+from cdc_core.envelopes.decode import decode_json, decode_key, unwrap_connect_envelope
+from cdc_core.envelopes.reasons import error_rows
+from cdc_core.envelopes.result import EnvelopeResult, at_time, column
+from cdc_core.envelopes.upsert import key_problem, value_problem
 from cdc_core.schemas import ERROR
 
 
@@ -29,36 +30,29 @@ def apply_none(
     """The NONE envelope for one window of RECLOCKED ``records`` at ``time``.
     Output columns: key columns ++ value columns."""
     output = output_schema(NONE, key_schema, value_schema)
-    staged = records.select(
-        "partition",
-        "offset",
-        "key",
-        unwrap_connect_envelope(F.col("payload"), value_schema).alias("value_text"),
-    ).filter(F.col("value_text").isNotNull())
-    value = decode_object(F.col("value_text"), value_schema)
-    key_fields = []
-    problem = F.when(
-        value.error.isNotNull(), reason(VALUE_DECODE, F.concat(F.lit("value "), value.error))
+    staged = unwrap_connect_envelope(records, "payload", value_schema, "value_text")
+    staged = decode_json(
+        staged.filter(F.col("value_text").isNotNull()), "value_text", value_schema, "value"
     )
+    problem = value_problem("value", "value")
+    key_fields = []
     if key_schema.fields:
-        key = decode_key(F.col("key"), key_schema)
-        key_fields = [key.value[name].alias(name) for name in key_schema.names]
-        key_error = reason(KEY_DECODE, F.concat(F.lit("key is "), key.error))
-        problem = F.coalesce(F.when(F.col("key").isNotNull(), key_error), problem)
+        staged = decode_key(staged, "key", key_schema, "key_value")
+        key_fields = [F.col("key_value")[name].alias(name) for name in key_schema.names]
+        problem = F.coalesce(F.when(F.col("key").isNotNull(), key_problem()), problem)
     decoded = staged.select(
         "partition",
         "offset",
         "key",
         problem.alias("reason"),
         *key_fields,
-        *[value.value[name].alias(name) for name in value_schema.names],
+        *[F.col("value")[name].alias(name) for name in value_schema.names],
     )
     rows = decoded.filter(F.col("reason").isNull()).select(
-        *output.names, F.lit(1).cast("long").alias("diff")
+        *[column(name) for name in output.names], F.lit(1).cast("long").alias("diff")
     )
+    failed = error_rows(decoded.filter(F.col("reason").isNotNull()), topic)
     return EnvelopeResult(
         changes=at_time(rows, output.names, time),
-        errors=at_time(
-            error_rows(decoded.filter(F.col("reason").isNotNull()), topic), ERROR.names, time
-        ),
+        errors=at_time(failed, ERROR.names, time),
     )

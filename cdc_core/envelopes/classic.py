@@ -54,9 +54,10 @@ from cdc_core.envelopes.debezium import (
     stage_events,
     truncate_problem,
 )
-from cdc_core.envelopes.decode import decode_key, decode_object
-from cdc_core.envelopes.reasons import CONSTRAINT, KEY_DECODE, VALUE_DECODE, error_rows, reason
+from cdc_core.envelopes.decode import decode_json
+from cdc_core.envelopes.reasons import CONSTRAINT, VALUE_DECODE, error_rows, reason
 from cdc_core.envelopes.result import EnvelopeResult, at_time, negated, prior_updates
+from cdc_core.envelopes.upsert import key_problem, value_problem, with_key
 from cdc_core.schemas import ERROR
 
 POSTGRES = "postgresql"
@@ -127,36 +128,32 @@ def decode_events(
 ) -> DataFrame:
     """One row per non-tombstone event: position parts, images, and ``reason`` (null when
     the event is usable)."""
-    staged = stage_events(records).filter(F.col("event_text").isNotNull())
-    key = decode_key(F.col("key"), key_schema)
-    before = decode_object(F.col("before_text"), value_schema)
-    after = decode_object(F.col("after_text"), value_schema)
-    source = decode_object(F.col("source_text"), SOURCE, required=())
-    src = source.value
+    staged = with_key(stage_events(records).filter(F.col("event_text").isNotNull()), key_schema)
+    for image in ("before", "after"):
+        staged = decode_json(staged, f"{image}_text", value_schema, image)
+    staged = decode_json(staged, "source_text", SOURCE, "source", required=())
+    staged = staged.withColumn(
+        "sequence", F.from_json(F.col("source.sequence"), ArrayType(StringType()))
+    ).withColumn("commit_text", F.try_element_at("sequence", F.lit(1)))
+    src = F.col("source")
     op = F.col("op")
     is_snapshot = src["snapshot"].isNotNull() & (src["snapshot"] != "false")
-    sequence = F.from_json(src["sequence"], ArrayType(StringType()))
-    commit_text = F.try_element_at(sequence, F.lit(1))
-    commit_lsn = commit_text.try_cast("long")
+    commit_lsn = F.col("commit_text").try_cast("long")
     invalid_sequence = src["sequence"].isNotNull() & (
-        sequence.isNull() | (commit_text.isNotNull() & commit_lsn.isNull())
+        F.col("sequence").isNull() | (F.col("commit_text").isNotNull() & commit_lsn.isNull())
     )
-    position_parts = F.when(src["connector"] == POSTGRES, F.array(src["sequence"], src["lsn"]))
-    position_parts = position_parts.otherwise(F.array(src["file"], src["pos"], src["row"]))
+    position_parts = F.when(
+        src["connector"] == POSTGRES, F.array(src["sequence"], src["lsn"].cast("string"))
+    ).otherwise(F.array(src["file"], src["pos"].cast("string"), src["row"].cast("string")))
     problem = F.coalesce(
         F.when(
             F.col("key").isNull(),
             reason(CONSTRAINT, "primary key: the record has no key (its table needs one)"),
         ),
-        F.when(key.error.isNotNull(), reason(KEY_DECODE, F.concat(F.lit("key is "), key.error))),
-        event_problem(after, "after"),
-        F.when(
-            before.error.isNotNull(),
-            reason(VALUE_DECODE, F.concat(F.lit("before image "), before.error)),
-        ),
-        F.when(
-            source.error.isNotNull(), reason(VALUE_DECODE, F.concat(F.lit("source "), source.error))
-        ),
+        key_problem(),
+        event_problem("after"),
+        value_problem("before", "before image"),
+        value_problem("source", "source"),
         truncate_problem(),
         F.when(
             op.isin(UPDATE_OP, DELETE_OP) & F.col("before_text").isNull(),
@@ -198,7 +195,7 @@ def decode_events(
         "offset",
         "key",
         problem.alias("reason"),
-        F.to_json(key.value).alias("key_json"),
+        F.to_json("key_value").alias("key_json"),
         is_snapshot.alias("is_snapshot"),
         src["connector"].alias("connector"),
         F.when(~is_snapshot & (src["connector"] == MYSQL), src["file"]).alias("binlog_file"),
@@ -208,8 +205,8 @@ def decode_events(
             op_rank.cast("long").alias("tiebreak"),
         ).alias("postgres_position"),
         F.struct(src["pos"].alias("minor"), src["row"].alias("tiebreak")).alias("mysql_position"),
-        F.when(F.col("before_text").isNotNull(), before.value).alias("before"),
-        F.when(F.col("after_text").isNotNull(), after.value).alias("after"),
+        F.when(F.col("before_text").isNotNull(), F.col("before")).alias("before"),
+        F.when(F.col("after_text").isNotNull(), F.col("after")).alias("after"),
     )
 
 

@@ -16,23 +16,20 @@ the state read back from ``changes`` is found by those columns.
 
 from __future__ import annotations
 
-from functools import reduce
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.envelopes.columns import DEBEZIUM_UPSERT, output_schema
-from cdc_core.envelopes.decode import Decoded, decode_key, decode_object, unwrap_connect_envelope
+from cdc_core.envelopes.decode import decode_json, unwrap_connect_envelope
 from cdc_core.envelopes.reasons import (
     KEY_MISMATCH,
     UNKNOWN_OP,
     UNSUPPORTED_OP,
-    VALUE_DECODE,
     reason,
 )
 from cdc_core.envelopes.result import EnvelopeResult
-from cdc_core.envelopes.upsert import apply_commands, key_problem, slot_columns
+from cdc_core.envelopes.upsert import apply_commands, key_problem, value_problem, with_key
 
 UPSERT_OPS = ("c", "r", "u")
 DELETE_OP = "d"
@@ -60,29 +57,23 @@ SOURCE = StructType(
 
 
 def stage_events(records: DataFrame) -> DataFrame:
-    """``records`` plus ``event_text`` (null for a tombstone), ``event_error``, ``op`` and the
-    raw text of ``before_text``, ``after_text``, ``source_text``."""
-    staged = records.withColumn("event_text", unwrap_connect_envelope(F.col("payload"), EVENT_TEXT))
-    event = decode_object(F.col("event_text"), EVENT_TEXT, required=())
+    """``records`` plus ``event_text`` (null for a tombstone), ``event`` and its error,
+    ``op``, and the raw text of ``before_text``, ``after_text``, ``source_text``."""
+    staged = unwrap_connect_envelope(records, "payload", EVENT_TEXT, "event_text")
+    staged = decode_json(staged, "event_text", EVENT_TEXT, "event", required=())
     return staged.select(
         "*",
-        event.error.alias("event_error"),
-        *[event.value[name].alias(f"{name}_text") for name in ("before", "after", "source")],
-        event.value["op"].alias("op"),
-    )
+        *[F.col("event")[name].alias(f"{name}_text") for name in ("before", "after", "source")],
+        F.col("event")["op"].alias("op"),
+    ).drop("event")
 
 
-def event_problem(image: Decoded, image_name: str) -> Column:
-    """The error of an event that does not decode or has no usable op, else null."""
+def event_problem(image: str) -> Column:
+    """The error of an event that does not decode, whose decoded ``image`` column did not
+    decode, or that has no usable op; else null."""
     return F.coalesce(
-        F.when(
-            F.col("event_error").isNotNull(),
-            reason(VALUE_DECODE, F.concat(F.lit("value "), F.col("event_error"))),
-        ),
-        F.when(
-            image.error.isNotNull(),
-            reason(VALUE_DECODE, F.concat(F.lit(f"{image_name} image "), image.error)),
-        ),
+        value_problem("event", "value"),
+        value_problem(image, f"{image} image"),
         F.when(
             F.col("op").isNull(),
             reason(UNKNOWN_OP, "the value has no op, so it is not a Debezium change event"),
@@ -120,38 +111,30 @@ def apply_debezium_upsert(
     """The DEBEZIUM UPSERT envelope for one window of RECLOCKED ``records`` at ``time``.
     ``value_schema`` is the after image (it holds the key columns); output = after columns."""
     output = output_schema(DEBEZIUM_UPSERT, key_schema, value_schema)
-    staged = stage_events(records)
-    key = decode_key(F.col("key"), key_schema)
-    after = decode_object(F.col("after_text"), value_schema)
+    staged = decode_json(
+        with_key(stage_events(records), key_schema), "after_text", value_schema, "after"
+    )
     is_tombstone = F.col("event_text").isNull()
     deletes = (F.col("op") == DELETE_OP) | F.col("after_text").isNull()
-    same_key = reduce(
-        lambda a, b: a & b,
-        [after.value[name].eqNullSafe(key.value[name]) for name in key_schema.names],
-    )
+    after_key = F.struct(*[F.col("after")[name].alias(name) for name in key_schema.names])
     mismatch = F.when(
-        ~deletes & ~same_key,
+        ~deletes & ~after_key.eqNullSafe(F.col("key_value")),
         reason(
             KEY_MISMATCH,
             F.concat(
                 F.lit("after image key "),
-                F.to_json(F.struct(*[after.value[name].alias(name) for name in key_schema.names])),
+                F.to_json(after_key),
                 F.lit(" differs from the record key "),
-                F.to_json(key.value),
+                F.to_json(F.col("key_value")),
             ),
         ),
     )
     problem = F.when(
         ~is_tombstone,
-        F.coalesce(truncate_problem(), key_problem(key), event_problem(after, "after"), mismatch),
+        F.coalesce(truncate_problem(), key_problem(), event_problem("after"), mismatch),
     )
-    commands = staged.select(
-        "partition",
-        "offset",
-        "key",
-        *slot_columns(key),
-        problem.alias("reason"),
-        F.when(~is_tombstone & problem.isNull() & ~deletes, after.value).alias("row"),
+    commands = staged.withColumn("reason", problem).withColumn(
+        "row", F.when(~is_tombstone & F.col("reason").isNull() & ~deletes, F.col("after"))
     )
     return apply_commands(
         commands,

@@ -11,15 +11,17 @@ Missing optional fields become null and unknown fields are ignored.
 
 Kafka Connect's JSON converter with schemas enabled wraps every message as
 ``{"schema": ..., "payload": ...}``; both that and the bare form are accepted.
+
+Each step adds real columns (instead of nesting expressions) so that every JSON text is
+parsed once per record and the generated code stays small.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -28,89 +30,111 @@ CONNECT_WRAPPER_FIELDS = ("schema", "payload")
 NOT_AN_OBJECT = "not a JSON object"
 
 
-@dataclass(frozen=True)
-class Decoded:
-    """A decoded struct and the reason it failed (null when it decoded)."""
-
-    value: Column
-    error: Column
+def error_column(name: str) -> str:
+    """The column holding why ``name`` did not decode (null when it did)."""
+    return f"{name}_error"
 
 
-def unwrap_connect_envelope(text: Column, schema: StructType) -> Column:
-    """The ``payload`` of a schema-enabled JSON converter message, else the text itself.
-    A wrapped null payload is a null value. Never unwraps when the schema itself has a
-    ``schema`` or ``payload`` column, which would make the two forms ambiguous."""
+def unwrap_connect_envelope(df: DataFrame, text: str, schema: StructType, into: str) -> DataFrame:
+    """Add ``into``: the ``payload`` of a schema-enabled JSON converter message in column
+    ``text``, else the text itself. A wrapped null payload is a null value. Never unwraps
+    when the schema has a ``schema`` or ``payload`` column (the forms would be ambiguous)."""
     if set(CONNECT_WRAPPER_FIELDS) & set(schema.names):
-        return text
-    keys = F.json_object_keys(text)
+        return df.withColumn(into, F.col(text))
+    keys = f"_{into}_keys"
     wrapped = F.array_contains(keys, "schema") & F.array_contains(keys, "payload")
-    return F.when(wrapped, F.get_json_object(text, "$.payload")).otherwise(text)
+    return (
+        df.withColumn(keys, F.json_object_keys(F.col(text)))
+        .withColumn(
+            into, F.when(wrapped, F.get_json_object(text, "$.payload")).otherwise(F.col(text))
+        )
+        .drop(keys)
+    )
 
 
-def decode_object(
-    text: Column, schema: StructType, required: Sequence[str] | None = None
-) -> Decoded:
-    """Decode a JSON object to ``schema``. ``required`` defaults to the non-nullable fields.
-    The error is null for a null text (the caller decides what a null means)."""
+def decode_json(
+    df: DataFrame, text: str, schema: StructType, into: str, required: Sequence[str] | None = None
+) -> DataFrame:
+    """Add ``into`` (a struct of ``schema`` decoded from column ``text``) and its error column.
+    ``required`` defaults to the non-nullable fields. The error is null for a null text
+    (the caller decides what a null means)."""
     if required is None:
         required = [field.name for field in schema.fields if not field.nullable]
+    typed, as_text, is_object = f"_{into}_typed", f"_{into}_as_text", f"_{into}_is_object"
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_FIELD}
-    typed = F.from_json(
-        text, StructType([*schema.fields, StructField(CORRUPT_FIELD, StringType())]), options
+    with_corrupt = StructType([*schema.fields, StructField(CORRUPT_FIELD, StringType())])
+    all_text = StructType([StructField(f.name, StringType()) for f in schema.fields])
+    parsed = df.select(
+        "*",
+        F.from_json(F.col(text), with_corrupt, options).alias(typed),
+        F.from_json(F.col(text), all_text).alias(as_text),
+        F.json_object_keys(F.col(text)).isNotNull().alias(is_object),
     )
-    as_text = F.from_json(
-        text, StructType([StructField(f.name, StringType()) for f in schema.fields])
+    wrong_types = F.concat_ws(
+        "; ",
+        *[
+            F.when(
+                F.col(typed)[f.name].isNull() & F.col(as_text)[f.name].isNotNull(),
+                F.lit(f"field {f.name!r} is not a valid {f.dataType.simpleString()}"),
+            )
+            for f in schema.fields
+        ],
     )
-    wrong_types = [
-        F.when(
-            typed[f.name].isNull() & as_text[f.name].isNotNull(),
-            F.lit(f"field {f.name!r} is not a valid {f.dataType.simpleString()}"),
-        )
-        for f in schema.fields
-    ]
-    missing = [
-        F.when(typed[name].isNull() & as_text[name].isNull(), F.lit(name)) for name in required
-    ]
-    wrong_type_detail = F.concat_ws("; ", *wrong_types)
-    missing_detail = F.concat_ws(", ", *missing) if missing else F.lit("")
+    missing = F.concat_ws(
+        ", ",
+        F.lit(None).cast("string"),
+        *[
+            F.when(F.col(typed)[name].isNull() & F.col(as_text)[name].isNull(), F.lit(name))
+            for name in required
+        ],
+    )
     error = (
-        F.when(text.isNull(), F.lit(None))
-        .when(F.json_object_keys(text).isNull(), F.lit(NOT_AN_OBJECT))
+        F.when(F.col(text).isNull(), F.lit(None))
+        .when(~F.col(is_object), F.lit(NOT_AN_OBJECT))
         .when(
-            typed[CORRUPT_FIELD].isNotNull(),
+            F.col(typed)[CORRUPT_FIELD].isNotNull(),
             F.concat(
                 F.lit("does not match the declared schema: "),
-                F.when(wrong_type_detail != "", wrong_type_detail).otherwise(
+                F.when(wrong_types != "", wrong_types).otherwise(
                     F.lit("a nested field has the wrong type")
                 ),
             ),
         )
-        .when(missing_detail != "", F.concat(F.lit("missing required field(s): "), missing_detail))
+        .when(missing != "", F.concat(F.lit("missing required field(s): "), missing))
     )
-    value = F.struct(*[typed[f.name].alias(f.name) for f in schema.fields])
-    return Decoded(value, error)
+    value = F.struct(*[F.col(typed)[f.name].alias(f.name) for f in schema.fields])
+    return parsed.select("*", error.alias(error_column(into)), value.alias(into)).drop(
+        typed, as_text, is_object
+    )
 
 
-def decode_key(raw_key: Column, key_schema: StructType) -> Decoded:
-    """Decode a Kafka key: an object holding the key columns, or a bare JSON scalar when
-    there is exactly one key column. Every key column is required."""
-    text = unwrap_connect_envelope(raw_key, key_schema)
+def decode_key(df: DataFrame, raw: str, key_schema: StructType, into: str) -> DataFrame:
+    """Add ``into`` (the decoded Kafka key in column ``raw``) and its error column. A key
+    is an object holding the key columns, or a bare JSON scalar when there is exactly one
+    key column. Every key column is required."""
+    text = f"_{into}_text"
+    df = unwrap_connect_envelope(df, raw, key_schema, text)
     if len(key_schema.fields) == 1:
         opening = "{" + json.dumps(key_schema.names[0]) + ":"
-        is_object = F.json_object_keys(text).isNotNull()
-        text = F.when(is_object, text).otherwise(F.concat(F.lit(opening), text, F.lit("}")))
-        decoded = decode_object(text, key_schema, required=key_schema.names)
+        is_object = F.json_object_keys(F.col(text)).isNotNull()
+        as_object = F.concat(F.lit(opening), F.col(text), F.lit("}"))
+        df = df.withColumn(text, F.when(is_object, F.col(text)).otherwise(as_object))
+    df = decode_json(df, text, key_schema, into, required=key_schema.names).drop(text)
+    if len(key_schema.fields) == 1:
+        error = F.col(error_column(into))
         not_json = F.lit("neither a JSON object nor a JSON scalar")
-        error = F.when(decoded.error == NOT_AN_OBJECT, not_json).otherwise(decoded.error)
-        return Decoded(decoded.value, error)
-    return decode_object(text, key_schema, required=key_schema.names)
+        df = df.withColumn(
+            error_column(into), F.when(error == NOT_AN_OBJECT, not_json).otherwise(error)
+        )
+    return df
 
 
-def key_slot(raw_key: Column, key: Decoded) -> Column:
-    """Which upsert slot a record (or an error row) belongs to: one per decoded key (by its
-    canonical JSON), one per undecodable raw key text, and one shared by all null keys."""
+def key_slot(raw: str, key: str) -> Column:
+    """Which upsert slot a record (or an error row) belongs to, from its raw key column and
+    the decoded ``key``: one per decoded key (by its canonical JSON), one per undecodable
+    raw key text, and one shared by all null keys."""
     return (
-        F.when(raw_key.isNull(), F.lit("null"))
-        .when(key.error.isNotNull(), F.concat(F.lit("raw:"), raw_key))
-        .otherwise(F.concat(F.lit("key:"), F.to_json(key.value)))
+        F.when(F.col(raw).isNull(), F.lit("null"))
+        .when(F.col(error_column(key)).isNotNull(), F.concat(F.lit("raw:"), F.col(raw)))
+        .otherwise(F.concat(F.lit("key:"), F.to_json(F.col(key))))
     )

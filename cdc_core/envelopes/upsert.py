@@ -25,9 +25,9 @@ from pyspark.sql.types import StructType
 
 from cdc_core.envelopes.columns import UPSERT, output_schema
 from cdc_core.envelopes.decode import (
-    Decoded,
+    decode_json,
     decode_key,
-    decode_object,
+    error_column,
     key_slot,
     unwrap_connect_envelope,
 )
@@ -48,17 +48,28 @@ from cdc_core.schemas import ERROR
 COMMAND_COLUMNS = ("partition", "offset", "key", "slot", "key_value", "reason", "row")
 
 
-def key_problem(key: Decoded) -> Column:
-    """The error of a record whose key identifies no row, else null."""
+def key_problem() -> Column:
+    """The error of a record whose key identifies no row, else null (needs ``key_value``
+    from ``decode_key``)."""
     return F.when(F.col("key").isNull(), reason(NULL_KEY, NULL_KEY_DETAIL)).when(
-        key.error.isNotNull(), reason(KEY_DECODE, F.concat(F.lit("key is "), key.error))
+        F.col("key_value_error").isNotNull(),
+        reason(KEY_DECODE, F.concat(F.lit("key is "), F.col("key_value_error"))),
     )
 
 
-def slot_columns(key: Decoded) -> tuple[Column, Column]:
-    """``slot`` and ``key_value`` (the decoded key, null when it did not decode)."""
-    slot = key_slot(F.col("key"), key).alias("slot")
-    return slot, F.when(key.error.isNull(), key.value).alias("key_value")
+def with_key(records: DataFrame, key_schema: StructType) -> DataFrame:
+    """Add ``key_value`` (the decoded key, null when it does not decode), its error, and
+    the record's ``slot``."""
+    decoded = decode_key(records, "key", key_schema, "key_value")
+    return decoded.withColumn("slot", key_slot("key", "key_value")).withColumn(
+        "key_value", F.when(F.col("key_value_error").isNull(), F.col("key_value"))
+    )
+
+
+def value_problem(name: str, label: str) -> Column:
+    """A ``value decode error`` naming ``label`` when column ``name`` did not decode."""
+    error = F.col(error_column(name))
+    return F.when(error.isNotNull(), reason(VALUE_DECODE, F.concat(F.lit(f"{label} "), error)))
 
 
 def apply_upsert(
@@ -74,35 +85,15 @@ def apply_upsert(
     """The UPSERT envelope for one window of RECLOCKED ``records`` at IntoTime ``time``.
     Output columns: key columns ++ value columns."""
     output = output_schema(UPSERT, key_schema, value_schema)
-    staged = records.select(
-        "partition",
-        "offset",
-        "key",
-        unwrap_connect_envelope(F.col("payload"), value_schema).alias("value_text"),
-    )
-    key = decode_key(F.col("key"), key_schema)
-    value = decode_object(F.col("value_text"), value_schema)
+    staged = unwrap_connect_envelope(records, "payload", value_schema, "value_text")
+    staged = decode_json(with_key(staged, key_schema), "value_text", value_schema, "value")
     is_tombstone = F.col("value_text").isNull()
-    problem = F.when(
-        ~is_tombstone,
-        F.coalesce(
-            key_problem(key),
-            F.when(
-                value.error.isNotNull(),
-                reason(VALUE_DECODE, F.concat(F.lit("value "), value.error)),
-            ),
-        ),
-    )
-    fields = [key.value[name].alias(name) for name in key_schema.names] + [
-        value.value[name].alias(name) for name in value_schema.names
+    problem = F.when(~is_tombstone, F.coalesce(key_problem(), value_problem("value", "value")))
+    fields = [F.col("key_value")[name].alias(name) for name in key_schema.names] + [
+        F.col("value")[name].alias(name) for name in value_schema.names
     ]
-    commands = staged.select(
-        "partition",
-        "offset",
-        "key",
-        *slot_columns(key),
-        problem.alias("reason"),
-        F.when(~is_tombstone & problem.isNull(), F.struct(*fields)).alias("row"),
+    commands = staged.withColumn("reason", problem).withColumn(
+        "row", F.when(~is_tombstone & F.col("reason").isNull(), F.struct(*fields))
     )
     return apply_commands(
         commands,
@@ -125,13 +116,14 @@ def apply_commands(
     prior_changes: DataFrame | None,
     prior_errors: DataFrame | None,
 ) -> EnvelopeResult:
-    """Replace each touched slot's prior content by its latest command."""
+    """Replace each touched slot's prior content by its latest command (``commands`` has
+    at least the COMMAND_COLUMNS)."""
     spark = commands.sparkSession
     latest = (
         commands.groupBy("slot")
         .agg(
             F.max_by(
-                F.struct(*[c for c in COMMAND_COLUMNS if c != "slot"]),
+                F.struct(*[F.col(c) for c in COMMAND_COLUMNS if c != "slot"]),
                 F.struct("partition", "offset"),
             ).alias("latest")
         )
@@ -148,9 +140,9 @@ def apply_commands(
     old_errors = (
         prior_updates(spark, prior_errors, ERROR)
         .filter(is_envelope_error(F.col("reason")))
-        .withColumn("slot", key_slot(F.col("key"), decode_key(F.col("key"), key_schema)))
+        .transform(lambda errors: with_key(errors, key_schema))
         .join(F.broadcast(latest.select("slot")), on="slot", how="left_semi")
-        .drop("slot")
+        .select(*ERROR.names, "diff")
     )
     new_errors = error_rows(latest.filter(F.col("reason").isNotNull()), topic)
     return EnvelopeResult(
