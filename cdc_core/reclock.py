@@ -50,6 +50,8 @@ class ReclockedRange:
 
 @dataclass(frozen=True)
 class ReclockedWindow:
+    """A window's binding and the reclocked range ending with it."""
+
     binding: Binding
     reclocked: ReclockedRange
 
@@ -82,7 +84,8 @@ class RangeBindings:
 
     @classmethod
     def of(cls, binding: Binding, previous: OffsetFrontier) -> RangeBindings:
-        """The bindings of one window, known from its binding without reading the remap."""
+        """The bindings of one window, from its binding and the frontier before it,
+        without reading the remap again."""
         moved = [p for p in binding.frontier.partitions if binding.frontier[p] != previous[p]]
         return cls(previous, tuple((p, binding.frontier[p], binding.time) for p in moved))
 

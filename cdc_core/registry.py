@@ -76,9 +76,6 @@ class RegisteredFile:
     archived_to: str | None = None
     retired: bool = False
 
-    def stats(self, partition: int) -> PartitionStats | None:
-        return next((s for s in self.partitions if s.partition == partition), None)
-
     def overlaps(self, low: Mapping[int, int], high: OffsetFrontier | None) -> bool:
         """True iff some partition range meets ``[low[p], high[p])`` (``high=None``: unbounded)."""
         return any(
