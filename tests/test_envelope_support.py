@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DataType, LongType, StructField, StructType
 
-from cdc_core.envelopes import EnvelopeResult
+from cdc_core.envelopes import DEDUP_STATE, EnvelopeResult
 from cdc_core.schemas import ERROR, RECLOCKED
 
 TOPIC = "t"
@@ -111,6 +111,20 @@ class Run:
             rows,
             prior_changes=self.prior(self.changes, self.output),
             prior_errors=self.prior(self.errors, ERROR),
+        )
+
+    def dedup_window(self, time: int, rows: Iterable[tuple[int, int, object, object]]):
+        return self.window(time, rows, prior_dedup_state=self.prior(self.dedup_state, DEDUP_STATE))
+
+    def dedup_entries(self, entry: str) -> list[tuple]:
+        """The accumulated dedup state rows of one kind, without the ``entry`` column."""
+        return sorted(
+            (
+                (data[0], *data[2:], diff)
+                for data, diff in self.dedup_state.items()
+                if data[1] == entry
+            ),
+            key=repr,
         )
 
 
