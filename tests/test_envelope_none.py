@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from pyspark.sql.types import (
     ArrayType,
     IntegerType,
@@ -12,7 +13,7 @@ from pyspark.sql.types import (
 )
 from test_envelope_support import error, reclocked, updates
 
-from cdc_core.envelopes import apply_none
+from cdc_core.envelopes import EnvelopeConfigError, apply_envelope, apply_none
 
 KEY = StructType([StructField("id", LongType())])
 VALUE = StructType([StructField("name", StringType()), StructField("n", IntegerType())])
@@ -38,7 +39,8 @@ def test_every_decodable_record_is_plus_one_and_tombstones_are_skipped(spark) ->
 
 
 def test_without_key_columns_the_key_is_ignored(spark) -> None:
-    result = apply_none(
+    result = apply_envelope(
+        "none",
         reclocked(spark, [(0, 0, "not json", {"name": "a", "n": 1})]),
         time=10,
         topic="t",
@@ -85,3 +87,10 @@ def test_what_not_matching_the_declared_schema_means(spark) -> None:
         error(0, 5, 6, "value decode error: value not a JSON object", 1),
         error(0, 6, 7, mismatch + "field 'n' is not a valid int", 1),
     ]
+
+
+def test_an_unknown_envelope_is_a_config_error(spark) -> None:
+    with pytest.raises(EnvelopeConfigError, match=r"one of none, upsert, debezium-upsert, "):
+        apply_envelope(
+            "upsrt", reclocked(spark, []), time=1, topic="t", key_schema=KEY, value_schema=VALUE
+        )
