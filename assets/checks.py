@@ -7,7 +7,6 @@ for completeness, the last window's time for the others). Without partition tags
 (a check run on its own) they judge the newest complete window.
 """
 
-from __future__ import annotations
 
 from collections.abc import Callable
 

@@ -9,7 +9,6 @@ it first binds the skipped windows, so running windows out of order never reorde
 bindings.
 """
 
-from __future__ import annotations
 
 import time
 from collections.abc import Iterator

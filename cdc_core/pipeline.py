@@ -9,6 +9,7 @@ first processes those (their bindings are durable, so the result is the same).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +29,6 @@ from cdc_core.resumption import (
     SourceInspection,
     UpstreamCommit,
     inspect_source,
-    resumption_frontiers,
     retire,
 )
 from cdc_core.schemas import ERROR, RECLOCKED, REMAP
@@ -287,8 +287,16 @@ class SourcePipeline:
 
     def retire(self) -> RetireReport:
         """Commit the offset resumption frontier upstream and retire the dumps below it."""
-        frontiers = resumption_frontiers(self.remap, self.outputs)
-        return retire(self.registry, self.remap, self.upstream, frontiers, self.source.retire)
+        return retire(
+            self.remap,
+            self.outputs,
+            self.registry,
+            self.upstream,
+            mode=self.source.retire,
+            landing=self.landing,
+            archive=self.root / "archive",
+            now_ms=int(time.time() * 1000),
+        )
 
 
 def _table_status(shard: Shard) -> TableStatus:

@@ -9,6 +9,8 @@ so a refresh that has nothing new to show writes no new version.
 
 from __future__ import annotations
 
+import uuid
+
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
@@ -54,7 +56,8 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     copies = F.explode(F.array_repeat(F.lit(1), F.col(DIFF).cast("int")))
     rows = snapshot.where(F.col(DIFF) > 0).select(*schema.fieldNames(), copies.alias("_")).drop("_")
     table = _open_or_create(path, schema)
-    batch_id, files = write_files(rows, path)
+    batch_id = uuid.uuid4().hex
+    files = write_files(rows, path, batch_id)
     actions = [remove_action(f) for f in live_files(table)]
     actions += [add_action(f, data_change=True) for f in files]
     try:

@@ -33,7 +33,7 @@ def build_definitions(config: Config) -> Definitions:
     checks = [check for source in config.sources for check in source_checks(config, source)]
     job = define_asset_job(
         ALL_WINDOWS_JOB,
-        selection=AssetSelection.all(include_sources=False),
+        selection=AssetSelection.all(),
         partitions_def=partitions,
         executor_def=in_process_executor,
     )

@@ -7,7 +7,6 @@ registry, not the cursor, decides what is new, so a lost cursor repeats no work 
 a restarted sensor requests nothing twice (run keys name the window range).
 """
 
-from __future__ import annotations
 
 import json
 import time
