@@ -228,7 +228,7 @@ def binlog_files(valid: DataFrame, prior: DataFrame) -> tuple[DataFrame, DataFra
         "binlog_file",
         (F.coalesce("base", F.lit(-1)) + F.row_number().over(by_appearance)).alias("file_index"),
     )
-    return known.unionByName(fresh), fresh
+    return known.union(fresh), fresh
 
 
 def apply_debezium(
@@ -305,7 +305,7 @@ def apply_debezium(
     )
     changes = at_time(emissions(decided.filter("used"), output), output.names, time)
     errors = at_time(
-        error_rows(events.filter(F.col("reason").isNotNull()), topic).unionByName(
+        error_rows(events.filter(F.col("reason").isNotNull()), topic).union(
             error_rows(stream_violations(decided), topic)
         ),
         ERROR.names,
@@ -325,7 +325,7 @@ def emissions(used: DataFrame, output: StructType) -> DataFrame:
         )
         for image, diff in images
     ]
-    return parts[0].unionByName(parts[1])
+    return parts[0].union(parts[1])
 
 
 def stream_violations(decided: DataFrame) -> DataFrame:
@@ -412,5 +412,5 @@ def state_updates(
     ]
     result = parts[0]
     for part in parts[1:]:
-        result = result.unionByName(part)
+        result = result.union(part)
     return result

@@ -146,6 +146,6 @@ def apply_commands(
     )
     new_errors = error_rows(latest.filter(F.col("reason").isNotNull()), topic)
     return EnvelopeResult(
-        changes=at_time(negated(old_rows).unionByName(new_rows), output.names, time),
-        errors=at_time(negated(old_errors).unionByName(new_errors), ERROR.names, time),
+        changes=at_time(negated(old_rows).union(new_rows), output.names, time),
+        errors=at_time(negated(old_errors).union(new_errors), ERROR.names, time),
     )
