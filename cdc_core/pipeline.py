@@ -207,9 +207,9 @@ class SourcePipeline:
         )
         upper = end + 1
         append_new(self.reclocked, window.reclocked.records, lower, upper)
-        records = self.reclocked.listen(max(lower - 1, 0), end) if lower > 0 else (
-            self.reclocked.snapshot(end)
-        )
+        # The window's records, read back from the committed shard; cached because the
+        # envelope's outputs (changes, errors, dedup state) each read them.
+        records = self.reclocked.listen(max(lower - 1, 0), end).cache()
         result = apply_envelope(
             self.source.envelope,
             records.drop("time", "diff"),
@@ -226,6 +226,7 @@ class SourcePipeline:
         appended_errors = append_new(self.errors, errors, lower, upper)
         if self.dedup is not None and result.dedup_state is not None:
             append_new(self.dedup, result.dedup_state, lower, upper)
+        records.unpersist()
         return WindowReport(
             source=self.source.name,
             start=start,
