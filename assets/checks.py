@@ -28,7 +28,7 @@ from assets.partitions import to_datetime, window_bounds, window_partitions
 from assets.source_assets import output_key
 from cdc_core import checks
 from cdc_core.config import Config, SourceConfig
-from cdc_core.expectations import parse_expectations, validate
+from cdc_core.expectations import validate
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.remap import frontier_at
 
@@ -119,10 +119,8 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
         return checks.state_is_set(pipeline.changes, key_columns, end)
 
     def expectations(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
-        raw = [{"type": e.type, "kwargs": dict(e.kwargs)} for e in source.expectations]
-        specs = parse_expectations(raw)
         rows = checks.window_rows(pipeline.changes, start + 1, end + 1).where("diff > 0")
-        report = validate(rows, specs, name=f"{name}_changes")
+        report = validate(rows, source.expectations, name=f"{name}_changes")
         return checks.CheckOutcome(
             report.success,
             report.summary(),

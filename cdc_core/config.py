@@ -29,6 +29,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from cdc_core.envelopes.columns import output_schema as envelope_output_schema
+from cdc_core.expectations import ExpectationSpec
 from cdc_core.frontier import OffsetFrontier
 
 FORMATS = ("json", "cdcv2-json", "cdcv2-avro")
@@ -81,14 +83,6 @@ class SparkSettings:
 
 
 @dataclass(frozen=True)
-class ExpectationSpec:
-    """A great-expectations expectation, by type name and keyword arguments (shape only)."""
-
-    type: str
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class SourceConfig:
     """One Kafka topic turned into one set of Delta tables under ``<lake>/<name>``.
 
@@ -118,11 +112,8 @@ class SourceConfig:
 
     @property
     def output_schema(self) -> StructType:
-        """Data columns of the ``changes`` table: the after-image for Debezium envelopes
-        (it already holds the key), key ++ value otherwise."""
-        if self.envelope.startswith("debezium"):
-            return self.value_schema
-        return to_struct_type({**self.key, **self.value})
+        """Data columns of the ``changes`` table, as the envelope defines them."""
+        return envelope_output_schema(self.envelope, self.key_schema, self.value_schema)
 
 
 @dataclass(frozen=True)
