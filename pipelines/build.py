@@ -10,6 +10,7 @@ from dagster import (
     in_process_executor,
 )
 
+from assets.cdcv2_export import cdcv2_export_asset
 from assets.checks import source_checks
 from assets.partitions import window_partitions
 from assets.source_assets import source_assets
@@ -30,6 +31,7 @@ def build_definitions(config: Config) -> Definitions:
     """
     partitions = window_partitions(config)
     assets = [source_assets(config, source, partitions) for source in config.sources]
+    assets += [cdcv2_export_asset(config, source, partitions) for source in config.sources]
     checks = [check for source in config.sources for check in source_checks(config, source)]
     job = define_asset_job(
         ALL_WINDOWS_JOB,

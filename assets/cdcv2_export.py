@@ -1,0 +1,163 @@
+"""Per source, ``<source>/changes_cdcv2``: each window of the ``changes`` shard as a CDCv2
+stream in files, for downstream consumers that do not read Delta.
+
+Window ``[start, end)`` binds at ``end``, so its stream covers IntoTimes
+``[start + 1, end + 1)`` and lands in ``<lake>/<source>/cdcv2/<window key>/``. Streams of
+adjacent windows chain: read together from the first window's ``start + 1`` they are one
+stream, complete through the last window's ``end + 1``.
+
+The encoding is a constant (JSON lines) rather than a per-run choice: consumers read many
+window folders as one stream with one decoder, so every folder must share an encoding.
+"""
+
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
+    BackfillPolicy,
+    MaterializeResult,
+    MetadataValue,
+    TimeWindowPartitionsDefinition,
+    asset,
+)
+from dagster_pyspark import PySparkResource
+
+from assets.partitions import to_datetime, window_bounds
+from assets.source_assets import output_key
+from cdc_core.cdcv2.export import export_shard
+from cdc_core.cdcv2.stream_files import Encoding, write_stream
+from cdc_core.config import Config, SourceConfig
+from cdc_core.frontier import TimeFrontier
+from cdc_core.pipeline import SourcePipeline
+from cdc_core.shard import Shard
+
+EXPORT_ENCODING = Encoding.JSON
+EXPORT_FOLDER = "cdcv2"
+
+
+def export_key(source: str) -> AssetKey:
+    return output_key(source, "changes_cdcv2")
+
+
+@dataclass(frozen=True)
+class WindowExport:
+    """What the export of one window wrote: its folder and the stream's size."""
+
+    key: str
+    start: int
+    end: int
+    folder: Path
+    updates: int
+    progress_statements: int
+
+    def summary(self) -> str:
+        return (
+            f"window {self.key}: {self.updates} update(s), {self.progress_statements} "
+            f"progress statement(s), times [{self.start + 1}, {self.end + 1}) -> {self.folder}"
+        )
+
+
+def export_window(shard: Shard, root: Path, key: str, start: int, end: int) -> WindowExport:
+    """Write the stream of window ``[start, end)`` (times ``[start + 1, end + 1)``) into
+    ``root/key``, replacing any earlier export of it as a whole folder.
+
+    The stream is written into a hidden staging folder and renamed into place, so a
+    reader never sees a half-written stream, nor the files of two exports of the window
+    side by side (``write_stream`` alone would add a second, differently named copy).
+    """
+    stream = export_shard(shard.refresh(), start + 1, TimeFrontier.at(end + 1))
+    target = root / key
+    _discard_leftovers(root, key)
+    staging = root / f".{key}.{uuid.uuid4().hex}.staging"
+    written = write_stream(stream, staging, EXPORT_ENCODING)
+    _publish(staging, target)
+    return WindowExport(key, start, end, target, written.updates, len(stream.progress))
+
+
+def _discard_leftovers(root: Path, key: str) -> None:
+    """Hidden staging or retired folders of this window left by an interrupted export."""
+    if root.is_dir():
+        for leftover in root.glob(f".{key}.*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _publish(staging: Path, target: Path) -> None:
+    """Move the complete ``staging`` folder to ``target``. An earlier export is renamed
+    away first: a reader listing at that instant finds no folder, i.e. a stream complete
+    through nothing new, which CDCv2 readers treat as not yet complete, never as wrong."""
+    if target.exists():
+        retired = target.with_name(f".{target.name}.{uuid.uuid4().hex}.retired")
+        os.rename(target, retired)
+        os.rename(staging, target)
+        shutil.rmtree(retired, ignore_errors=True)  # hidden; the next export retries
+    else:
+        os.rename(staging, target)
+
+
+def export_metadata(exports: list[WindowExport]) -> dict[str, object]:
+    """Totals of the run's windows plus the range judged; stable keys for UI plots."""
+    first, last = exports[0], exports[-1]
+    return {
+        "updates": sum(e.updates for e in exports),
+        "progress_statements": sum(e.progress_statements for e in exports),
+        "windows": len(exports),
+        "folder": MetadataValue.path(str(last.folder.parent)),
+        "window_start": to_datetime(first.start).isoformat(),
+        "window_end": to_datetime(last.end).isoformat(),
+        "judged_time": last.end,
+        "upper": last.end + 1,
+        "encoding": EXPORT_ENCODING.name,
+        "per_window": MetadataValue.json(
+            [
+                {
+                    "window": e.key,
+                    "folder": str(e.folder),
+                    "updates": e.updates,
+                    "progress_statements": e.progress_statements,
+                }
+                for e in exports
+            ]
+        ),
+    }
+
+
+def cdcv2_export_asset(
+    config: Config, source: SourceConfig, partitions: TimeWindowPartitionsDefinition
+) -> AssetsDefinition:
+    """Build the export asset of one source, partitioned like its ``changes``."""
+
+    @asset(
+        key=export_key(source.name),
+        deps=[output_key(source.name, "changes")],
+        partitions_def=partitions,
+        backfill_policy=BackfillPolicy.single_run(),
+        group_name=source.name,
+        kinds={"spark", "json"},
+        metadata={"encoding": EXPORT_ENCODING.name, "topic": source.topic},
+    )
+    def changes_cdcv2(
+        context: AssetExecutionContext, pyspark: PySparkResource
+    ) -> MaterializeResult:
+        """The ``changes`` shard as CDCv2 files, one folder per IntoTime window.
+
+        It depends on ``changes``, so the blocking ``complete`` check on ``changes``
+        stops it from being built on a window whose changes failed that check: a
+        consumer never receives a stream the lake itself judged incomplete.
+        """
+        pipeline = SourcePipeline.from_config(pyspark.spark_session, config, source)
+        root = pipeline.root / EXPORT_FOLDER
+        root.mkdir(parents=True, exist_ok=True)
+        exports = []
+        for key in sorted(context.partition_keys):
+            start, end = window_bounds(partitions.time_window_for_partition_key(key))
+            exports.append(export_window(pipeline.changes, root, key, start, end))
+            context.log.info(f"{source.name}: exported {exports[-1].summary()}")
+        return MaterializeResult(metadata=export_metadata(exports))
+
+    return changes_cdcv2
