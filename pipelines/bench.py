@@ -1,0 +1,694 @@
+"""reclock against what users would otherwise run, on the same deterministic dumps.
+
+    python -m pipelines.bench --size medium            # 1M records / 100k keys / 20 windows
+    python -m pipelines.bench --size large --repeats 2 # 10M records / 1M keys
+    make bench ARGS="--size smoke"
+
+Contenders, all in one process on one Spark session, run in a rotating order per repeat:
+
+* FLOOR: a Spark read of the dumps with an explicit schema, counting rows;
+* FLOOR-PARSE: the same read forced to parse every field (a count of every column);
+* NAIVE: one Spark job: latest record per key, deletes dropped, written as Parquet;
+* MERGE (Spark) / MERGE (Polars): what a Dagster + deltalake user would write: per window,
+  the dumps that landed in it, latest record per key, then ``DeltaTable.merge``; the batch
+  is prepared by Spark (and collected as Arrow) or by Polars;
+* RECLOCK (Dagster): the full backfill, ``pipelines.cli.materialize`` (assets + checks);
+* RECLOCK (engine): the same windows through ``SourcePipeline`` directly, timed per window
+  and per engine step (steps are timed by wrapping the names the engine calls).
+
+Reported: medians, records/s, ratios to FLOOR and FLOOR-PARSE, output rows, peak memory
+(this process plus its descendants, i.e. the Spark JVM), per-window seconds against the
+window index, and RECLOCK's time per step. Written to ``bench-out/<timestamp>.md``.
+Generated dumps are kept under ``<workdir>/dumps/`` and reused by later runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
+
+import cdc_core.pipeline as engine
+from cdc_core.config import Config, parse_config, to_struct_type
+from cdc_core.delta_io import live_files
+from cdc_core.dumps import list_dump_files
+from cdc_core.pipeline import SourcePipeline
+from cdc_core.sample import UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, generate_dumps
+from cdc_core.schemas import DUMP_RECORD
+from cdc_core.shard import Shard
+from cdc_core.spark import get_spark
+from pipelines.cli import materialize
+
+TOPIC = "users"
+START = "2026-01-01T00:00:00Z"
+KEY = to_struct_type(UPSERT_KEY_SCHEMA)
+VALUE = to_struct_type(UPSERT_VALUE_SCHEMA)
+# A kcat -J line as a user would declare it: the parsed dump record without its file.
+LINE = StructType([field for field in DUMP_RECORD.fields if field.name != "file"])
+# MERGE's batch: key, value, the Kafka position of the kept record, and whether it deletes.
+# (``partition`` and ``offset`` are SQL keywords in merge predicates, hence the prefix.)
+POSITION = [StructField("kafka_partition", IntegerType()), StructField("kafka_offset", LongType())]
+MERGE_TARGET = StructType([*KEY.fields, *VALUE.fields, *POSITION])
+DELETED = "deleted"
+MERGE_BATCH = StructType([*MERGE_TARGET.fields, StructField(DELETED, BooleanType())])
+
+FLOOR, FLOOR_PARSE, NAIVE = "FLOOR", "FLOOR-PARSE", "NAIVE"
+MERGE_SPARK, MERGE_POLARS = "MERGE (Spark)", "MERGE (Polars)"
+RECLOCK_DAGSTER, RECLOCK_ENGINE = "RECLOCK (Dagster)", "RECLOCK (engine)"
+MIB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """The generated topic: one upsert topic cut into overlapping dump files."""
+
+    records: int
+    keys: int
+    partitions: int
+    windows: int
+    window: str = "1m"
+    delete_fraction: float = 0.05
+    redelivery_fraction: float = 0.05
+    files: int | None = None  # default: one dump file per window
+    seed: int = 7
+
+    @property
+    def dump_files(self) -> int:
+        return self.files or self.windows
+
+    @property
+    def name(self) -> str:
+        return (
+            f"{self.records}r-{self.keys}k-{self.partitions}p-{self.windows}x{self.window}-"
+            f"{self.dump_files}f-d{self.delete_fraction}-r{self.redelivery_fraction}-s{self.seed}"
+        )
+
+
+SIZES = {
+    "smoke": Workload(records=2_000, keys=200, partitions=3, windows=3),
+    "medium": Workload(records=1_000_000, keys=100_000, partitions=4, windows=20),
+    "large": Workload(records=10_000_000, keys=1_000_000, partitions=4, windows=20),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """Dumps on disk and the reclock config (minus its lake) that reads them."""
+
+    workload: Workload
+    landing: Path
+    config: Config
+    files: tuple[str, ...]
+    window_files: tuple[tuple[str, ...], ...]  # per window: the dumps that landed in it
+    lines: int
+    size_bytes: int
+
+    def windows(self) -> list[tuple[int, int]]:
+        width, start = self.config.window_ms, self.config.start_ms
+        return [(start + i * width, start + (i + 1) * width) for i in range(self.workload.windows)]
+
+    def config_for(self, lake: Path) -> Config:
+        return dataclasses.replace(self.config, lake=lake)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one contender run produced besides its wall time."""
+
+    rows_out: int
+    window_seconds: tuple[float, ...] = ()
+    steps: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    seconds: float
+    peak_total_mib: float
+    peak_python_mib: float
+    outcome: Outcome
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchResult:
+    dataset: Dataset
+    repeats: int
+    master: str
+    runs: dict[str, list[Run]]
+
+
+Contender = Callable[[SparkSession, Dataset, Path], Outcome]
+
+
+# ---- the dumps ---------------------------------------------------------------------------
+
+
+def prepare_dataset(spark: SparkSession, workload: Workload, workdir: Path) -> Dataset:
+    """Generate the dumps once per workload (a marker file says they are complete)."""
+    landing = Path(workdir).absolute() / "dumps" / workload.name
+    config = _config(workload, landing)
+    marker = landing / "_complete"
+    if not marker.exists():
+        shutil.rmtree(landing, ignore_errors=True)
+        generate_dumps(
+            landing,
+            TOPIC,
+            records=workload.records,
+            keys=workload.keys,
+            partitions=workload.partitions,
+            windows=workload.windows,
+            window_ms=config.window_ms,
+            start_ms=config.start_ms,
+            delete_fraction=workload.delete_fraction,
+            redelivery_fraction=workload.redelivery_fraction,
+            files=workload.dump_files,
+            seed=workload.seed,
+        )
+        marker.touch()
+    dumps = list_dump_files(landing, TOPIC)
+    files = tuple(dump.path for dump in dumps)
+    by_window: list[list[str]] = [[] for _ in range(workload.windows)]
+    for dump in sorted(dumps, key=lambda d: (d.mtime_ms, d.path)):
+        index = (dump.mtime_ms - config.start_ms) // config.window_ms
+        by_window[min(max(index, 0), workload.windows - 1)].append(dump.path)
+    lines = spark.read.schema(LINE).json(list(files)).count()
+    return Dataset(
+        workload=workload,
+        landing=landing,
+        config=config,
+        files=files,
+        window_files=tuple(tuple(paths) for paths in by_window),
+        lines=lines,
+        size_bytes=sum(dump.size for dump in dumps),
+    )
+
+
+def _config(workload: Workload, landing: Path) -> Config:
+    """One upsert source, bound by event time, over exactly the generated windows."""
+    source = {
+        "name": TOPIC,
+        "topic": TOPIC,
+        "format": "json",
+        "key": UPSERT_KEY_SCHEMA,
+        "value": UPSERT_VALUE_SCHEMA,
+        "envelope": "upsert",
+        "reclock": "event-time",
+    }
+    data = {"lake": "lake", "landing": str(landing), "window": workload.window, "start": START}
+    config = parse_config({**data, "sources": [source]}, landing.parent)
+    return dataclasses.replace(config, end_ms=config.start_ms + workload.windows * config.window_ms)
+
+
+# ---- contenders --------------------------------------------------------------------------
+
+
+def floor(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
+    return Outcome(rows_out=spark.read.schema(LINE).json(list(dataset.files)).count())
+
+
+def floor_parse(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
+    lines = spark.read.schema(LINE).json(list(dataset.files))
+    counts = lines.agg(*(F.count(name).alias(name) for name in LINE.fieldNames())).first()
+    return Outcome(rows_out=counts[0])
+
+
+def naive(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
+    path = str(scratch / "naive")
+    latest = spark_latest(spark, dataset.files)
+    latest.where(~F.col(DELETED)).drop(DELETED).write.mode("overwrite").parquet(path)
+    return Outcome(rows_out=spark.read.parquet(path).count())
+
+
+def merge_spark(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
+    return merge_windows(dataset, scratch, lambda files: spark_latest(spark, files).toArrow())
+
+
+def merge_polars(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
+    return merge_windows(dataset, scratch, polars_latest)
+
+
+def reclock_dagster(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
+    config = dataset.config_for(scratch / "lake")
+    if not materialize(config):
+        raise RuntimeError("the reclock backfill failed; see the Dagster log above")
+    return Outcome(rows_out=state_rows(config))
+
+
+def reclock_engine(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
+    config = dataset.config_for(scratch / "lake")
+    steps: Counter[str] = Counter()
+    seconds = []
+    with timed_engine_steps(steps):
+        pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
+        with _timed(steps, "register dumps"):
+            pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
+        for start, end in dataset.windows():
+            started = time.perf_counter()
+            pipeline.run_window(start, end)
+            seconds.append(time.perf_counter() - started)
+        with _timed(steps, "publish state"):
+            pipeline.finish()
+    return Outcome(state_rows(config), tuple(seconds), dict(steps))
+
+
+CONTENDERS: dict[str, Contender] = {
+    FLOOR: floor,
+    FLOOR_PARSE: floor_parse,
+    NAIVE: naive,
+    MERGE_SPARK: merge_spark,
+    MERGE_POLARS: merge_polars,
+    RECLOCK_DAGSTER: reclock_dagster,
+    RECLOCK_ENGINE: reclock_engine,
+}
+
+
+def spark_latest(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+    """The newest record per key (by Kafka position), decoded, with a delete flag."""
+    lines = spark.read.schema(LINE).json(list(files))
+    keyed = lines.select(
+        F.from_json("key", KEY).alias("k"),
+        F.struct(
+            F.col("partition").alias("kafka_partition"),
+            F.col("offset").alias("kafka_offset"),
+            "payload",
+        ).alias("record"),
+    ).select("k.*", "record")
+    newest = keyed.groupBy(*KEY.fieldNames()).agg(
+        F.max_by("record", F.struct("record.kafka_partition", "record.kafka_offset")).alias("r")
+    )
+    return newest.select(
+        *KEY.fieldNames(),
+        F.from_json("r.payload", VALUE).alias("v"),
+        "r.kafka_partition",
+        "r.kafka_offset",
+        F.col("r.payload").isNull().alias(DELETED),
+    ).select(*KEY.fieldNames(), "v.*", "kafka_partition", "kafka_offset", DELETED)
+
+
+def polars_latest(files: Sequence[str]) -> pa.Table:
+    """``spark_latest`` as a single-node user would write it in Polars."""
+    lines = pl.scan_ndjson(list(files), schema=_polars_schema(LINE))
+    newest = (
+        lines.with_columns(pl.col("key").str.json_decode(pl.Struct(_polars_schema(KEY))))
+        .unnest("key")
+        .sort("partition", "offset")
+        .unique(subset=KEY.fieldNames(), keep="last")
+    )
+    decoded = newest.select(
+        *KEY.fieldNames(),
+        pl.col("payload").str.json_decode(pl.Struct(_polars_schema(VALUE))).alias("v"),
+        pl.col("partition").alias("kafka_partition"),
+        pl.col("offset").alias("kafka_offset"),
+        pl.col("payload").is_null().alias(DELETED),
+    )
+    flat = decoded.unnest("v").select(MERGE_BATCH.fieldNames())
+    return flat.collect().to_arrow().cast(to_arrow_schema(MERGE_BATCH))
+
+
+def merge_windows(
+    dataset: Dataset, scratch: Path, prepare: Callable[[Sequence[str]], pa.Table]
+) -> Outcome:
+    """Per window: prepare the batch of the dumps that landed in it, then merge it into
+    a Delta table; a position guard keeps an older redelivered record from winning."""
+    path = str(scratch / "merged")
+    target = DeltaTable.create(path, to_arrow_schema(MERGE_TARGET))
+    steps: Counter[str] = Counter()
+    seconds = []
+    for files in dataset.window_files:
+        started = time.perf_counter()
+        if files:
+            with _timed(steps, "prepare batch"):
+                batch = prepare(files)
+            with _timed(steps, "DeltaTable.merge"):
+                merge_batch(target, batch)
+        seconds.append(time.perf_counter() - started)
+    return Outcome(_delta_rows(path), tuple(seconds), dict(steps))
+
+
+def merge_batch(target: DeltaTable, batch: pa.Table) -> None:
+    on = " AND ".join(f"t.{name} = s.{name}" for name in KEY.fieldNames())
+    newer = "s.kafka_offset > t.kafka_offset"
+    (
+        target.merge(batch, predicate=on, source_alias="s", target_alias="t")
+        .when_matched_delete(f"s.{DELETED} AND {newer}")
+        .when_matched_update_all(f"NOT s.{DELETED} AND {newer}", except_cols=[DELETED])
+        .when_not_matched_insert_all(f"NOT s.{DELETED}", except_cols=[DELETED])
+        .execute()
+    )
+
+
+def state_rows(config: Config) -> int:
+    return _delta_rows(str(config.lake / TOPIC / "state"))
+
+
+def _delta_rows(path: str) -> int:
+    return sum(file.num_records for file in live_files(DeltaTable(path)))
+
+
+def _polars_schema(schema: StructType) -> pl.Schema:
+    return pl.from_arrow(to_arrow_schema(schema).empty_table()).schema
+
+
+def slug(name: str) -> str:
+    """A contender's name for the command line and its scratch folder: ``merge-spark``."""
+    return "-".join(re.findall(r"[a-z]+", name.lower()))
+
+
+# ---- timing and memory -------------------------------------------------------------------
+
+
+@contextmanager
+def _timed(steps: Counter[str], step: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        steps[step] += time.perf_counter() - started
+
+
+def _shard_name(shard: Shard, *_: object, **__: object) -> str:
+    return f"append {Path(shard.path).name} (compute + write + commit)"
+
+
+# What the engine calls inside a window, and how each call is labelled. Spark is lazy:
+# reading dumps and computing the envelope happen inside the appends that write them.
+ENGINE_STEPS: tuple[tuple[object, str, Callable[..., str]], ...] = (
+    (engine, "reclock_window", lambda *_, **__: "bind window (mint or reuse)"),
+    (engine, "append_new", _shard_name),
+    (engine, "apply_envelope", lambda *_, **__: "plan envelope"),
+    (Shard, "progress", lambda *_, **__: "count updates (Delta history)"),
+    (SourcePipeline, "outputs_upper", lambda *_, **__: "read output uppers"),
+)
+
+
+@contextmanager
+def timed_engine_steps(steps: Counter[str]) -> Iterator[None]:
+    """Accumulate wall time per engine step by wrapping the names the engine calls;
+    the originals are restored on exit."""
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in ENGINE_STEPS]
+
+    def timing(function: Callable[..., object], label: Callable[..., str]) -> Callable:
+        def timed_call(*args: object, **kwargs: object) -> object:
+            with _timed(steps, label(*args, **kwargs)):
+                return function(*args, **kwargs)
+
+        return timed_call
+
+    for (owner, name, original), (_, _, label) in zip(originals, ENGINE_STEPS, strict=True):
+        setattr(owner, name, timing(original, label))
+    try:
+        yield
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+class PeakMemory:
+    """The peak resident memory of this process and of all its descendants (the Spark JVM
+    and its Python workers), sampled from /proc by a background thread."""
+
+    SAMPLE_SECONDS = 0.2
+    RESCAN_SAMPLES = 10  # look for new descendant processes every 2 s
+
+    def __init__(self) -> None:
+        self.peak_total = 0
+        self.peak_python = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        me = os.getpid()
+        pids: list[int] = []
+        samples = 0
+        while True:
+            if samples % self.RESCAN_SAMPLES == 0:
+                pids = [me, *_descendants(me)]
+            sizes = [_rss_bytes(pid) for pid in pids]
+            self.peak_python = max(self.peak_python, sizes[0])
+            self.peak_total = max(self.peak_total, sum(sizes))
+            samples += 1
+            if self._stop.wait(self.SAMPLE_SECONDS):
+                return
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry))
+    found, frontier = [], [root]
+    while frontier:
+        kids = children.get(frontier.pop(), [])
+        found += kids
+        frontier += kids
+    return found
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        resident_pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0  # the process ended between two samples
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
+# ---- the run -----------------------------------------------------------------------------
+
+
+def run_benchmark(
+    spark: SparkSession,
+    workload: Workload,
+    workdir: Path,
+    *,
+    repeats: int,
+    contenders: Sequence[str] = tuple(CONTENDERS),
+) -> BenchResult:
+    """Every contender ``repeats`` times; repeat ``r`` starts ``r`` places further down
+    the list, so no contender always runs first (cold) or right after the same one."""
+    dataset = prepare_dataset(spark, workload, workdir)
+    floor_parse(spark, dataset, Path(workdir))  # warm up the JVM and the page cache
+    runs: dict[str, list[Run]] = {name: [] for name in contenders}
+    for repeat in range(repeats):
+        shift = repeat % len(contenders)
+        for name in [*contenders[shift:], *contenders[:shift]]:
+            scratch = Path(workdir).absolute() / "scratch" / slug(name)
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir(parents=True)
+            with PeakMemory() as memory:
+                started = time.perf_counter()
+                outcome = CONTENDERS[name](spark, dataset, scratch)
+                seconds = time.perf_counter() - started
+            shutil.rmtree(scratch, ignore_errors=True)
+            runs[name].append(
+                Run(seconds, memory.peak_total / MIB, memory.peak_python / MIB, outcome)
+            )
+            per_window = " ".join(f"{w:.1f}" for w in outcome.window_seconds)
+            print(f"[{repeat + 1}/{repeats}] {name:<18} {seconds:9.2f} s  {per_window}", flush=True)
+    return BenchResult(dataset, repeats, spark.sparkContext.master, runs)
+
+
+# ---- the report --------------------------------------------------------------------------
+
+
+def median_seconds(runs: Sequence[Run]) -> float:
+    return statistics.median(run.seconds for run in runs)
+
+
+def window_medians(runs: Sequence[Run]) -> list[float]:
+    """Per window index, the median over repeats."""
+    series = [run.outcome.window_seconds for run in runs]
+    return [statistics.median(times) for times in zip(*series, strict=True)]
+
+
+def history_growth(series: Sequence[float]) -> tuple[int, int, float] | None:
+    """``(early, late, late/early)``: the last window against the window a tenth of the
+    way in (1-based, at least the 2nd so table creation is not the baseline)."""
+    if len(series) < 3:
+        return None
+    early = max(2, round(len(series) / 10))
+    return early, len(series), series[-1] / series[early - 1]
+
+
+def render(result: BenchResult) -> str:
+    dataset, workload = result.dataset, result.dataset.workload
+    medians = {name: median_seconds(runs) for name, runs in result.runs.items()}
+    lines = [
+        f"# reclock benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC",
+        "",
+        f"- records {workload.records:,} ({dataset.lines:,} dump lines with redeliveries), "
+        f"keys {workload.keys:,}, partitions {workload.partitions}, "
+        f"windows {workload.windows} x {workload.window}",
+        f"- deletes {workload.delete_fraction:.0%}, redeliveries "
+        f"{workload.redelivery_fraction:.0%}, {len(dataset.files)} dump files, "
+        f"{dataset.size_bytes / MIB:,.1f} MiB, seed {workload.seed}",
+        f"- Spark {result.master}, {result.repeats} repeat(s) in rotating order, "
+        f"medians; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at the end",
+        "",
+        "| contender | median s | runs s | records/s | x FLOOR | x FLOOR-PARSE | rows out "
+        "| peak RSS MiB (all) | peak RSS MiB (Python) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, runs in result.runs.items():
+        seconds = medians[name]
+        lines.append(
+            f"| {name} | {seconds:.2f} | {' '.join(f'{r.seconds:.1f}' for r in runs)} "
+            f"| {workload.records / seconds:,.0f} | {_ratio(seconds, medians.get(FLOOR))} "
+            f"| {_ratio(seconds, medians.get(FLOOR_PARSE))} | {runs[-1].outcome.rows_out:,} "
+            f"| {max(r.peak_total_mib for r in runs):,.0f} "
+            f"| {max(r.peak_python_mib for r in runs):,.0f} |"
+        )
+    lines += _window_section(result) + _steps_section(result) + _targets_section(result, medians)
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(seconds: float, base: float | None) -> str:
+    return f"{seconds / base:.2f}" if base else "-"
+
+
+def _windowed(result: BenchResult) -> dict[str, list[float]]:
+    return {
+        name: window_medians(runs)
+        for name, runs in result.runs.items()
+        if runs[0].outcome.window_seconds
+    }
+
+
+def _window_section(result: BenchResult) -> list[str]:
+    series = _windowed(result)
+    if not series:
+        return []
+    names = list(series)
+    lines = [
+        "",
+        "## Seconds per window against window index (history length), median over repeats",
+        "",
+        "| window | " + " | ".join(names) + " |",
+        "|---:|" + "---:|" * len(names),
+    ]
+    for index, row in enumerate(zip(*series.values(), strict=True), start=1):
+        lines.append(f"| {index} | " + " | ".join(f"{value:.2f}" for value in row) + " |")
+    for name, values in series.items():
+        growth = history_growth(values)
+        if growth is not None:
+            early, late, ratio = growth
+            lines.append(
+                f"\n{name}: window {late} / window {early} = {ratio:.2f}x "
+                f"(history {late / early:.0f}x longer)"
+            )
+    return lines
+
+
+def _steps_section(result: BenchResult) -> list[str]:
+    lines = []
+    for name, runs in result.runs.items():
+        if not runs[0].outcome.steps:
+            continue
+        total = median_seconds(runs)
+        steps = {
+            step: statistics.median(r.outcome.steps.get(step, 0.0) for r in runs)
+            for step in runs[0].outcome.steps
+        }
+        lines += [
+            "",
+            f"## {name}: time per step (median over repeats)",
+            "",
+            "| step | seconds | share |",
+            "|---|---:|---:|",
+        ]
+        for step, seconds in sorted(steps.items(), key=lambda item: -item[1]):
+            lines.append(f"| {step} | {seconds:.2f} | {seconds / total:.0%} |")
+        rest = total - sum(steps.values())
+        lines.append(f"| everything else | {rest:.2f} | {rest / total:.0%} |")
+    return lines
+
+
+def _targets_section(result: BenchResult, medians: dict[str, float]) -> list[str]:
+    reclock = medians.get(RECLOCK_DAGSTER)
+    lines = ["", "## Targets", ""]
+    if reclock and FLOOR_PARSE in medians:
+        ratio = reclock / medians[FLOOR_PARSE]
+        lines.append(f"- RECLOCK / FLOOR-PARSE = {ratio:.2f}x (target <= 2.0)")
+    if reclock and MERGE_POLARS in medians:
+        ratio = reclock / medians[MERGE_POLARS]
+        lines.append(f"- RECLOCK / MERGE (Polars) = {ratio:.2f}x (target <= 1.0)")
+    for name, values in _windowed(result).items():
+        growth = history_growth(values)
+        if growth is not None:
+            lines.append(f"- {name} per-window growth = {growth[2]:.2f}x (RECLOCK target <= 1.2)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=SIZES, default="medium", help="preset workload")
+    parser.add_argument("--records", type=int)
+    parser.add_argument("--keys", type=int)
+    parser.add_argument("--partitions", type=int)
+    parser.add_argument("--windows", type=int)
+    parser.add_argument("--window", help="window length, e.g. 1m")
+    parser.add_argument("--deletes", type=float, dest="delete_fraction")
+    parser.add_argument("--redeliveries", type=float, dest="redelivery_fraction")
+    parser.add_argument("--files", type=int, help="dump files (default: one per window)")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--repeats", type=int, default=3)
+    by_slug = {slug(name): name for name in CONTENDERS}
+    parser.add_argument("--contenders", nargs="+", choices=by_slug, default=list(by_slug))
+    parser.add_argument("--workdir", type=Path, default=Path("bench-out"))
+    parser.add_argument("--out", type=Path, help="report file (default bench-out/<time>.md)")
+    parser.add_argument("--master", help="Spark master (default local[2])")
+    args = parser.parse_args(argv)
+
+    overrides = {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(Workload)
+        if getattr(args, field.name, None) is not None
+    }
+    workload = dataclasses.replace(SIZES[args.size], **overrides)
+    spark = get_spark(args.master)
+    result = run_benchmark(
+        spark,
+        workload,
+        args.workdir,
+        repeats=args.repeats,
+        contenders=[by_slug[name] for name in args.contenders],
+    )
+    report = render(result)
+    out = args.out or args.workdir / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report, encoding="utf-8")
+    print(report)
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()
