@@ -240,10 +240,19 @@ class SourcePipeline:
 
     @staticmethod
     def _prior(shard: Shard | None, lower: int) -> DataFrame | None:
-        """The shard's contents just before ``lower`` (None before its first window)."""
+        """The shard's updates up to ``lower - 1`` (None before its first window).
+
+        Unconsolidated on purpose: the envelopes consolidate only the keys a window
+        touches, so a window does not pay for consolidating the whole history. Only the
+        part already compacted to ``since`` comes as a (small) snapshot.
+        """
         if shard is None or lower == 0:
             return None
-        return shard.snapshot(lower - 1)
+        since = shard.since.time or 0
+        prior = shard.snapshot(since)
+        if lower - 1 > since:
+            prior = prior.unionByName(shard.listen(since, lower - 1))
+        return prior
 
     @staticmethod
     def _count_at(shard: Shard, time: int) -> int:
