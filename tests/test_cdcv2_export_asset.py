@@ -195,7 +195,7 @@ def test_rerunning_a_window_replaces_its_files_without_duplicates(materialized) 
     after = visible_files(export_folder(config, KEY_1))
     assert after != before, "the window was exported again"
     assert len(after) == len(before)
-    assert [name for name in after if name.startswith("progress-")] == [after[-1]]
+    assert sum(name.startswith("progress-") for name in after) == 1
     assert sorted(p.name for p in (config.lake / "users" / "cdcv2").iterdir()) == [KEY_1, KEY_2]
     facts, frontier = read_exports(config, [KEY_1, KEY_2], T0 + 1)
     assert facts == EXPECTED
