@@ -44,10 +44,17 @@ def range_tags(first_key: str, last_key: str) -> dict[str, str]:
 
 
 def closed_windows(config: Config, after_ms: int, through_ms: int) -> list[tuple[str, int]]:
-    """``(key, end)`` of the windows whose end lies in ``(after_ms, through_ms]``, in order."""
-    partitions = window_partitions(config)
-    ends = (
-        (key, to_ms(partitions.time_window_for_partition_key(key).end))
-        for key in partitions.get_partition_keys()
-    )
-    return [(key, end) for key, end in ends if after_ms < end <= through_ms]
+    """``(key, end)`` of the windows whose end lies in ``(after_ms, through_ms]``, in order.
+
+    Computed from the fixed window width (windows tile the UTC day from ``start``), not by
+    listing every partition key: a sensor tick must stay cheap however many windows lie
+    behind it.
+    """
+    width = config.window_ms
+    last_end = through_ms if config.end_ms is None else min(through_ms, config.end_ms)
+    first = max(1, (after_ms - config.start_ms) // width + 1)
+    last = (last_end - config.start_ms) // width
+    return [
+        (to_datetime(end - width).strftime(PARTITION_FORMAT), end)
+        for end in (config.start_ms + index * width for index in range(first, last + 1))
+    ]

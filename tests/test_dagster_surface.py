@@ -28,15 +28,18 @@ from dagster import (
     ExecuteInProcessResult,
     build_schedule_context,
     build_sensor_context,
-    materialize,
+    define_asset_job,
 )
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
 )
 from deltalake import DeltaTable
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
+from assets.partitions import closed_windows, range_tags, window_partitions
 from cdc_core.config import Config, parse_config
 from cdc_core.registry import Registry
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
@@ -341,6 +344,44 @@ def now_ms() -> int:
     return int(datetime.now(UTC).timestamp() * 1000)
 
 
+def test_closed_windows_by_hand_without_an_end(tmp_path: Path) -> None:
+    config = parse_config({**deployment_data(), "end": None}, tmp_path)
+    assert config.end_ms is None
+    assert closed_windows(config, BINDING_TIMES[0], BINDING_TIMES[2] + 5_000) == [
+        (KEYS[1], BINDING_TIMES[1]),
+        (KEYS[2], BINDING_TIMES[2]),
+    ]
+    assert closed_windows(config, -1, START_MS + MINUTE_MS - 1) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    window=st.sampled_from([("1m", 1), ("5m", 5), ("15m", 15), ("1h", 60)]),
+    windows=st.integers(1, 40),
+    after=st.integers(-2, 45),
+    through=st.integers(-2, 45),
+    jitter=st.integers(0, 59_999),
+)
+def test_closed_windows_equal_the_partitions_dagster_lists(
+    window: tuple[str, int], windows: int, after: int, through: int, jitter: int
+) -> None:
+    """The sensor's closed windows are exactly Dagster's partitions whose end lies in
+    ``(after, through]``, wherever the bounds fall inside or outside a window."""
+    text, minutes = window
+    end = START + timedelta(minutes=minutes * windows)
+    config = parse_config({**deployment_data(), "window": text, "end": end}, Path("/unused"))
+    after_ms = config.start_ms + after * config.window_ms // 4 + jitter
+    through_ms = config.start_ms + through * config.window_ms + jitter
+    partitions = window_partitions(config)
+    expected = [
+        (key, int(partitions.time_window_for_partition_key(key).end.timestamp() * 1000))
+        for key in partitions.get_partition_keys()
+    ]
+    assert closed_windows(config, after_ms, through_ms) == [
+        (key, end) for key, end in expected if after_ms < end <= through_ms
+    ]
+
+
 @pytest.mark.parametrize(
     ("tick_at", "expected_key"),
     [
@@ -374,8 +415,7 @@ def test_completeness_check_names_the_window_and_times_of_rows_dropped_behind_it
     dropped = drop_one_row_at(changes, binding)
     assert dropped
 
-    definitions = build_definitions(config)
-    result = run_checks_alone(definitions, [AssetKey([SOURCE, "changes"])], KEYS[1])
+    result = run_checks_alone(config, [AssetKey([SOURCE, "changes"])], KEYS[1])
 
     evaluations = check_evaluations(result)
     complete = evaluations["changes.complete"]
@@ -388,7 +428,7 @@ def test_completeness_check_names_the_window_and_times_of_rows_dropped_behind_it
         {"time": binding, "announced": CHANGES_AT_WINDOW_2, "found": CHANGES_AT_WINDOW_2 - 1}
     ]
     # The untouched reclocked shard still passes, judged on the same window.
-    rerun = run_checks_alone(definitions, [AssetKey([SOURCE, "reclocked"])], KEYS[1])
+    rerun = run_checks_alone(config, [AssetKey([SOURCE, "reclocked"])], KEYS[1])
     assert all(e.passed for e in check_evaluations(rerun).values())
 
 
@@ -406,14 +446,16 @@ def drop_one_row_at(table_path: Path, time: int) -> bool:
 
 
 def run_checks_alone(
-    definitions: Definitions, assets: Sequence[AssetKey], partition_key: str
+    config: Config, assets: Sequence[AssetKey], partition_key: str
 ) -> ExecuteInProcessResult:
-    """Run only the checks of ``assets`` on one window, as the UI's "Execute checks" does."""
-    return materialize(
-        [*definitions.assets, *definitions.asset_checks],
-        selection=AssetSelection.checks_for_assets(*assets),
-        partition_key=partition_key,
-        resources=definitions.resources,
+    """Run only the checks of ``assets``, judging one window (a run over the range of
+    that single window: a checks-only job has no asset to carry a partition key)."""
+    checks_job = define_asset_job(
+        "checks_only", selection=AssetSelection.checks_for_assets(*assets)
+    )
+    merged = Definitions.merge(build_definitions(config), Definitions(jobs=[checks_job]))
+    return merged.resolve_job_def("checks_only").execute_in_process(
+        tags=range_tags(partition_key, partition_key),
         instance=DagsterInstance.ephemeral(),
         raise_on_error=False,
     )
