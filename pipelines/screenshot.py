@@ -70,7 +70,7 @@ def running_webserver(
     Ready means the code location has loaded and its assets are queryable, not merely
     that the port answers (the location loads in a subprocess after start-up).
     """
-    dagster_home.mkdir(parents=True, exist_ok=True)
+    quiet_instance(dagster_home)
     port = free_port()
     env = {
         **os.environ,
@@ -93,6 +93,16 @@ def running_webserver(
         yield base_url
     finally:
         stop(process)
+
+
+def quiet_instance(dagster_home: Path) -> None:
+    """Give an instance folder without settings a ``dagster.yaml`` that turns off the
+    first-visit dialog (it would cover every screenshot) and telemetry (no internet here);
+    an existing ``dagster.yaml`` is left as it is."""
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    settings = dagster_home / "dagster.yaml"
+    if not settings.exists():
+        settings.write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
 
 
 def wait_until_serving(
