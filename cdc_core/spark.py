@@ -14,7 +14,7 @@ REQUIRED_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-    "spark.hadoop.parquet.enable.summary-metadata": "false",
+    "spark.hadoop.parquet.summary.metadata.level": "NONE",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 
