@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_core.schemas import DUMP_RECORD, ERROR
 
@@ -34,15 +34,7 @@ GZIP_SUFFIX = ".gz"
 # ``_corrupt_record``), key/payload as text.
 _CORRUPT = "_corrupt_record"
 _LINE_SCHEMA = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("ts", LongType()),
-        StructField("key", StringType()),
-        StructField("payload", StringType()),
-        StructField(_CORRUPT, StringType()),
-    ]
+    [f for f in DUMP_RECORD.fields if f.name != "file"] + [StructField(_CORRUPT, StringType())]
 )
 _REQUIRED_FIELDS = {
     "topic": "a string",

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from cdc_core.dumps import DumpFile, read_dumps, scan_dump_files
+from cdc_core.dumps import SCAN_SCHEMA, DumpFile, read_dumps, scan_dump_files
 from cdc_core.frontier import OffsetFrontier
 
 FILES_SCHEMA = pa.schema(
@@ -31,12 +31,7 @@ FILES_SCHEMA = pa.schema(
         ("size", pa.int64()),
         ("mtime_ms", pa.int64()),
         ("arrival_ms", pa.int64()),
-        ("partition", pa.int32()),
-        ("min_offset", pa.int64()),
-        ("max_offset", pa.int64()),
-        ("min_ts", pa.int64()),
-        ("max_ts", pa.int64()),
-        ("records", pa.int64()),
+        *(field for field in SCAN_SCHEMA if field.name != "file"),
     ]
 )
 RETIRED_SCHEMA = pa.schema(
