@@ -40,10 +40,15 @@ def shard_schema(data_schema: StructType) -> StructType:
 
 
 def delta_schema(data_schema: StructType) -> DeltaSchema:
-    """The Delta schema of a shard. Every field is nullable: Spark may write a column as
-    optional, and a non-null column is still a valid instance of a nullable field.
+    """The Delta schema of a shard (data columns, then ``time`` and ``diff``)."""
+    return nullable_delta_schema(shard_schema(data_schema))
+
+
+def nullable_delta_schema(schema: StructType) -> DeltaSchema:
+    """The Delta schema of a Spark layout. Every field is nullable: Spark may write a column
+    as optional, and a non-null column is still a valid instance of a nullable field.
     Timestamps are UTC microseconds, as the session writes them."""
-    arrow = to_arrow_schema(shard_schema(data_schema), timezone="UTC")
+    arrow = to_arrow_schema(schema, timezone="UTC")
     return DeltaSchema.from_arrow(pa.schema([field.with_nullable(True) for field in arrow]))
 
 

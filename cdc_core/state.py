@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import uuid
 
-import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from cdc_core.delta_io import (
@@ -24,6 +21,7 @@ from cdc_core.delta_io import (
     add_action,
     delete_batches,
     live_files,
+    nullable_delta_schema,
     remove_action,
     write_files,
 )
@@ -64,7 +62,7 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
         table.create_write_transaction(
             actions,
             mode="append",
-            schema=_delta_schema(schema),
+            schema=nullable_delta_schema(schema),
             commit_properties=CommitProperties(
                 max_commit_retries=0, app_transactions=[Transaction(STATE_AS_OF, as_of)]
             ),
@@ -80,9 +78,4 @@ def _open_or_create(path: str, schema: StructType) -> DeltaTable:
     try:
         return DeltaTable(path)
     except TableNotFoundError:
-        return DeltaTable.create(path, _delta_schema(schema), mode="ignore")
-
-
-def _delta_schema(schema: StructType) -> DeltaSchema:
-    arrow = to_arrow_schema(schema, timezone="UTC")
-    return DeltaSchema.from_arrow(pa.schema([field.with_nullable(True) for field in arrow]))
+        return DeltaTable.create(path, nullable_delta_schema(schema), mode="ignore")
