@@ -11,6 +11,7 @@ from dagster._core.storage.tags import (
 )
 
 from cdc_core.config import Config
+from cdc_core.remap import Windows
 
 PARTITION_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
@@ -36,6 +37,22 @@ def to_ms(moment: datetime) -> int:
 
 def window_bounds(window: TimeWindow) -> tuple[int, int]:
     return to_ms(window.start), to_ms(window.end)
+
+
+def contiguous_windows(
+    partitions: TimeWindowPartitionsDefinition, keys: list[str], width: int
+) -> list[Windows]:
+    """The windows of ``keys`` grouped into runs of adjacent windows, in order: each run is
+    reclocked in one pass (a backfill range is one run; a hand-picked set may be several)."""
+    runs: list[Windows] = []
+    for start, end in sorted(
+        window_bounds(partitions.time_window_for_partition_key(key)) for key in keys
+    ):
+        if runs and runs[-1].end == start:
+            runs[-1] = Windows(runs[-1].start, end, width)
+        else:
+            runs.append(Windows(start, end, width))
+    return runs
 
 
 def range_tags(first_key: str, last_key: str) -> dict[str, str]:

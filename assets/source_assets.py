@@ -1,9 +1,9 @@
 """The software-defined assets of one source: remap, reclocked, changes, state, errors.
 
-All five are produced by one multi-asset step because each window's outputs are
-committed together, in order, by the engine (``cdc_core.pipeline``); splitting them
-into separate steps would only re-read the same shards. Windows are processed in
-order inside a run (single-run backfill policy), and across runs the remap shard's
+All five are produced by one multi-asset step because a run's outputs are committed
+together, in order, by the engine (``cdc_core.pipeline``); splitting them into separate
+steps would only re-read the same shards. A backfill is one run (single-run backfill
+policy) and its windows are reclocked in one pass; across runs the remap shard's
 upper decides: a window at or below it reuses its durable binding, a window beyond
 it first binds the skipped windows, so running windows out of order never reorders
 bindings.
@@ -28,7 +28,7 @@ from dagster import (
 from dagster_pyspark import PySparkResource
 from pyspark.sql.types import StructType
 
-from assets.partitions import window_bounds
+from assets.partitions import contiguous_windows
 from cdc_core.config import Config, SourceConfig
 from cdc_core.pipeline import OUTPUTS, SourcePipeline, SourceStatus, WindowReport
 from resources.lake import LakeResource
@@ -87,13 +87,12 @@ def source_assets(
         )
         registered = pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
         context.log.info(f"{source.name}: registered {registered} new dump file(s)")
-        keys = sorted(context.partition_keys)
+        runs = contiguous_windows(partitions, list(context.partition_keys), config.window_ms)
         reports: list[WindowReport] = []
-        for index, key in enumerate(keys, start=1):
-            start, end = window_bounds(partitions.time_window_for_partition_key(key))
-            report = pipeline.run_window(start, end)
-            reports.append(report)
-            context.log.info(f"[{index}/{len(keys)}] {report.summary()}")
+        for windows in runs:
+            reports.extend(pipeline.run_windows(windows))
+        for index, report in enumerate(reports, start=1):
+            context.log.info(f"[{index}/{len(reports)}] {report.summary()}")
         status = pipeline.finish()
         for name in OUTPUTS:
             yield MaterializeResult(

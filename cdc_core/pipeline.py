@@ -1,10 +1,16 @@
-"""One source, window by window: register dumps, bind, reclock, apply the envelope.
+"""One source, a run of windows at a time: register dumps, bind, reclock, apply the envelope.
 
-Every output of a window is a shard append at the window's binding time, and every
-append is idempotent (a shard already past the window ignores it), so a window can be
-re-run, or resumed after a crash between two commits, without writing anything twice.
-Windows are processed in order: a window whose predecessors' outputs are missing
-first processes those (their bindings are durable, so the result is the same).
+A run binds all its windows in one remap commit, reclocks them in one Spark pass and
+appends each output shard once, with a progress statement per binding time: a backfill of
+a hundred windows costs one pass, not a hundred. The result equals processing the windows
+one by one, because every step is defined per binding time.
+
+Every append is idempotent (a shard already past a time ignores it), so a run can be
+repeated, or resumed after a crash between two commits, without writing anything twice.
+Windows whose bindings exist but whose outputs are missing (a crash between commits) are
+processed first, in the same pass (their bindings are durable, so the result is the same).
+The classic DEBEZIUM envelope, whose dedup state is read back at the previous time, applies
+its windows one after another inside the run.
 """
 
 from __future__ import annotations
@@ -15,15 +21,23 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from cdc_core.config import Config, SourceConfig
 from cdc_core.delta_io import live_files
 from cdc_core.dumps import list_dump_files
-from cdc_core.envelopes import DEDUP_STATE, apply_envelope, check_fingerprint, fingerprint
+from cdc_core.envelopes import (
+    DEBEZIUM,
+    DEDUP_STATE,
+    apply_envelope,
+    check_fingerprint,
+    fingerprint,
+)
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.reclock import append_new, reclock_window
+from cdc_core.reclock import append_new, reclock_windows
 from cdc_core.registry import Registry
+from cdc_core.remap import Windows
 from cdc_core.resumption import (
     RetireReport,
     SourceInspection,
@@ -160,26 +174,44 @@ class SourcePipeline:
             meet = meet.meet(shard.refresh().upper)
         return meet.time if meet.time is not None else 2**63 - 1
 
-    def run_window(self, start: int, end: int) -> WindowReport:
-        """Process window ``[start, end)``; a window already done writes nothing.
+    def run_windows(self, windows: Windows) -> list[WindowReport]:
+        """Process ``windows`` (a report per window); windows already done write nothing.
 
-        Earlier windows that are bound but whose outputs are missing (a crash between
-        commits) are processed first, in order. Windows not bound yet before ``start``
-        are bound to the unchanged frontier by the binding of this window, so their
-        outputs hold nothing and advance together with this one.
+        Windows not bound yet before ``windows.start`` are bound to the unchanged frontier
+        by the first binding of the run, so their outputs hold nothing.
         """
         self.check_fingerprint()
-        width = self.config.window_ms
         lower = self.outputs_upper()
-        if lower > end:
-            return self._reused(start, end)
-        bound = self.remap.refresh().upper
-        pending = (lower - 1 + width) if lower > 0 else self.config.start_ms + width
-        for earlier in range(pending, end, width):
-            if bound.less_equal(earlier):
-                break
-            self._run_one(earlier - width, earlier)
-        return self._run_one(start, end)
+        if lower > windows.end:
+            return self._reused(windows)
+        run = reclock_windows(
+            self.spark, self.source, self.registry, self.remap, lower, windows
+        )
+        upper = windows.end + 1
+        records_in = append_new(self.reclocked, run.reclocked.records, lower, upper) or {}
+        # Read back from the committed shard (cheap Parquet, not the dumps again) and
+        # cached: the envelope's outputs (changes, errors, dedup state) each read them.
+        records = self.reclocked.listen(max(lower - 1, 0), windows.end).cache()
+        updates_out: dict[int, int] = {}
+        errors_out: dict[int, int] = {}
+        for low, high in self._envelope_batches(lower, upper):
+            changes, errors = self._apply_envelope(records, run.reclocked.errors, low, high)
+            updates_out.update(changes)
+            errors_out.update(errors)
+        records.unpersist()
+        return [
+            WindowReport(
+                source=self.source.name,
+                start=end - windows.width,
+                end=end,
+                frontier=run.bindings.at(end),
+                minted=end in run.bindings.minted,
+                records_in=records_in.get(end, 0),
+                updates_out=updates_out.get(end, 0),
+                errors_out=errors_out.get(end, 0),
+            )
+            for end in windows.ends
+        ]
 
     def check_fingerprint(self) -> None:
         """Refuse to write outputs shaped by a different envelope or schema (config drift);
@@ -196,24 +228,35 @@ class SourcePipeline:
             temporary.write_text(current)
             temporary.replace(path)
 
-    def _reused(self, start: int, end: int) -> WindowReport:
+    def _reused(self, windows: Windows) -> list[WindowReport]:
         frontier = self.inspect().frontier
-        return WindowReport(self.source.name, start, end, frontier, False, 0, 0, 0)
+        return [
+            WindowReport(self.source.name, end - windows.width, end, frontier, False, 0, 0, 0)
+            for end in windows.ends
+        ]
 
-    def _run_one(self, start: int, end: int) -> WindowReport:
-        lower = self.outputs_upper()
-        window = reclock_window(
-            self.spark, self.source, self.registry, self.remap, lower, start, end
-        )
-        upper = end + 1
-        append_new(self.reclocked, window.reclocked.records, lower, upper)
-        # The window's records, read back from the committed shard; cached because the
-        # envelope's outputs (changes, errors, dedup state) each read them.
-        records = self.reclocked.listen(max(lower - 1, 0), end).cache()
+    def _envelope_batches(self, lower: int, upper: int) -> list[tuple[int, int]]:
+        """The time ranges the envelope is applied to: the whole run, except for the
+        classic DEBEZIUM envelope, which needs each window's predecessor committed."""
+        if self.source.envelope != DEBEZIUM:
+            return [(lower, upper)]
+        width, first = self.config.window_ms, self.config.start_ms
+        ends = [t for t in range(first + width, upper, width) if t >= lower]
+        lowers = [lower, *(end + 1 for end in ends[:-1])]
+        return list(zip(lowers, [end + 1 for end in ends], strict=True))
+
+    def _apply_envelope(
+        self, records: DataFrame, reclock_errors: DataFrame, lower: int, upper: int
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """Apply the envelope to the records at times ``[lower, upper)`` and append its
+        outputs; returns the distinct changes and errors written per time."""
+        in_range = (F.col("time") >= lower) & (F.col("time") < upper)
+        batch = records.filter(in_range).drop("diff")
+        classic = self.source.envelope == DEBEZIUM
         result = apply_envelope(
             self.source.envelope,
-            records.drop("time", "diff"),
-            time=end,
+            batch.drop("time") if classic else batch,
+            time=upper - 1 if classic else None,
             topic=self.source.topic,
             key_schema=self.source.key_schema,
             value_schema=self.source.value_schema,
@@ -221,22 +264,12 @@ class SourcePipeline:
             prior_errors=self._prior(self.errors, lower),
             prior_dedup_state=self._prior(self.dedup, lower),
         )
-        errors = window.reclocked.errors.unionByName(result.errors)
-        appended_changes = append_new(self.changes, result.changes, lower, upper)
-        appended_errors = append_new(self.errors, errors, lower, upper)
+        errors = reclock_errors.filter(in_range).unionByName(result.errors)
+        changes = append_new(self.changes, result.changes, lower, upper) or {}
+        written_errors = append_new(self.errors, errors, lower, upper) or {}
         if self.dedup is not None and result.dedup_state is not None:
             append_new(self.dedup, result.dedup_state, lower, upper)
-        records.unpersist()
-        return WindowReport(
-            source=self.source.name,
-            start=start,
-            end=end,
-            frontier=window.binding.frontier,
-            minted=window.binding.minted,
-            records_in=self._count_at(self.reclocked, end),
-            updates_out=self._count_at(self.changes, end) if appended_changes else 0,
-            errors_out=self._count_at(self.errors, end) if appended_errors else 0,
-        )
+        return changes, written_errors
 
     @staticmethod
     def _prior(shard: Shard | None, lower: int) -> DataFrame | None:
@@ -253,15 +286,6 @@ class SourcePipeline:
         if lower - 1 > since:
             prior = prior.unionByName(shard.listen(since, lower - 1))
         return prior
-
-    @staticmethod
-    def _count_at(shard: Shard, time: int) -> int:
-        """Distinct updates at ``time``, from the progress statement of its commit."""
-        for statement in reversed(shard.progress()):
-            counts = dict(statement.counts)
-            if time in counts:
-                return counts[time]
-        return 0
 
     def finish(self) -> SourceStatus:
         """Publish ``state`` at the newest complete time and report the source's status."""

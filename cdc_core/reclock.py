@@ -25,12 +25,12 @@ from pyspark.sql import functions as F
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.registry import RegisteredFile, Registry, read_canonical
 from cdc_core.remap import (
-    Binding,
+    RangeBindings,
     ReclockSource,
+    Windows,
     configured_starts,
     effective_starts,
-    frontier_at,
-    mint_binding,
+    mint_bindings,
     starts_column,
 )
 from cdc_core.schemas import ERROR, RECLOCKED
@@ -49,45 +49,11 @@ class ReclockedRange:
 
 
 @dataclass(frozen=True)
-class ReclockedWindow:
-    """A window's binding and the reclocked range ending with it."""
+class ReclockedWindows:
+    """The bindings of a run's windows and the reclocked range ending with them."""
 
-    binding: Binding
+    bindings: RangeBindings
     reclocked: ReclockedRange
-
-
-@dataclass(frozen=True)
-class RangeBindings:
-    """The remap over binding times ``[lower, upper)``: the frontier before them and the
-    bindings minted in them, ``(partition, next offset, time)`` (tiny metadata)."""
-
-    base: OffsetFrontier
-    bindings: tuple[tuple[int, int, int], ...]
-
-    @property
-    def top(self) -> OffsetFrontier:
-        return self.base.join(OffsetFrontier({p: o for p, o, _ in self.bindings}))
-
-    @classmethod
-    def read(cls, remap: Shard, lower: int, upper: int) -> RangeBindings:
-        remap_upper = remap.refresh().upper
-        if not TimeFrontier.at(upper) <= remap_upper:
-            raise ShardUsageError(f"remap is bound only up to {remap_upper}, not to {upper}")
-        base = frontier_at(remap, lower - 1)
-        if upper - 1 <= max(lower - 1, 0):
-            return cls(base, ())
-        added = remap.listen(max(lower - 1, 0), upper - 1).filter(
-            (F.col("diff") > 0) & (F.col("time") >= lower)
-        )
-        rows = added.select("partition", "offset", "time").collect()
-        return cls(base, tuple(sorted((r["partition"], r["offset"], r["time"]) for r in rows)))
-
-    @classmethod
-    def of(cls, binding: Binding, previous: OffsetFrontier) -> RangeBindings:
-        """The bindings of one window, from its binding and the frontier before it,
-        without reading the remap again."""
-        moved = [p for p in binding.frontier.partitions if binding.frontier[p] != previous[p]]
-        return cls(previous, tuple((p, binding.frontier[p], binding.time) for p in moved))
 
 
 def binding_intervals(
@@ -209,31 +175,31 @@ def reclock_range(
     return ReclockedRange(lower, upper, records, errors)
 
 
-def reclock_window(
+def reclock_windows(
     spark: SparkSession,
     source: ReclockSource,
     registry: Registry,
     remap: Shard,
     lower: int,
-    start: int,
-    end: int,
-) -> ReclockedWindow:
-    """Bind window ``[start, end)`` (or read its binding back) and reclock the binding
-    times ``[lower, end + 1)``, where ``lower`` is where the caller's output shards stand
-    (their meet of uppers, at most ``start + 1``)."""
-    if lower > start + 1:
-        raise ShardUsageError(f"outputs at {lower} are already past window [{start}, {end})")
-    binding = mint_binding(spark, source, registry, remap, start, end)
-    known = None
-    if lower == start + 1 and binding.previous is not None:
-        known = RangeBindings.of(binding, binding.previous)
-    reclocked = reclock_range(spark, source, registry, remap, lower, end + 1, known)
-    return ReclockedWindow(binding, reclocked)
+    windows: Windows,
+) -> ReclockedWindows:
+    """Bind ``windows`` (or read their bindings back) and reclock the binding times
+    ``[lower, windows.end + 1)``, where ``lower`` is where the caller's output shards stand
+    (their meet of uppers, at most ``windows.end``)."""
+    if lower > windows.end:
+        raise ShardUsageError(f"outputs at {lower} are already past {windows.end}")
+    bindings = mint_bindings(spark, source, registry, remap, windows)
+    known = bindings if lower == windows.start + 1 else None
+    reclocked = reclock_range(spark, source, registry, remap, lower, windows.end + 1, known)
+    return ReclockedWindows(bindings, reclocked)
 
 
-def append_new(shard: Shard, updates: DataFrame, lower: int, upper: int) -> bool:
+def append_new(
+    shard: Shard, updates: DataFrame, lower: int, upper: int
+) -> dict[int, int] | None:
     """``Shard.append`` for updates computed for times ``[lower, upper)``: writes only what
-    the shard does not hold yet (False when it already covers ``upper``)."""
+    the shard does not hold yet; the distinct updates written per time (None when it
+    already covers ``upper``)."""
     return shard.append(updates, TimeFrontier.at(lower), TimeFrontier.at(upper))
 
 

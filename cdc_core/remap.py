@@ -6,6 +6,11 @@ the changed old elements and adds the new ones. A binding is minted with
 compare_and_append, so exactly one process wins; every other run of that window, in
 any process, reads the winner's binding back instead of computing its own.
 
+Windows are bound in batches: one Spark pass gives every record the first window end
+at which the policy lets the frontier pass it, and the frontiers of all windows of the
+batch follow from those times (one compare_and_append binds them together). Because the
+policies are prefix-monotone, this equals binding the windows one after another.
+
 Minting policies (computed in Spark; only per-partition frontiers reach the driver):
 - ``event-time``: per partition, the longest offset prefix from the current frontier
   whose running maximum Kafka timestamp is below the window end;
@@ -32,7 +37,7 @@ from pyspark.sql.window import Window
 
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.registry import RegisteredFile, Registry, read_canonical
-from cdc_core.shard import Shard
+from cdc_core.shard import Shard, ShardUsageError
 
 POLICIES = ("arrival", "event-time")
 
@@ -67,17 +72,6 @@ class UnexpectedStartOffset(RemapError):
 
 class MisalignedWindow(RemapError):
     """The remap shard's upper lies strictly inside the window being bound."""
-
-
-@dataclass(frozen=True)
-class Binding:
-    """The remap binding at IntoTime ``time`` and the frontier it advanced from
-    (``previous`` is None when that older binding has been compacted away)."""
-
-    time: int
-    frontier: OffsetFrontier
-    previous: OffsetFrontier | None
-    minted: bool
 
 
 def configured_starts(source: ReclockSource) -> dict[int, int]:
@@ -138,42 +132,97 @@ def check_start_offsets(
         )
 
 
-def eligible_prefix_ends(
-    records: DataFrame, starts: Column, end: int, policy: str, allow_gaps: bool
-) -> DataFrame:
-    """Per partition, 1 + the last offset of the eligible prefix (columns partition, offset).
+@dataclass(frozen=True)
+class Windows:
+    """Windows of ``width`` tiling ``[start, end)``; their binding times are their ends."""
 
-    ``records`` are canonical (one per offset) with ``arrival_ms``. A record blocks the
-    prefix when its running max ts reaches ``end`` (event-time); under ``arrival`` a record
-    that arrived too late is simply absent. Without gaps, the prefix also stops at the
-    first offset that is not ``start + rank``.
+    start: int
+    end: int
+    width: int
+
+    def __post_init__(self) -> None:
+        if self.width <= 0 or self.end <= self.start or (self.end - self.start) % self.width:
+            raise ValueError(
+                f"windows of width {self.width} do not tile [{self.start}, {self.end})"
+            )
+
+    @classmethod
+    def one(cls, start: int, end: int) -> Windows:
+        return cls(start, end, end - start)
+
+    @property
+    def ends(self) -> list[int]:
+        return list(range(self.start + self.width, self.end + 1, self.width))
+
+    def from_end(self, end: int) -> Windows:
+        """The windows after the one ending at ``end`` (a window end inside the range)."""
+        if (end - self.start) % self.width or not self.start <= end < self.end:
+            raise MisalignedWindow(
+                f"{end} is not a window end inside [{self.start}, {self.end}); windows must tile"
+            )
+        return Windows(end, self.end, self.width)
+
+    def first_end_after(self, moment: Column) -> Column:
+        """The first window end strictly after ``moment`` (the first end when ``moment``
+        is earlier), or null when no window of the range ends after it."""
+        steps = F.when(moment < self.start, 0).otherwise(
+            F.floor((moment - F.lit(self.start)) / self.width).cast("long")
+        ) + 1
+        end = F.lit(self.start) + steps * self.width
+        return F.when(end <= self.end, end)
+
+
+def bind_times(
+    records: DataFrame, starts: Column, windows: Windows, policy: str, allow_gaps: bool
+) -> DataFrame:
+    """Canonical ``records`` (one per offset, with ``arrival_ms``) at or above their
+    partition's start -> ``partition``, ``offset``, ``time``: the first window end whose
+    binding covers the record (null when none of ``windows`` does).
+
+    A record is covered at ``end`` when every record of the prefix up to it is eligible:
+    under event-time its running maximum ts is below ``end``; under arrival every record
+    up to it arrived before ``end``, or, with gaps allowed, some record at or after it did
+    (the frontier jumps to the highest arrived offset). Without gaps the prefix also stops
+    at the first offset that is not ``start + rank``.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown reclock policy {policy!r}; expected one of {POLICIES}")
     candidates = records.withColumn("_start", starts).filter(F.col("offset") >= F.col("_start"))
-    if policy == "arrival":
-        candidates = candidates.filter(F.col("arrival_ms") < end)
-        blocked = F.lit(0)
-    else:
-        blocked = (F.col("ts") >= end).cast("int")
     by_offset = Window.partitionBy("partition").orderBy("offset")
-    running = by_offset.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    ranked = candidates.select(
-        "partition",
-        "offset",
-        "_start",
-        F.max(blocked).over(running).alias("_blocked"),
-        (F.row_number().over(by_offset) - 1).alias("_rank"),
-    )
-    prefix = ranked.filter(F.col("_blocked") == 0)
+    before = by_offset.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    if policy == "event-time":
+        eligible = F.max(F.coalesce(F.col("ts"), F.lit(-(2**63)))).over(before)
+    elif allow_gaps:
+        after = by_offset.rowsBetween(Window.currentRow, Window.unboundedFollowing)
+        eligible = F.min("arrival_ms").over(after)
+    else:
+        eligible = F.max("arrival_ms").over(before)
+    time = windows.first_end_after(eligible)
     if not allow_gaps:
-        prefix = prefix.filter(F.col("offset") == F.col("_start") + F.col("_rank"))
-    return prefix.groupBy("partition").agg((F.max("offset") + 1).alias("offset"))
+        contiguous = F.col("offset") == F.col("_start") + F.row_number().over(by_offset) - 1
+        time = F.when(contiguous, time)
+    return candidates.select("partition", "offset", time.alias("time"))
 
 
-def read_frontier(frame: DataFrame) -> OffsetFrontier:
-    """Collect a tiny (partition, offset) DataFrame into a frontier."""
-    return OffsetFrontier({r["partition"]: r["offset"] for r in frame.collect()})
+def frontiers_from_times(
+    previous: OffsetFrontier, times: DataFrame, windows: Windows
+) -> list[OffsetFrontier]:
+    """The frontier at each window end from ``bind_times`` (only per-(partition, time)
+    maxima reach the driver): the previous frontier joined with every record bound so far."""
+    tops = (
+        times.filter(F.col("time").isNotNull())
+        .groupBy("partition", "time")
+        .agg((F.max("offset") + 1).alias("offset"))
+        .collect()
+    )
+    frontiers = []
+    frontier = previous
+    for end in windows.ends:
+        frontier = frontier.join(
+            OffsetFrontier({r["partition"]: r["offset"] for r in tops if r["time"] == end})
+        )
+        frontiers.append(frontier)
+    return frontiers
 
 
 def candidate_files(
@@ -204,42 +253,45 @@ def candidate_files(
     ]
 
 
-def propose_frontier(
+def propose_frontiers(
     spark: SparkSession,
     source: ReclockSource,
     registry: Registry,
     previous: OffsetFrontier,
-    end: int,
-) -> OffsetFrontier:
-    """The frontier the source's policy binds at ``end``, starting from ``previous``."""
+    windows: Windows,
+) -> list[OffsetFrontier]:
+    """The frontiers the source's policy binds at each end of ``windows``, from ``previous``."""
     files = registry.files()
     check_start_offsets(source, previous, files)
     starts = effective_starts(source, previous)
-    needed = candidate_files(files, starts, end, source.reclock)
+    needed = candidate_files(files, starts, windows.end, source.reclock)
     if not needed:
-        return previous
+        return [previous for _ in windows.ends]
     start_col = starts_column(spark, starts)
     canonical = read_canonical(spark, registry, needed, F.col("offset") >= start_col)
-    ends = eligible_prefix_ends(
-        canonical.records, start_col, end, source.reclock, source.allow_offset_gaps
+    times = bind_times(
+        canonical.records, start_col, windows, source.reclock, source.allow_offset_gaps
     )
-    return previous.join(read_frontier(ends))
+    return frontiers_from_times(previous, times, windows)
 
 
 def binding_updates(
-    spark: SparkSession, previous: OffsetFrontier, frontier: OffsetFrontier, time: int
+    spark: SparkSession, previous: OffsetFrontier, bound: Sequence[tuple[int, OffsetFrontier]]
 ) -> DataFrame:
-    """The differential updates that turn ``previous`` into ``frontier`` at ``time``."""
-    regressions = previous.regressions(frontier)
-    if regressions:
-        moved = ", ".join(f"partition {p}: {a} -> {b}" for p, (a, b) in regressions.items())
-        raise NonMonotoneBinding(f"binding at {time} would move offsets backwards ({moved})")
+    """The differential updates that turn ``previous`` into each ``(time, frontier)`` of
+    ``bound`` in turn (ascending times)."""
     rows = []
-    for p in frontier.partitions:
-        if frontier[p] != previous[p]:
-            if previous[p]:
-                rows.append((p, previous[p], time, -1))
-            rows.append((p, frontier[p], time, 1))
+    for time, frontier in bound:
+        regressions = previous.regressions(frontier)
+        if regressions:
+            moved = ", ".join(f"partition {p}: {a} -> {b}" for p, (a, b) in regressions.items())
+            raise NonMonotoneBinding(f"binding at {time} would move offsets backwards ({moved})")
+        for p in frontier.partitions:
+            if frontier[p] != previous[p]:
+                if previous[p]:
+                    rows.append((p, previous[p], time, -1))
+                rows.append((p, frontier[p], time, 1))
+        previous = frontier
     schema = pa.schema(
         [("partition", pa.int32()), ("offset", pa.int64()), ("time", pa.int64()),
          ("diff", pa.int64())]
@@ -292,35 +344,84 @@ def visible_at(remap: Shard, partition: int, offset: int) -> int | None:
     return None if first is None else first["time"]
 
 
-def mint_binding(
+@dataclass(frozen=True)
+class RangeBindings:
+    """The remap over binding times ``[lower, upper)``: the frontier before them and the
+    bindings minted in them, ``(partition, next offset, time)`` (tiny metadata)."""
+
+    base: OffsetFrontier
+    bindings: tuple[tuple[int, int, int], ...]
+    minted: frozenset[int] = frozenset()
+
+    @property
+    def top(self) -> OffsetFrontier:
+        return self.at(None)
+
+    def at(self, time: int | None) -> OffsetFrontier:
+        """``remap[time]`` inside the range (the top when ``time`` is None)."""
+        moved = {p: o for p, o, t in sorted(self.bindings, key=lambda b: b[2])
+                 if time is None or t <= time}
+        return self.base.join(OffsetFrontier(moved))
+
+    @classmethod
+    def read(cls, remap: Shard, lower: int, upper: int) -> RangeBindings:
+        remap_upper = remap.refresh().upper
+        if not TimeFrontier.at(upper) <= remap_upper:
+            raise ShardUsageError(f"remap is bound only up to {remap_upper}, not to {upper}")
+        base = frontier_at(remap, lower - 1)
+        if upper - 1 <= max(lower - 1, 0):
+            return cls(base, ())
+        added = remap.listen(max(lower - 1, 0), upper - 1).filter(
+            (F.col("diff") > 0) & (F.col("time") >= lower)
+        )
+        rows = added.select("partition", "offset", "time").collect()
+        return cls(base, tuple(sorted((r["partition"], r["offset"], r["time"]) for r in rows)))
+
+    @classmethod
+    def of(
+        cls, previous: OffsetFrontier, bound: Sequence[tuple[int, OffsetFrontier]]
+    ) -> RangeBindings:
+        """The bindings just minted from ``previous``, without reading the remap again."""
+        bindings = []
+        before = previous
+        for time, frontier in bound:
+            moved = [p for p in frontier.partitions if frontier[p] != before[p]]
+            bindings.extend((p, frontier[p], time) for p in moved)
+            before = frontier
+        return cls(previous, tuple(sorted(bindings)), frozenset(t for t, _ in bound))
+
+
+def mint_bindings(
     spark: SparkSession,
     source: ReclockSource,
     registry: Registry,
     remap: Shard,
-    start: int,
-    end: int,
-) -> Binding:
-    """The binding of window ``[start, end)`` at IntoTime ``end``: read back when it exists,
-    else minted with compare_and_append in the same commit that binds any skipped
-    windows (between the remap's upper and ``start``) to the unchanged frontier.
+    windows: Windows,
+) -> RangeBindings:
+    """The bindings of ``windows`` (binding times ``[windows.start + 1, windows.end + 1)``):
+    those already in the remap are read back, the others minted with one
+    compare_and_append, which also binds any skipped windows (between the remap's upper
+    and ``windows.start``) to the unchanged frontier.
 
     On an upper mismatch another process won: re-read and adopt or retry.
     """
+    lower, upper = windows.start + 1, windows.end + 1
     while True:
-        upper = remap.refresh().upper.time
-        if upper is None or upper > end:
-            since = remap.since.time or 0
-            previous = frontier_at(remap, start) if start >= since else None
-            return Binding(end, frontier_at(remap, end), previous, minted=False)
-        if upper > start + 1:
-            raise MisalignedWindow(
-                f"remap upper {upper} lies inside window [{start}, {end}); windows must tile"
-            )
-        previous = frontier_at(remap, upper - 1)
-        frontier = propose_frontier(spark, source, registry, previous, end)
-        updates = binding_updates(spark, previous, frontier, end)
-        mismatch = remap.compare_and_append(
-            updates, TimeFrontier.at(upper), TimeFrontier.at(end + 1)
-        )
-        if mismatch is None:
-            return Binding(end, frontier, previous, minted=True)
+        bound = remap.refresh().upper.time
+        if bound is None or bound >= upper:
+            return RangeBindings.read(remap, lower, upper)
+        if bound > lower:
+            unbound = windows.from_end(bound - 1)
+            done = RangeBindings.read(remap, lower, bound)
+            previous = done.top
+        else:
+            unbound, done, previous = windows, None, frontier_at(remap, bound - 1)
+        frontiers = propose_frontiers(spark, source, registry, previous, unbound)
+        minted = list(zip(unbound.ends, frontiers, strict=True))
+        updates = binding_updates(spark, previous, minted)
+        if remap.compare_and_append(updates, TimeFrontier.at(bound), TimeFrontier.at(upper)):
+            continue
+        new = RangeBindings.of(previous, minted)
+        if done is None:
+            return new
+        return RangeBindings(done.base, done.bindings + new.bindings, new.minted)

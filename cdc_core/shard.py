@@ -245,25 +245,29 @@ class Shard:
             return UpperMismatch(expected_upper, self._upper)
         return self.commit(self.stage(updates), expected_upper, new_upper)
 
-    def append(self, updates: DataFrame, lower: TimeFrontier, upper: TimeFrontier) -> bool:
+    def append(
+        self, updates: DataFrame, lower: TimeFrontier, upper: TimeFrontier
+    ) -> dict[int, int] | None:
         """Append for replicated writers of identical definite data: a batch whose
-        [lower, upper) is already covered by the shard's upper is a no-op (False) that
-        writes nothing; a batch with lower == current upper is committed (True); a gap is
-        a usage error. When the upper lies inside the batch, only the updates at times not
-        yet covered are written: the rest is already there, because the data is definite."""
+        [lower, upper) is already covered by the shard's upper is a no-op (None) that
+        writes nothing; a batch with lower == current upper is committed and its distinct
+        updates per time are returned; a gap is a usage error. When the upper lies inside
+        the batch, only the updates at times not yet covered are written: the rest is
+        already there, because the data is definite."""
         _check_advance(lower, upper)
         while True:
             self.refresh()
             current = self._upper
             if upper <= current:
-                return False
+                return None
             if not lower <= current:
                 raise ShardUsageError(
                     f"batch [{lower}, {upper}) would leave a gap after the upper {current}"
                 )
             uncovered = updates if lower == current else updates.where(F.col(TIME) >= current.time)
-            if self.commit(self.stage(uncovered), current, upper) is None:
-                return True
+            staged = self.stage(uncovered)
+            if self.commit(staged, current, upper) is None:
+                return dict(staged.counts)
 
     def stage(self, updates: DataFrame) -> StagedBatch:
         """The first half of compare_and_append: consolidate ``updates`` and write them as

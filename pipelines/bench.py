@@ -51,6 +51,7 @@ from cdc_core.config import Config, parse_config, to_struct_type
 from cdc_core.delta_io import live_files
 from cdc_core.dumps import list_dump_files
 from cdc_core.pipeline import SourcePipeline
+from cdc_core.remap import Windows
 from cdc_core.sample import UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, generate_dumps
 from cdc_core.schemas import DUMP_RECORD
 from cdc_core.shard import Shard
@@ -261,7 +262,7 @@ def reclock_engine(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outc
             pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
         for start, end in dataset.windows():
             started = time.perf_counter()
-            pipeline.run_window(start, end)
+            pipeline.run_windows(Windows.one(start, end))
             seconds.append(time.perf_counter() - started)
         with _timed(steps, "publish state"):
             pipeline.finish()
@@ -390,7 +391,7 @@ def _shard_name(shard: Shard, *_: object, **__: object) -> str:
 # What the engine calls inside a window, and how each call is labelled. Spark is lazy:
 # reading dumps and computing the envelope happen inside the appends that write them.
 ENGINE_STEPS: tuple[tuple[object, str, Callable[..., str]], ...] = (
-    (engine, "reclock_window", lambda *_, **__: "bind window (mint or reuse)"),
+    (engine, "reclock_windows", lambda *_, **__: "bind windows (mint or reuse)"),
     (engine, "append_new", _shard_name),
     (engine, "apply_envelope", lambda *_, **__: "plan envelope"),
     (Shard, "progress", lambda *_, **__: "count updates (Delta history)"),

@@ -1,10 +1,12 @@
-"""Property: random dumps (shuffled, redelivered, split across files) reclocked window by
-window put every record in ``reclocked`` exactly once, at the first covering binding of
-the event-time policy (plain-Python oracle), and the remap stays monotone."""
+"""Property: random dumps (shuffled, redelivered, split across files arriving at different
+times) reclocked window by window, or all windows in one pass, put every record in
+``reclocked`` exactly once, at the first covering binding of the event-time or arrival
+policy (plain-Python oracle), and the remap stays monotone."""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -29,8 +31,29 @@ WIDTH = 30
 ENDS = (30, 60, 90)
 
 
+ARRIVALS = (0, 20, 50, 80)
+
+
+@dataclass(frozen=True)
+class Case:
+    records: list[Rec]
+    files: list[tuple[int, list[Rec]]]  # (arrival, contents)
+    allow_gaps: bool
+    policy: str
+    batch: bool
+
+    def arrivals(self) -> dict[tuple[int, int], int]:
+        """Each offset's earliest arrival (the kept copy is the earliest-arriving one)."""
+        first: dict[tuple[int, int], int] = {}
+        for arrival, contents in self.files:
+            for r in contents:
+                position = (r.partition, r.offset)
+                first[position] = min(first.get(position, arrival), arrival)
+        return first
+
+
 @st.composite
-def topics(draw: st.DrawFn) -> tuple[list[Rec], list[list[Rec]], bool]:
+def cases(draw: st.DrawFn) -> Case:
     """Records of up to two partitions (offset 0 always present; with gaps allowed some
     later offsets are missing), spread over files with redeliveries, in shuffled order."""
     allow_gaps = draw(st.booleans())
@@ -45,31 +68,39 @@ def topics(draw: st.DrawFn) -> tuple[list[Rec], list[list[Rec]], bool]:
     for record in records:
         for _ in range(draw(st.integers(1, 2))):  # a second copy is a redelivery
             files[draw(st.integers(0, len(files) - 1))].append(record)
-    return records, [draw(st.permutations(f)) for f in files if f], allow_gaps
+    return Case(
+        records,
+        [(draw(st.sampled_from(ARRIVALS)), draw(st.permutations(f))) for f in files if f],
+        allow_gaps,
+        draw(st.sampled_from(["event-time", "arrival"])),
+        draw(st.booleans()),
+    )
 
 
 @settings(
-    max_examples=4,
+    max_examples=6,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(case=topics())
+@given(case=cases())
 def test_every_record_once_at_its_first_covering_binding(
-    spark: SparkSession, tmp_path_factory, case: tuple[list[Rec], list[list[Rec]], bool]
+    spark: SparkSession, tmp_path_factory, case: Case
 ) -> None:
-    records, files, allow_gaps = case
     root: Path = tmp_path_factory.mktemp("property")
     landing = root / "landing"
     registry = Registry(root / "registry", "t")
-    for index, contents in enumerate(files):
-        write_dump(landing, "t", f"part-{index}.json", contents)
-    register_new(spark, registry, landing, arrival_ms=0)
+    for arrival in sorted({arrival for arrival, _ in case.files}):
+        for index, (when, contents) in enumerate(case.files):
+            if when == arrival:
+                write_dump(landing, "t", f"part-{index}.json", contents)
+        register_new(spark, registry, landing, arrival_ms=arrival)
     remap, reclocked = open_shards(spark, root)
-    source = Options(allow_offset_gaps=allow_gaps)
+    source = Options(reclock=case.policy, allow_offset_gaps=case.allow_gaps)
 
-    run_windows(spark, source, registry, remap, reclocked, ENDS, WIDTH)
+    run_windows(spark, source, registry, remap, reclocked, ENDS, WIDTH, batch=case.batch)
 
-    expected_bindings = oracle_bindings(records, ENDS, allow_gaps)
+    arrivals = case.arrivals() if case.policy == "arrival" else None
+    expected_bindings = oracle_bindings(case.records, ENDS, case.allow_gaps, arrivals)
     history = remap_history(remap)
     bound = [history[t] for t in sorted(history)]
     assert all(  # monotone, and every stored binding is one of the oracle's
@@ -79,7 +110,7 @@ def test_every_record_once_at_its_first_covering_binding(
         latest = max((t for t in history if t <= end), default=None)
         assert (history[latest] if latest is not None else {}) == expected
 
-    times = oracle_times(records, ENDS, expected_bindings)
+    times = oracle_times(case.records, ENDS, expected_bindings)
     rows = reclocked_rows(reclocked)
     assert [(p, o, t, d) for p, o, t, d, _ in rows] == sorted(
         (p, o, t, 1) for (p, o), t in times.items()

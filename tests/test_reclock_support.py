@@ -11,8 +11,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from cdc_core.dumps import list_dump_files
-from cdc_core.reclock import ReclockedWindow, append_new, reclock_window
+from cdc_core.reclock import ReclockedWindows, append_new, reclock_windows
 from cdc_core.registry import Registry
+from cdc_core.remap import Windows
 from cdc_core.schemas import RECLOCKED, REMAP
 from cdc_core.shard import Shard
 
@@ -58,9 +59,13 @@ def register_new(spark: SparkSession, registry: Registry, landing: Path, arrival
 
 
 def oracle_bindings(
-    records: Sequence[Rec], ends: Sequence[int], allow_gaps: bool = False
+    records: Sequence[Rec],
+    ends: Sequence[int],
+    allow_gaps: bool = False,
+    arrivals: Mapping[tuple[int, int], int] | None = None,
 ) -> list[dict[int, int]]:
-    """Event-time frontiers at each window end, window after window, in plain Python."""
+    """Frontiers at each window end, window after window, in plain Python: event-time, or
+    arrival when ``arrivals`` gives each offset's earliest arrival."""
     by_partition: dict[int, dict[int, int]] = {}
     for r in records:
         by_partition.setdefault(r.partition, {})[r.offset] = r.ts
@@ -71,8 +76,14 @@ def oracle_bindings(
             nxt = frontier.get(p, 0)
             running = -1
             for o in sorted(o for o in offsets if o >= frontier.get(p, 0)):
-                running = max(running, offsets[o])
-                if running >= end or (not allow_gaps and o != nxt):
+                if arrivals is None:
+                    running = max(running, offsets[o])
+                    blocked = running >= end
+                else:
+                    blocked = arrivals[(p, o)] >= end
+                    if blocked and allow_gaps:
+                        continue  # the frontier jumps to the highest arrived offset
+                if blocked or (not allow_gaps and o != nxt):
                     break
                 nxt = o + 1
             if nxt:
@@ -100,14 +111,20 @@ def run_windows(
     reclocked: Shard,
     ends: Sequence[int],
     width: int,
-) -> list[ReclockedWindow]:
-    """Reclock the windows ending at ``ends`` in order, as the per-window job does."""
+    *,
+    batch: bool = False,
+) -> list[ReclockedWindows]:
+    """Reclock the adjacent windows ending at ``ends``: one after another, as scheduled
+    runs do, or (``batch``) all in one pass, as a backfill does."""
+    runs = [Windows(ends[0] - width, ends[-1], width)] if batch else [
+        Windows.one(end - width, end) for end in ends
+    ]
     done = []
-    for end in ends:
+    for windows in runs:
         lower = reclocked.refresh().upper.time or 0
-        window = reclock_window(spark, source, registry, remap, lower, end - width, end)
-        append_new(reclocked, window.reclocked.records, lower, end + 1)
-        done.append(window)
+        run = reclock_windows(spark, source, registry, remap, lower, windows)
+        append_new(reclocked, run.reclocked.records, lower, windows.end + 1)
+        done.append(run)
     return done
 
 

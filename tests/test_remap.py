@@ -11,16 +11,29 @@ from test_reclock_support import Options, Rec, register_new, write_dump
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.registry import Registry
 from cdc_core.remap import (
+    MisalignedWindow,
     NonMonotoneBinding,
     UnexpectedStartOffset,
+    Windows,
     binding_updates,
-    mint_binding,
+    mint_bindings,
     offsets_for,
-    propose_frontier,
+    propose_frontiers,
     visible_at,
 )
 from cdc_core.schemas import REMAP
 from cdc_core.shard import Shard
+
+
+def propose_frontier(spark, source, registry, previous, end):
+    """The frontier one window ending at ``end`` binds from ``previous``."""
+    return propose_frontiers(spark, source, registry, previous, Windows.one(0, end))[0]
+
+
+def mint_binding(spark, source, registry, remap, start, end):
+    """Bind the one window ``[start, end)``: its frontier, and whether this call minted it."""
+    bound = mint_bindings(spark, source, registry, remap, Windows.one(start, end))
+    return bound.at(end), end in bound.minted
 
 
 @pytest.fixture
@@ -85,7 +98,9 @@ def test_unexpected_start_offset_is_refused_unless_configured(
 
 def test_a_binding_may_not_move_backwards(spark: SparkSession) -> None:
     with pytest.raises(NonMonotoneBinding, match="partition 1: 5 -> 3"):
-        binding_updates(spark, OffsetFrontier({0: 1, 1: 5}), OffsetFrontier({0: 2, 1: 3}), 10)
+        binding_updates(
+            spark, OffsetFrontier({0: 1, 1: 5}), [(10, OffsetFrontier({0: 2, 1: 3}))]
+        )
 
 
 def test_bindings_are_minted_once_reused_and_invertible(
@@ -95,20 +110,18 @@ def test_bindings_are_minted_once_reused_and_invertible(
     register_new(spark, registry, landing, arrival_ms=1)
     remap = Shard.open(spark, str(tmp_path / "remap"), REMAP)
 
-    first = mint_binding(spark, Options(), registry, remap, start=0, end=25)
-    assert (first.frontier.offsets, first.minted) == ({0: 3}, True)
+    first, minted = mint_binding(spark, Options(), registry, remap, start=0, end=25)
+    assert (first.offsets, minted) == ({0: 3}, True)
     # New data that would change the binding arrives; another process re-runs the window.
     write_dump(landing, "t", "b.json", [Rec(1, 0, 0)])
     register_new(spark, registry, landing, arrival_ms=2)
     other = Shard.open(spark, str(tmp_path / "remap"), REMAP)
-    again = mint_binding(spark, Options(), registry, other, start=0, end=25)
-    assert (again.frontier, again.minted) == (first.frontier, False)
+    assert mint_binding(spark, Options(), registry, other, start=0, end=25) == (first, False)
 
     # Window [50, 75) materialized before [25, 50): the skipped window keeps the frontier.
-    third = mint_binding(spark, Options(), registry, other, start=50, end=75)
-    assert third.frontier.offsets == {0: 6, 1: 1}
-    skipped = mint_binding(spark, Options(), registry, remap, start=25, end=50)
-    assert (skipped.frontier, skipped.minted) == (first.frontier, False)
+    third, _ = mint_binding(spark, Options(), registry, other, start=50, end=75)
+    assert third.offsets == {0: 6, 1: 1}
+    assert mint_binding(spark, Options(), registry, remap, start=25, end=50) == (first, False)
     assert remap.refresh().upper == TimeFrontier.at(76)
 
     assert [visible_at(remap, 0, o) for o in (0, 2, 3, 5, 6)] == [25, 25, 75, 75, None]
@@ -117,3 +130,38 @@ def test_bindings_are_minted_once_reused_and_invertible(
     assert offsets_for(remap, TimeFrontier.at(75)).offsets == {0: 3}
     assert offsets_for(remap, TimeFrontier.at(0)) == OffsetFrontier()
     assert offsets_for(remap, TimeFrontier.empty()).offsets == {0: 6, 1: 1}
+
+
+def test_a_run_of_windows_reads_back_what_is_bound_and_mints_the_rest_in_one_commit(
+    spark: SparkSession, tmp_path: Path, landing: Path, registry: Registry
+) -> None:
+    write_dump(landing, "t", "a.json", [Rec(0, o, 10 * o) for o in range(8)])
+    register_new(spark, registry, landing, arrival_ms=1)
+    remap = Shard.open(spark, str(tmp_path / "remap"), REMAP)
+    first, _ = mint_binding(spark, Options(), registry, remap, start=0, end=25)
+    version = remap.version
+
+    run = mint_bindings(spark, Options(), registry, remap, Windows(0, 75, 25))
+    assert [run.at(end).offsets for end in (25, 50, 75)] == [first.offsets, {0: 5}, {0: 8}]
+    assert run.minted == {50, 75}
+    assert remap.refresh().version == version + 1  # both new windows in one commit
+    with pytest.raises(MisalignedWindow):
+        mint_bindings(spark, Options(), registry, remap, Windows(10, 110, 50))
+
+
+def test_arrival_bindings_of_a_run_jump_gaps_only_when_allowed(
+    spark: SparkSession, landing: Path, registry: Registry
+) -> None:
+    # The head of the partition arrives after the tail.
+    write_dump(landing, "t", "tail.json", [Rec(0, o, 0) for o in (2, 3)])
+    register_new(spark, registry, landing, arrival_ms=10)
+    write_dump(landing, "t", "head.json", [Rec(0, o, 0) for o in (0, 1)])
+    register_new(spark, registry, landing, arrival_ms=40)
+    windows = Windows(0, 50, 25)
+
+    def frontiers(source: Options) -> list[dict[int, int]]:
+        bound = propose_frontiers(spark, source, registry, OffsetFrontier(), windows)
+        return [f.offsets for f in bound]
+
+    assert frontiers(Options(reclock="arrival")) == [{}, {0: 4}]
+    assert frontiers(Options(reclock="arrival", allow_offset_gaps=True)) == [{0: 4}, {0: 4}]

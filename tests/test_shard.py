@@ -166,10 +166,10 @@ def test_a_heartbeat_commits_nothing(spark, shard):
 
 def test_append_writes_once_and_a_rerun_writes_no_new_version(spark, shard):
     batch = updates(spark, [("a", 1, 0, 1), ("b", 2, 4, 1)])
-    assert shard.append(batch, at(0), at(5)) is True
+    assert shard.append(batch, at(0), at(5)) == {0: 1, 4: 1}  # distinct updates per time
     version, files = shard.version, data_files(shard.path)
-    assert shard.append(batch, at(0), at(5)) is False
-    assert shard.append(updates(spark, []), at(2), at(4)) is False
+    assert shard.append(batch, at(0), at(5)) is None
+    assert shard.append(updates(spark, []), at(2), at(4)) is None
     assert (shard.refresh().version, data_files(shard.path)) == (version, files)
     assert table_rows(shard.path) == [("a", 1, 0, 1), ("b", 2, 4, 1)]
 
@@ -182,7 +182,7 @@ def test_append_with_a_gap_is_a_usage_error(spark, shard):
 def test_append_overlapping_the_upper_writes_only_the_uncovered_times(spark, shard):
     shard.append(updates(spark, [("a", 1, 1, 1)]), at(0), at(3))
     overlapping = updates(spark, [("a", 1, 1, 1), ("b", 2, 3, 1), ("c", 3, 5, 1)])
-    assert shard.append(overlapping, at(0), at(6)) is True
+    assert shard.append(overlapping, at(0), at(6)) == {3: 1, 5: 1}
     assert shard.upper == at(6)
     assert table_rows(shard.path) == [("a", 1, 1, 1), ("b", 2, 3, 1), ("c", 3, 5, 1)]
 

@@ -94,9 +94,9 @@ class ShardMachine(RuleBasedStateMachine):
     def append_twice_as_replicated_writers_do(self, rows, width):
         batch = self.batch(rows, width)
         lower, upper = TimeFrontier.at(self.upper), TimeFrontier.at(self.upper + width)
-        assert self.shard.append(batch, lower, upper) is True
+        assert self.shard.append(batch, lower, upper) is not None
         version = self.shard.version
-        assert self.shard.append(batch, lower, upper) is False
+        assert self.shard.append(batch, lower, upper) is None
         assert self.shard.version == version
         self.record(rows, width)
 
