@@ -68,11 +68,22 @@ class DumpFile:
 
 @dataclass(frozen=True)
 class DumpRead:
-    """Parsed dump records (``DUMP_RECORD`` layout) and the lines or files that failed
-    (``ERROR`` layout)."""
+    """Parsed dump lines: ``lines`` holds the ``DUMP_RECORD`` columns plus ``reason`` (null
+    for a good record, else why the line failed); ``unreadable`` holds ``ERROR`` rows of
+    files that could not be read at all. One frame for good and bad lines, so a caller
+    that persists it parses every line once."""
 
-    records: DataFrame
-    errors: DataFrame
+    lines: DataFrame
+    unreadable: DataFrame
+
+    @property
+    def records(self) -> DataFrame:
+        return self.lines.where(F.col("reason").isNull()).select(*DUMP_RECORD.names)
+
+    @property
+    def errors(self) -> DataFrame:
+        failed = self.lines.where(F.col("reason").isNotNull()).select(*ERROR.names)
+        return failed.unionByName(self.unreadable)
 
 
 def is_dump_name(name: str) -> bool:
@@ -123,17 +134,16 @@ def read_dumps(spark: SparkSession, files: Sequence[str], *, topic: str | None =
     parsed = lines.select(
         "value", "file", F.from_json("value", _LINE_SCHEMA, {"mode": "PERMISSIVE"}).alias("j")
     ).select("value", "file", "j.*", _problem(topic).alias("reason"))
-    records = parsed.where(F.col("reason").isNull()).select(
-        *(F.col(field.name).cast(field.dataType) for field in DUMP_RECORD.fields)
-    )
-    line_errors = parsed.where(F.col("reason").isNotNull()).select(
-        *(F.col(field.name).cast(field.dataType) for field in ERROR.fields)
-    )
-    file_errors = spark.createDataFrame(
+    unreadable = spark.createDataFrame(
         [(None, None, None, None, reason, path) for path, reason in sorted(corrupt.items())],
         ERROR,
     )
-    return DumpRead(records=records, errors=line_errors.unionByName(file_errors))
+    return DumpRead(
+        lines=parsed.select(
+            *(F.col(field.name).cast(field.dataType) for field in DUMP_RECORD.fields), "reason"
+        ),
+        unreadable=unreadable,
+    )
 
 
 def scan_dump_files(

@@ -36,7 +36,7 @@ from cdc_core.envelopes import (
 )
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.reclock import append_new, reclock_windows
-from cdc_core.registry import Registry
+from cdc_core.registry import CanonicalReads, Registry
 from cdc_core.remap import Windows
 from cdc_core.resumption import (
     RetireReport,
@@ -184,21 +184,25 @@ class SourcePipeline:
         lower = self.outputs_upper()
         if lower > windows.end:
             return self._reused(windows)
-        run = reclock_windows(
-            self.spark, self.source, self.registry, self.remap, lower, windows
-        )
-        upper = windows.end + 1
-        records_in = append_new(self.reclocked, run.reclocked.records, lower, upper) or {}
-        # Read back from the committed shard (cheap Parquet, not the dumps again) and
-        # cached: the envelope's outputs (changes, errors, dedup state) each read them.
-        records = self.reclocked.listen(max(lower - 1, 0), windows.end).cache()
-        updates_out: dict[int, int] = {}
-        errors_out: dict[int, int] = {}
-        for low, high in self._envelope_batches(lower, upper):
-            changes, errors = self._apply_envelope(records, run.reclocked.errors, low, high)
-            updates_out.update(changes)
-            errors_out.update(errors)
-        records.unpersist()
+        reads = CanonicalReads(self.spark, self.registry)
+        try:
+            run = reclock_windows(
+                self.spark, self.source, self.registry, self.remap, lower, windows, reads
+            )
+            upper = windows.end + 1
+            records_in = append_new(self.reclocked, run.reclocked.records, lower, upper) or {}
+            # Read back from the committed shard (cheap Parquet, not the dumps again) and
+            # cached: the envelope's outputs (changes, errors, dedup state) each read them.
+            records = self.reclocked.listen(max(lower - 1, 0), windows.end).cache()
+            updates_out: dict[int, int] = {}
+            errors_out: dict[int, int] = {}
+            for low, high in self._envelope_batches(lower, upper):
+                changes, errors = self._apply_envelope(records, run.reclocked.errors, low, high)
+                updates_out.update(changes)
+                errors_out.update(errors)
+            records.unpersist()
+        finally:
+            reads.release()
         return [
             WindowReport(
                 source=self.source.name,

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.registry import RegisteredFile, Registry, read_canonical
+from cdc_core.registry import CanonicalReads, RegisteredFile, Registry
 from cdc_core.remap import (
     RangeBindings,
     ReclockSource,
@@ -31,7 +31,6 @@ from cdc_core.remap import (
     configured_starts,
     effective_starts,
     mint_bindings,
-    starts_column,
 )
 from cdc_core.schemas import ERROR, RECLOCKED
 from cdc_core.shard import Shard, ShardUsageError
@@ -120,20 +119,19 @@ def reclock_range(
     lower: int,
     upper: int,
     known: RangeBindings | None = None,
+    reads: CanonicalReads | None = None,
 ) -> ReclockedRange:
     """Reclocked records and errors for binding times ``[lower, upper)`` (``upper`` must
     not exceed the remap's upper); ``known`` saves reading the remap when the caller has
-    the range's bindings at hand."""
+    the range's bindings at hand, ``reads`` re-reading dumps the run has read already."""
     remap_bindings = known or RangeBindings.read(remap, lower, upper)
     base, top, bindings = remap_bindings.base, remap_bindings.top, remap_bindings.bindings
     starts = effective_starts(source, base)
     files = registry.files()
     error_times = first_read_times(source, files, base, bindings, lower, upper)
     needed = [f for f in files if f.overlaps(starts, top) or f.path in error_times]
-    in_range = (F.col("offset") >= starts_column(spark, starts)) & (
-        F.col("offset") < starts_column(spark, dict(top.offsets))
-    )
-    canonical = read_canonical(spark, registry, needed, in_range)
+    # Rows outside the range's offsets drop out in the interval join below.
+    canonical = (reads or CanonicalReads(spark, registry, persist=False)).read(needed, starts)
     intervals = F.broadcast(
         _frame(spark, binding_intervals(base, bindings), ("partition", "_lo", "_hi", "time"))
     )
@@ -182,15 +180,19 @@ def reclock_windows(
     remap: Shard,
     lower: int,
     windows: Windows,
+    reads: CanonicalReads | None = None,
 ) -> ReclockedWindows:
     """Bind ``windows`` (or read their bindings back) and reclock the binding times
     ``[lower, windows.end + 1)``, where ``lower`` is where the caller's output shards stand
-    (their meet of uppers, at most ``windows.end``)."""
+    (their meet of uppers, at most ``windows.end``). Pass the run's ``reads`` to parse the
+    dumps once for both, and release them once the reclocked range is written."""
     if lower > windows.end:
         raise ShardUsageError(f"outputs at {lower} are already past {windows.end}")
-    bindings = mint_bindings(spark, source, registry, remap, windows)
+    bindings = mint_bindings(spark, source, registry, remap, windows, reads)
     known = bindings if lower == windows.start + 1 else None
-    reclocked = reclock_range(spark, source, registry, remap, lower, windows.end + 1, known)
+    reclocked = reclock_range(
+        spark, source, registry, remap, lower, windows.end + 1, known, reads
+    )
     return ReclockedWindows(bindings, reclocked)
 
 

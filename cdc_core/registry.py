@@ -24,6 +24,7 @@ from pyspark.sql.window import Window
 
 from cdc_core.dumps import SCAN_SCHEMA, DumpFile, read_dumps, scan_dump_files
 from cdc_core.frontier import OffsetFrontier
+from cdc_core.schemas import DUMP_RECORD, ERROR
 
 FILES_SCHEMA = pa.schema(
     [
@@ -97,14 +98,77 @@ class RegisteredFile:
 class CanonicalRecords:
     """One copy per ``(partition, offset)`` plus the contradictions found while choosing it.
 
-    ``records``: DUMP_RECORD columns plus ``arrival_ms``; ``conflicts``: ERROR columns of
-    every dropped copy whose ts/key/payload differ from the kept one; ``read_errors``:
-    ERROR rows of malformed dump lines (file known, position unknown).
+    ``lines``: every parsed line of the files read, with ``arrival_ms``, the copy rank
+    ``_copy`` (1 for the kept copy) and ``_conflict`` (the reason, for a dropped copy whose
+    ts/key/payload differ from the kept one); ``unreadable``: ERROR rows of files that
+    could not be read. Records, conflicts and read errors are views of the one frame, so
+    persisting it (``CanonicalReads``) parses and sorts every line once.
     """
 
-    records: DataFrame
-    conflicts: DataFrame
-    read_errors: DataFrame
+    lines: DataFrame
+    unreadable: DataFrame
+
+    @property
+    def records(self) -> DataFrame:
+        """DUMP_RECORD columns plus ``arrival_ms``, one row per (partition, offset)."""
+        kept = F.col("reason").isNull() & (F.col("_copy") == 1)
+        return self.lines.where(kept).select(*DUMP_RECORD.names, "arrival_ms")
+
+    @property
+    def conflicts(self) -> DataFrame:
+        """ERROR rows of every distinct dropped copy that contradicts the kept one."""
+        return (
+            self.lines.where(F.col("_conflict").isNotNull())
+            .dropDuplicates(["partition", "offset", "file", "ts", "key", "payload"])
+            .select(*[F.col("_conflict" if n == "reason" else n).alias(n) for n in ERROR.names])
+        )
+
+    @property
+    def read_errors(self) -> DataFrame:
+        """ERROR rows of malformed lines (file known, position unknown) and unreadable files."""
+        failed = self.lines.where(F.col("reason").isNotNull()).select(*ERROR.names)
+        return failed.unionByName(self.unreadable)
+
+
+class CanonicalReads:
+    """The canonical reads of one run, persisted and reused: binding a run's windows and
+    reclocking them then parse and sort each dump line once. A read serves any later
+    request for a subset of its files with the same partition starts (records outside a
+    request's offsets are dropped by the request's own filters). ``release`` when the run
+    ends. With ``persist=False`` (a caller that reads once) nothing is kept."""
+
+    def __init__(self, spark: SparkSession, registry: Registry, *, persist: bool = True) -> None:
+        self.spark = spark
+        self.registry = registry
+        self.persist = persist
+        self._reads: list[tuple[frozenset[str], dict[int, int], CanonicalRecords]] = []
+
+    def read(self, files: Sequence[RegisteredFile], starts: Mapping[int, int]) -> CanonicalRecords:
+        """Canonical records of ``files`` at or above ``starts``."""
+        paths = frozenset(f.path for f in files)
+        for known, known_starts, canonical in self._reads:
+            if paths <= known and known_starts == dict(starts):
+                return canonical
+        keep = F.col("offset") >= starts_column(self.spark, starts)
+        canonical = read_canonical(self.spark, self.registry, files, keep)
+        if self.persist:
+            canonical = CanonicalRecords(canonical.lines.persist(), canonical.unreadable)
+            self._reads.append((paths, dict(starts), canonical))
+        return canonical
+
+    def release(self) -> None:
+        for _, _, canonical in self._reads:
+            canonical.lines.unpersist()
+        self._reads.clear()
+
+
+def starts_column(spark: SparkSession, starts: Mapping[int, int]) -> Column:
+    """A column with each record's partition start (0 for partitions not listed)."""
+    pairs = [x for p, o in sorted(starts.items()) for x in (F.lit(p), F.lit(o))]
+    if not pairs:
+        return F.lit(0).cast("bigint")
+    lookup = F.create_map(*pairs)
+    return F.coalesce(lookup[F.col("partition")], F.lit(0)).cast("bigint")
 
 
 class Registry:
@@ -234,7 +298,9 @@ def read_canonical(
 
     The kept copy is the one of the earliest-arriving file, then the smallest path, so
     every run picks the same copy; dropped copies that differ in ts, key or payload
-    become conflict rows. Identical redeliveries simply collapse.
+    become conflict rows. Identical redeliveries simply collapse. The lines are shuffled
+    once, by Kafka partition, and sorted by offset: the copy ranking and every later
+    per-partition pass in offset order (the binding times) reuse that layout.
     """
     require_present(files)
     dumps = read_dumps(spark, [f.path for f in files], topic=registry.topic)
@@ -244,31 +310,28 @@ def read_canonical(
             schema=pa.schema([("file", pa.string()), ("arrival_ms", pa.int64())]),
         )
     )
-    records = dumps.records.filter(keep).join(F.broadcast(arrivals), "file")
-    copies = Window.partitionBy("partition", "offset").orderBy("arrival_ms", "file")
-    ranked = records.select(
-        "*",
-        F.row_number().over(copies).alias("_copy"),
-        *(F.first(c).over(copies).alias(f"_kept_{c}") for c in ("ts", "key", "payload", "file")),
+    good = F.col("reason").isNull()
+    lines = (
+        dumps.lines.where(~good | keep)
+        .join(F.broadcast(arrivals), "file")
+        .repartition("partition")
     )
+    # Good records sort before bad lines at the same position, so a bad line never
+    # displaces a good copy; the kept copy is the first row of its position.
+    copies = Window.partitionBy("partition", "offset").orderBy(~good, "arrival_ms", "file")
+    kept = {c: F.first(c).over(copies) for c in ("ts", "key", "payload", "file")}
     same = (
-        F.col("ts").eqNullSafe(F.col("_kept_ts"))
-        & F.col("key").eqNullSafe(F.col("_kept_key"))
-        & F.col("payload").eqNullSafe(F.col("_kept_payload"))
+        F.col("ts").eqNullSafe(kept["ts"])
+        & F.col("key").eqNullSafe(kept["key"])
+        & F.col("payload").eqNullSafe(kept["payload"])
     )
-    conflicts = (
-        ranked.filter((F.col("_copy") > 1) & ~same)
-        .dropDuplicates(["partition", "offset", "file", "ts", "key", "payload"])
-        .select(
-            "topic", "partition", "offset", "key",
-            F.format_string(
-                "conflicting copy of partition %d offset %d: ts/key/payload differ from the "
-                "kept copy in %s", "partition", "offset", "_kept_file",
-            ).alias("reason"),
-            "file",
-        )
+    rank = F.row_number().over(copies)
+    conflict = F.when(
+        good & (rank > 1) & ~same,
+        F.format_string(
+            "conflicting copy of partition %d offset %d: ts/key/payload differ from the "
+            "kept copy in %s", F.col("partition"), F.col("offset"), kept["file"],
+        ),
     )
-    kept = ranked.filter(F.col("_copy") == 1).drop(
-        "_copy", *(f"_kept_{c}" for c in ("ts", "key", "payload", "file"))
-    )
-    return CanonicalRecords(records=kept, conflicts=conflicts, read_errors=dumps.errors)
+    ranked = lines.select("*", rank.alias("_copy"), conflict.alias("_conflict"))
+    return CanonicalRecords(lines=ranked, unreadable=dumps.unreadable)

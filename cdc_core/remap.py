@@ -36,7 +36,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.registry import RegisteredFile, Registry, read_canonical
+from cdc_core.registry import (
+    CanonicalReads,
+    RegisteredFile,
+    Registry,
+    starts_column,
+)
 from cdc_core.shard import Shard, ShardUsageError
 
 POLICIES = ("arrival", "event-time")
@@ -90,15 +95,6 @@ def effective_starts(source: ReclockSource, previous: OffsetFrontier) -> dict[in
     """Per known partition, the first offset not yet bound: ``max(previous, start)``."""
     starts = configured_starts(source)
     return {p: max(previous[p], starts.get(p, 0)) for p in set(previous.partitions) | set(starts)}
-
-
-def starts_column(spark: SparkSession, starts: Mapping[int, int]) -> Column:
-    """A column with each record's partition start (0 for partitions not listed)."""
-    pairs = [x for p, o in sorted(starts.items()) for x in (F.lit(p), F.lit(o))]
-    if not pairs:
-        return F.lit(0).cast("bigint")
-    lookup = F.create_map(*pairs)
-    return F.coalesce(lookup[F.col("partition")], F.lit(0)).cast("bigint")
 
 
 def check_start_offsets(
@@ -259,18 +255,23 @@ def propose_frontiers(
     registry: Registry,
     previous: OffsetFrontier,
     windows: Windows,
+    reads: CanonicalReads | None = None,
 ) -> list[OffsetFrontier]:
-    """The frontiers the source's policy binds at each end of ``windows``, from ``previous``."""
+    """The frontiers the source's policy binds at each end of ``windows``, from ``previous``
+    (``reads``: the run's shared dump reads; a private one otherwise)."""
     files = registry.files()
     check_start_offsets(source, previous, files)
     starts = effective_starts(source, previous)
     needed = candidate_files(files, starts, windows.end, source.reclock)
     if not needed:
         return [previous for _ in windows.ends]
-    start_col = starts_column(spark, starts)
-    canonical = read_canonical(spark, registry, needed, F.col("offset") >= start_col)
+    canonical = (reads or CanonicalReads(spark, registry, persist=False)).read(needed, starts)
     times = bind_times(
-        canonical.records, start_col, windows, source.reclock, source.allow_offset_gaps
+        canonical.records,
+        starts_column(spark, starts),
+        windows,
+        source.reclock,
+        source.allow_offset_gaps,
     )
     return frontiers_from_times(previous, times, windows)
 
@@ -397,6 +398,7 @@ def mint_bindings(
     registry: Registry,
     remap: Shard,
     windows: Windows,
+    reads: CanonicalReads | None = None,
 ) -> RangeBindings:
     """The bindings of ``windows`` (binding times ``[windows.start + 1, windows.end + 1)``):
     those already in the remap are read back, the others minted with one
@@ -416,7 +418,7 @@ def mint_bindings(
             previous = done.top
         else:
             unbound, done, previous = windows, None, frontier_at(remap, bound - 1)
-        frontiers = propose_frontiers(spark, source, registry, previous, unbound)
+        frontiers = propose_frontiers(spark, source, registry, previous, unbound, reads)
         minted = list(zip(unbound.ends, frontiers, strict=True))
         updates = binding_updates(spark, previous, minted)
         if remap.compare_and_append(updates, TimeFrontier.at(bound), TimeFrontier.at(upper)):
