@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -54,6 +54,24 @@ def dataframe(spark: SparkSession, rows: Iterable[tuple], schema: StructType) ->
 def reclocked(spark: SparkSession, rows: Iterable[tuple[int, int, object, object]]) -> DataFrame:
     """RECLOCKED records from ``(partition, offset, key, payload)``."""
     return dataframe(spark, [(p, o, 0, text(k), text(v)) for p, o, k, v in rows], RECLOCKED)
+
+
+def batch(
+    spark: SparkSession, windows: Mapping[int, Iterable[tuple[int, int, object, object]]]
+) -> DataFrame:
+    """RECLOCKED records of many windows, each with its binding ``time`` column, from
+    ``{time: [(partition, offset, key, payload), ...]}``."""
+    rows = [
+        (p, o, 0, text(k), text(v), t) for t, window in windows.items() for p, o, k, v in window
+    ]
+    return dataframe(spark, rows, StructType([*RECLOCKED.fields, StructField("time", LongType())]))
+
+
+def timed_updates(df: DataFrame) -> list[tuple]:
+    """The rows of an envelope output as sorted ``(*data, time, diff)``."""
+    columns = [name for name in df.columns if name not in ("time", "diff")]
+    rows = df.select(*columns, "time", "diff").toArrow().to_pylist()
+    return sorted((tuple(frozen(v) for v in row.values()) for row in rows), key=repr)
 
 
 def updates(df: DataFrame, time: int) -> list[tuple]:

@@ -38,11 +38,11 @@ def partition_logs(draw) -> dict[int, list]:
 
 
 @st.composite
-def streams(draw) -> tuple[dict[int, list], list[dict[int, int]]]:
+def streams(draw, max_windows: int = 3) -> tuple[dict[int, list], list[dict[int, int]]]:
     """Logs and, per window, the bound frontier (partition -> next offset). A partition
     whose frontier stands still while another moves is a late dump."""
     logs = draw(partition_logs())
-    windows = draw(st.integers(1, 3))
+    windows = draw(st.integers(1, max_windows))
     cuts = {
         p: sorted(draw(st.lists(st.integers(0, len(log)), min_size=windows, max_size=windows)))
         for p, log in logs.items()

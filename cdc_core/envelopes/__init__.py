@@ -1,8 +1,11 @@
-"""Envelopes: one window of a source's reclocked Kafka records -> its differential outputs.
+"""Envelopes: a batch of a source's reclocked Kafka records -> its differential outputs.
 
-Each envelope is a pure Spark transform of one window (``records`` in the RECLOCKED layout,
-all at IntoTime ``time``) plus the prior state read back from the source's own output
-shards; it returns an ``EnvelopeResult`` of consolidated updates at ``time``.
+Each envelope is a pure Spark transform of a batch of binding times (``records`` in the
+RECLOCKED layout, each at the IntoTime in its ``time`` column, or all at one ``time=``)
+plus the prior state read back from the source's own output shards, as of before the
+batch; it returns an ``EnvelopeResult`` of consolidated updates at their times, exactly
+what applying the batch's windows one by one in time order would give. Classic DEBEZIUM
+is the exception: one window per call, at ``time=``.
 """
 
 from cdc_core.envelopes.append_only import apply_none

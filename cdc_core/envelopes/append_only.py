@@ -14,7 +14,7 @@ from pyspark.sql.types import StructType
 from cdc_core.envelopes.columns import NONE, output_schema
 from cdc_core.envelopes.decode import decode_json, decode_key, unwrap_connect_envelope
 from cdc_core.envelopes.reasons import error_rows
-from cdc_core.envelopes.result import EnvelopeResult, at_time, column
+from cdc_core.envelopes.result import EnvelopeResult, column, consolidate, timed
 from cdc_core.envelopes.upsert import key_problem, value_problem
 from cdc_core.schemas import ERROR
 
@@ -22,15 +22,16 @@ from cdc_core.schemas import ERROR
 def apply_none(
     records: DataFrame,
     *,
-    time: int,
+    time: int | None = None,
     topic: str,
     key_schema: StructType,
     value_schema: StructType,
 ) -> EnvelopeResult:
-    """The NONE envelope for one window of RECLOCKED ``records`` at ``time``.
-    Output columns: key columns ++ value columns."""
+    """The NONE envelope for RECLOCKED ``records`` of a batch of binding times (their
+    ``time`` column), or of one window at ``time``: each record is independent, so it
+    simply lands at its own time. Output columns: key columns ++ value columns."""
     output = output_schema(NONE, key_schema, value_schema)
-    staged = unwrap_connect_envelope(records, "payload", value_schema, "value_text")
+    staged = unwrap_connect_envelope(timed(records, time), "payload", value_schema, "value_text")
     staged = decode_json(
         staged.filter(F.col("value_text").isNotNull()), "value_text", value_schema, "value"
     )
@@ -44,15 +45,16 @@ def apply_none(
         "partition",
         "offset",
         "key",
+        "time",
         problem.alias("reason"),
         *key_fields,
         *[F.col("value")[name].alias(name) for name in value_schema.names],
     )
     rows = decoded.filter(F.col("reason").isNull()).select(
-        *[column(name) for name in output.names], F.lit(1).cast("long").alias("diff")
+        *[column(name) for name in output.names], "time", F.lit(1).cast("long").alias("diff")
     )
     failed = error_rows(decoded.filter(F.col("reason").isNotNull()), topic)
     return EnvelopeResult(
-        changes=at_time(rows, output.names, time),
-        errors=at_time(failed, ERROR.names, time),
+        changes=consolidate(rows, output.names),
+        errors=consolidate(failed, ERROR.names),
     )

@@ -56,7 +56,7 @@ from cdc_core.envelopes.debezium import (
 )
 from cdc_core.envelopes.decode import decode_json
 from cdc_core.envelopes.reasons import CONSTRAINT, VALUE_DECODE, error_rows, reason
-from cdc_core.envelopes.result import EnvelopeResult, at_time, negated, prior_updates
+from cdc_core.envelopes.result import EnvelopeResult, consolidate, negated, prior_updates, stamped
 from cdc_core.envelopes.upsert import key_problem, value_problem, with_key
 from cdc_core.schemas import ERROR
 
@@ -240,8 +240,10 @@ def apply_debezium(
     value_schema: StructType,
     prior_dedup_state: DataFrame | None = None,
 ) -> EnvelopeResult:
-    """The classic DEBEZIUM envelope for one window of RECLOCKED ``records`` at ``time``.
-    ``prior_dedup_state``: the DEDUP_STATE shard at the previous time (+ ``diff``)."""
+    """The classic DEBEZIUM envelope for one window of RECLOCKED ``records`` (no ``time``
+    column) at ``time``; unlike the upsert-style envelopes it takes one window per call, as
+    its dedup state moves in Kafka order within a window. ``prior_dedup_state``: the
+    DEDUP_STATE shard at the previous time (+ ``diff``)."""
     output = output_schema(DEBEZIUM, key_schema, value_schema)
     spark = records.sparkSession
     prior_raw = prior_updates(spark, prior_dedup_state, DEDUP_STATE)
@@ -303,16 +305,18 @@ def apply_debezium(
         )
         .alias("used"),
     )
-    changes = at_time(emissions(decided.filter("used"), output), output.names, time)
-    errors = at_time(
-        error_rows(events.filter(F.col("reason").isNotNull()), topic).union(
-            error_rows(stream_violations(decided), topic)
+    changes = consolidate(stamped(emissions(decided.filter("used"), output), time), output.names)
+    errors = consolidate(
+        stamped(
+            error_rows(events.filter(F.col("reason").isNotNull()), topic).union(
+                error_rows(stream_violations(decided), topic)
+            ),
+            time,
         ),
         ERROR.names,
-        time,
     )
     dedup = state_updates(decided, cursors, fresh_files, prior_raw)
-    return EnvelopeResult(changes, errors, at_time(dedup, DEDUP_STATE.names, time))
+    return EnvelopeResult(changes, errors, consolidate(stamped(dedup, time), DEDUP_STATE.names))
 
 
 def emissions(used: DataFrame, output: StructType) -> DataFrame:

@@ -28,7 +28,7 @@ from cdc_core.envelopes.reasons import (
     UNSUPPORTED_OP,
     reason,
 )
-from cdc_core.envelopes.result import EnvelopeResult
+from cdc_core.envelopes.result import EnvelopeResult, timed
 from cdc_core.envelopes.upsert import apply_commands, key_problem, value_problem, with_key
 
 UPSERT_OPS = ("c", "r", "u")
@@ -101,19 +101,19 @@ def truncate_problem() -> Column:
 def apply_debezium_upsert(
     records: DataFrame,
     *,
-    time: int,
+    time: int | None = None,
     topic: str,
     key_schema: StructType,
     value_schema: StructType,
     prior_changes: DataFrame | None = None,
     prior_errors: DataFrame | None = None,
 ) -> EnvelopeResult:
-    """The DEBEZIUM UPSERT envelope for one window of RECLOCKED ``records`` at ``time``.
+    """The DEBEZIUM UPSERT envelope for RECLOCKED ``records`` of a batch of binding times
+    (their ``time`` column), or of one window at ``time`` (see ``upsert.apply_upsert``).
     ``value_schema`` is the after image (it holds the key columns); output = after columns."""
     output = output_schema(DEBEZIUM_UPSERT, key_schema, value_schema)
-    staged = decode_json(
-        with_key(stage_events(records), key_schema), "after_text", value_schema, "after"
-    )
+    events = with_key(stage_events(timed(records, time)), key_schema)
+    staged = decode_json(events, "after_text", value_schema, "after")
     is_tombstone = F.col("event_text").isNull()
     deletes = (F.col("op") == DELETE_OP) | F.col("after_text").isNull()
     after_key = F.struct(*[F.col("after")[name].alias(name) for name in key_schema.names])
@@ -138,7 +138,6 @@ def apply_debezium_upsert(
     )
     return apply_commands(
         commands,
-        time=time,
         topic=topic,
         key_schema=key_schema,
         output=output,

@@ -17,7 +17,7 @@ def apply_envelope(
     envelope: str,
     records: DataFrame,
     *,
-    time: int,
+    time: int | None = None,
     topic: str,
     key_schema: StructType,
     value_schema: StructType,
@@ -25,9 +25,17 @@ def apply_envelope(
     prior_errors: DataFrame | None = None,
     prior_dedup_state: DataFrame | None = None,
 ) -> EnvelopeResult:
-    """Apply ``envelope`` (none | upsert | debezium-upsert | debezium) to one window; each
-    envelope reads only the prior state it needs."""
+    """Apply ``envelope`` (none | upsert | debezium-upsert | debezium) to a batch of
+    ``records``: with ``time`` None, each record is at the binding time in its ``time``
+    column; with ``time``, all are at that one time (no ``time`` column). Classic DEBEZIUM
+    takes one window per call, so it needs ``time`` (ValueError without). Each envelope
+    reads only the prior state it needs."""
     output_schema(envelope, key_schema, value_schema)
+    if envelope == DEBEZIUM and time is None:
+        raise ValueError(
+            "the classic DEBEZIUM envelope applies one window per call: pass its time= "
+            "and records without a time column"
+        )
     common = {"time": time, "topic": topic, "key_schema": key_schema, "value_schema": value_schema}
     if envelope == NONE:
         return apply_none(records, **common)

@@ -56,7 +56,9 @@ def is_envelope_error(reason_column: Column) -> Column:
 
 
 def error_rows(failed: DataFrame, topic: str, diff: int = 1) -> DataFrame:
-    """ERROR rows (+ ``diff``) from records with ``partition``, ``offset``, ``key``, ``reason``."""
+    """ERROR rows (+ ``time`` when ``failed`` has one, so a batch's errors keep their
+    binding times, + ``diff``) from records with ``partition``, ``offset``, ``key``,
+    ``reason``."""
     return failed.select(
         F.lit(topic).cast("string").alias("topic"),
         F.col("partition").cast("int").alias("partition"),
@@ -64,6 +66,7 @@ def error_rows(failed: DataFrame, topic: str, diff: int = 1) -> DataFrame:
         F.col("key").cast("string").alias("key"),
         F.col("reason").cast("string").alias("reason"),
         F.lit(None).cast("string").alias("file"),
+        *([F.col("time").cast("long").alias("time")] if "time" in failed.columns else []),
         F.lit(diff).cast("long").alias("diff"),
     )
 

@@ -1,4 +1,5 @@
-"""What an envelope returns for one window, and the consolidation every output goes through."""
+"""What an envelope returns for a batch of binding times, and the consolidation every output
+goes through."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 @dataclass(frozen=True)
 class EnvelopeResult:
-    """One window's updates, each to be appended to its shard at the window's time.
+    """A batch's updates, each to be appended to its shard at its own ``time``.
 
     ``changes``: output columns + ``time`` + ``diff``; ``errors``: ERROR columns + ``time`` +
     ``diff`` (a retraction has diff -1); ``dedup_state``: DEDUP_STATE columns + ``time`` +
@@ -30,19 +31,39 @@ def column(name: str) -> Column:
     return F.col(f"`{name}`")
 
 
-def at_time(updates: DataFrame, columns: Sequence[str], time: int) -> DataFrame:
-    """Consolidate ``updates`` (``columns`` + ``diff``) into updates at ``time``."""
+def stamped(df: DataFrame, time: int) -> DataFrame:
+    """``df`` with every row at IntoTime ``time`` (a bigint ``time`` column)."""
+    return df.withColumn("time", F.lit(time).cast("long"))
+
+
+def timed(records: DataFrame, time: int | None) -> DataFrame:
+    """The records of a batch, each with its binding time in a bigint ``time`` column:
+    their own ``time`` column when ``time`` is None, else ``time`` stamped on all (one
+    window; the records must not carry a ``time`` column then, which would be ambiguous)."""
+    if time is not None:
+        if "time" in records.columns:
+            raise ValueError("records carry a time column: pass time=None to use it")
+        return stamped(records, time)
+    if "time" not in records.columns:
+        raise ValueError("records without a time column need time= (their one window's time)")
+    return records.withColumn("time", F.col("time").cast("long"))
+
+
+def consolidate(updates: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """``updates`` (``columns`` + ``time`` + ``diff``) summed to one row per (data, time),
+    zero diffs dropped."""
+    keys = [*[column(name) for name in columns], F.col("time")]
     return (
-        updates.groupBy(*[column(name) for name in columns])
+        updates.groupBy(*keys)
         .agg(F.sum("diff").cast("long").alias("diff"))
         .filter(F.col("diff") != 0)
-        .select(*[column(name) for name in columns], F.lit(time).cast("long").alias("time"), "diff")
+        .select(*keys, "diff")
     )
 
 
 def prior_updates(spark: SparkSession, prior: DataFrame | None, schema: StructType) -> DataFrame:
     """``schema`` columns + ``diff`` of a prior snapshot (or of the raw, unconsolidated
-    updates up to the previous time: only the rows a window touches are consolidated).
+    updates up to the batch's first time: only the rows a batch touches are consolidated).
     None stands for an empty shard."""
     if prior is None:
         return spark.createDataFrame(

@@ -12,14 +12,18 @@ latest record is an error shows that error (its row retracted) until a valid val
 delete supersedes it. Null keys share one slot, cleared by a null-key null-value record;
 an undecodable key has the slot of its raw text, cleared by a null value with the same text.
 
-The prior content comes from the output shards (``changes`` and ``errors``), read only for
-the keys the window touches: the touched keys are broadcast and semi-joined, so the prior
-state is filtered where it is read, never shuffled.
+A batch holds many windows (binding times) and gives exactly what applying them one by one
+in time order would: the latest record per (slot, time) replaces the slot's content at its
+previous time in the batch (``lag`` over the slot's times), and at the slot's first time in
+the batch, its content before the batch. That comes from the output shards (``changes`` and
+``errors``), read only for the slots the batch touches: their keys (with each one's first
+time) are broadcast and joined, so the prior state is filtered where it is read, never
+shuffled.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -40,12 +44,21 @@ from cdc_core.envelopes.reasons import (
     is_envelope_error,
     reason,
 )
-from cdc_core.envelopes.result import EnvelopeResult, at_time, negated, prior_updates
+from cdc_core.envelopes.result import (
+    EnvelopeResult,
+    column,
+    consolidate,
+    negated,
+    prior_updates,
+    timed,
+)
 from cdc_core.schemas import ERROR
 
 # The columns of an upsert command: one per record, ``row`` null for deletes and errors,
-# ``reason`` null unless the record makes its slot an error.
-COMMAND_COLUMNS = ("partition", "offset", "key", "slot", "key_value", "reason", "row")
+# ``reason`` null unless the record makes its slot an error; ``time`` is its binding time.
+COMMAND_COLUMNS = ("partition", "offset", "key", "slot", "key_value", "reason", "row", "time")
+# What a slot holds after its latest command: the row, or the error (and its record).
+CONTENT = ("partition", "offset", "key", "reason", "row")
 
 
 def key_problem() -> Column:
@@ -75,17 +88,18 @@ def value_problem(name: str, label: str) -> Column:
 def apply_upsert(
     records: DataFrame,
     *,
-    time: int,
+    time: int | None = None,
     topic: str,
     key_schema: StructType,
     value_schema: StructType,
     prior_changes: DataFrame | None = None,
     prior_errors: DataFrame | None = None,
 ) -> EnvelopeResult:
-    """The UPSERT envelope for one window of RECLOCKED ``records`` at IntoTime ``time``.
-    Output columns: key columns ++ value columns."""
+    """The UPSERT envelope for RECLOCKED ``records`` of a batch of binding times (their
+    ``time`` column), or of one window at ``time``; the prior state is the shards' updates
+    before the batch. Output columns: key columns ++ value columns."""
     output = output_schema(UPSERT, key_schema, value_schema)
-    staged = unwrap_connect_envelope(records, "payload", value_schema, "value_text")
+    staged = unwrap_connect_envelope(timed(records, time), "payload", value_schema, "value_text")
     staged = decode_json(with_key(staged, key_schema), "value_text", value_schema, "value")
     is_tombstone = F.col("value_text").isNull()
     problem = F.when(~is_tombstone, F.coalesce(key_problem(), value_problem("value", "value")))
@@ -97,7 +111,6 @@ def apply_upsert(
     )
     return apply_commands(
         commands,
-        time=time,
         topic=topic,
         key_schema=key_schema,
         output=output,
@@ -109,43 +122,69 @@ def apply_upsert(
 def apply_commands(
     commands: DataFrame,
     *,
-    time: int,
     topic: str,
     key_schema: StructType,
     output: StructType,
     prior_changes: DataFrame | None,
     prior_errors: DataFrame | None,
 ) -> EnvelopeResult:
-    """Replace each touched slot's prior content by its latest command (``commands`` has
-    at least the COMMAND_COLUMNS)."""
+    """At each time, replace each touched slot's content by its latest command at that
+    time (``commands`` has at least the COMMAND_COLUMNS): the old content is the slot's
+    latest command at its previous time in the batch, or at its first time, its content
+    in the prior shards."""
     spark = commands.sparkSession
     latest = (
-        commands.groupBy("slot")
+        commands.groupBy("slot", "time")
         .agg(
             F.max_by(
-                F.struct(*[F.col(c) for c in COMMAND_COLUMNS if c != "slot"]),
+                F.struct(*[F.col(c) for c in COMMAND_COLUMNS if c not in ("slot", "time")]),
                 F.struct("partition", "offset"),
             ).alias("latest")
         )
-        .select("slot", "latest.*")
+        .select("slot", "time", "latest.*")
     )
-    touched_keys = latest.filter(F.col("key_value").isNotNull()).select("key_value.*")
-    old_rows = prior_updates(spark, prior_changes, output).join(
-        F.broadcast(touched_keys), on=key_schema.names, how="left_semi"
+    by_time = Window.partitionBy("slot").orderBy("time")
+    sequenced = latest.select(
+        "*",
+        F.lag("time").over(by_time).alias("previous_time"),
+        *[F.lag(c).over(by_time).alias(f"previous_{c}") for c in CONTENT],
     )
-    new_rows = latest.filter(F.col("row").isNotNull()).select(
+    # Each slot's first time in the batch: where its content before the batch is replaced.
+    first = sequenced.filter(F.col("previous_time").isNull())
+    first_keys = first.filter(F.col("key_value").isNotNull()).select("key_value.*", "time")
+    old_rows = (
+        prior_updates(spark, prior_changes, output)
+        .join(F.broadcast(first_keys), on=key_schema.names)
+        .select(*[column(name) for name in output.names], "time", "diff")
+    )
+    previous_rows = sequenced.filter(F.col("previous_row").isNotNull()).select(
+        *[F.col("previous_row")[name].alias(name) for name in output.names],
+        "time",
+        F.lit(1).cast("long").alias("diff"),
+    )
+    new_rows = sequenced.filter(F.col("row").isNotNull()).select(
         *[F.col("row")[name].alias(name) for name in output.names],
+        "time",
         F.lit(1).cast("long").alias("diff"),
     )
     old_errors = (
         prior_updates(spark, prior_errors, ERROR)
         .filter(is_envelope_error(F.col("reason")))
         .transform(lambda errors: with_key(errors, key_schema))
-        .join(F.broadcast(latest.select("slot")), on="slot", how="left_semi")
-        .select(*ERROR.names, "diff")
+        .join(F.broadcast(first.select("slot", "time")), on="slot")
+        .select(*ERROR.names, "time", "diff")
     )
-    new_errors = error_rows(latest.filter(F.col("reason").isNotNull()), topic)
+    previous_errors = error_rows(
+        sequenced.filter(F.col("previous_reason").isNotNull()).select(
+            *[F.col(f"previous_{c}").alias(c) for c in CONTENT], "time"
+        ),
+        topic,
+        diff=-1,
+    )
+    new_errors = error_rows(sequenced.filter(F.col("reason").isNotNull()), topic)
     return EnvelopeResult(
-        changes=at_time(negated(old_rows).union(new_rows), output.names, time),
-        errors=at_time(negated(old_errors).union(new_errors), ERROR.names, time),
+        changes=consolidate(negated(old_rows.union(previous_rows)).union(new_rows), output.names),
+        errors=consolidate(
+            negated(old_errors).union(previous_errors).union(new_errors), ERROR.names
+        ),
     )
