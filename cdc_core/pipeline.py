@@ -269,10 +269,13 @@ class SourcePipeline:
             prior_dedup_state=self._prior(self.dedup, lower),
         )
         errors = reclock_errors.filter(in_range).unionByName(result.errors)
-        changes = append_new(self.changes, result.changes, lower, upper) or {}
-        written_errors = append_new(self.errors, errors, lower, upper) or {}
-        if self.dedup is not None and result.dedup_state is not None:
-            append_new(self.dedup, result.dedup_state, lower, upper)
+        try:
+            changes = append_new(self.changes, result.changes, lower, upper) or {}
+            written_errors = append_new(self.errors, errors, lower, upper) or {}
+            if self.dedup is not None and result.dedup_state is not None:
+                append_new(self.dedup, result.dedup_state, lower, upper)
+        finally:
+            result.release()
         return changes, written_errors
 
     @staticmethod

@@ -49,7 +49,7 @@ def apply_none(
         problem.alias("reason"),
         *key_fields,
         *[F.col("value")[name].alias(name) for name in value_schema.names],
-    )
+    ).persist()
     rows = decoded.filter(F.col("reason").isNull()).select(
         *[column(name) for name in output.names], "time", F.lit(1).cast("long").alias("diff")
     )
@@ -57,4 +57,5 @@ def apply_none(
     return EnvelopeResult(
         changes=consolidate(rows, output.names),
         errors=consolidate(failed, ERROR.names),
+        cached=(decoded,),
     )

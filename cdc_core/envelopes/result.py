@@ -24,6 +24,13 @@ class EnvelopeResult:
     changes: DataFrame
     errors: DataFrame
     dedup_state: DataFrame | None = None
+    # Persisted frames the outputs share (decoded records, latest commands), so that
+    # writing changes and errors decodes the batch once; ``release`` after writing them.
+    cached: tuple[DataFrame, ...] = ()
+
+    def release(self) -> None:
+        for frame in self.cached:
+            frame.unpersist()
 
 
 def column(name: str) -> Column:

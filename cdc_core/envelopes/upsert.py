@@ -148,7 +148,7 @@ def apply_commands(
         "*",
         F.lag("time").over(by_time).alias("previous_time"),
         *[F.lag(c).over(by_time).alias(f"previous_{c}") for c in CONTENT],
-    )
+    ).persist()
     # Each slot's first time in the batch: where its content before the batch is replaced.
     first = sequenced.filter(F.col("previous_time").isNull())
     first_keys = first.filter(F.col("key_value").isNotNull()).select("key_value.*", "time")
@@ -187,4 +187,5 @@ def apply_commands(
         errors=consolidate(
             negated(old_errors).union(previous_errors).union(new_errors), ERROR.names
         ),
+        cached=(sequenced,),
     )
