@@ -190,7 +190,9 @@ class SourcePipeline:
                 self.spark, self.source, self.registry, self.remap, lower, windows, reads
             )
             upper = windows.end + 1
-            records_in = append_new(self.reclocked, run.reclocked.records, lower, upper) or {}
+            records_in = append_new(  # one row per (partition, offset) by construction
+                self.reclocked, run.reclocked.records, lower, upper, consolidated=True
+            ) or {}
             # Read back from the committed shard (cheap Parquet, not the dumps again) and
             # cached: the envelope's outputs (changes, errors, dedup state) each read them.
             records = self.reclocked.listen(max(lower - 1, 0), windows.end).cache()
@@ -270,7 +272,9 @@ class SourcePipeline:
         )
         errors = reclock_errors.filter(in_range).unionByName(result.errors)
         try:
-            changes = append_new(self.changes, result.changes, lower, upper) or {}
+            changes = append_new(  # envelope outputs come consolidated
+                self.changes, result.changes, lower, upper, consolidated=True
+            ) or {}
             written_errors = append_new(self.errors, errors, lower, upper) or {}
             if self.dedup is not None and result.dedup_state is not None:
                 append_new(self.dedup, result.dedup_state, lower, upper)

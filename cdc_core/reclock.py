@@ -197,12 +197,14 @@ def reclock_windows(
 
 
 def append_new(
-    shard: Shard, updates: DataFrame, lower: int, upper: int
+    shard: Shard, updates: DataFrame, lower: int, upper: int, *, consolidated: bool = False
 ) -> dict[int, int] | None:
     """``Shard.append`` for updates computed for times ``[lower, upper)``: writes only what
     the shard does not hold yet; the distinct updates written per time (None when it
     already covers ``upper``)."""
-    return shard.append(updates, TimeFrontier.at(lower), TimeFrontier.at(upper))
+    return shard.append(
+        updates, TimeFrontier.at(lower), TimeFrontier.at(upper), consolidated=consolidated
+    )
 
 
 def _frame(spark: SparkSession, rows: Sequence[tuple], names: Sequence[str]) -> DataFrame:

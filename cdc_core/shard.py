@@ -246,14 +246,21 @@ class Shard:
         return self.commit(self.stage(updates), expected_upper, new_upper)
 
     def append(
-        self, updates: DataFrame, lower: TimeFrontier, upper: TimeFrontier
+        self,
+        updates: DataFrame,
+        lower: TimeFrontier,
+        upper: TimeFrontier,
+        *,
+        consolidated: bool = False,
     ) -> dict[int, int] | None:
         """Append for replicated writers of identical definite data: a batch whose
         [lower, upper) is already covered by the shard's upper is a no-op (None) that
         writes nothing; a batch with lower == current upper is committed and its distinct
         updates per time are returned; a gap is a usage error. When the upper lies inside
         the batch, only the updates at times not yet covered are written: the rest is
-        already there, because the data is definite."""
+        already there, because the data is definite. ``consolidated``: the caller vouches
+        for one row per (data, time) without zero diffs, which spares a shuffle (the
+        completeness check still recounts it)."""
         _check_advance(lower, upper)
         while True:
             self.refresh()
@@ -265,18 +272,21 @@ class Shard:
                     f"batch [{lower}, {upper}) would leave a gap after the upper {current}"
                 )
             uncovered = updates if lower == current else updates.where(F.col(TIME) >= current.time)
-            staged = self.stage(uncovered)
+            staged = self.stage(uncovered, consolidated=consolidated)
             if self.commit(staged, current, upper) is None:
                 return dict(staged.counts)
 
-    def stage(self, updates: DataFrame) -> StagedBatch:
-        """The first half of compare_and_append: consolidate ``updates`` and write them as
-        Parquet under the table folder (Spark), then describe them from their footers."""
-        consolidated = consolidate(self._conform(updates), self.data_schema.names)
+    def stage(self, updates: DataFrame, *, consolidated: bool = False) -> StagedBatch:
+        """The first half of compare_and_append: consolidate ``updates`` (unless the caller
+        says they are) and write them as Parquet under the table folder (Spark), then
+        describe them from their footers."""
+        conformed = self._conform(updates)
+        if not consolidated:
+            conformed = consolidate(conformed, self.data_schema.names)
         batch_id = uuid.uuid4().hex
         try:
             with _location_failure(f"writing updates under {self.path}"):
-                files = delta_io.write_files(consolidated, self.path, batch_id)
+                files = delta_io.write_files(conformed, self.path, batch_id)
                 counts = delta_io.count_by_time(self._spark, self.path, files, self._schema)
         except ShardStorageError:
             delta_io.delete_batches(self.path, [batch_id])

@@ -21,6 +21,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from cdc_core.checks import completeness
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import (
     ProgressStatement,
@@ -172,6 +173,16 @@ def test_append_writes_once_and_a_rerun_writes_no_new_version(spark, shard):
     assert shard.append(updates(spark, []), at(2), at(4)) is None
     assert (shard.refresh().version, data_files(shard.path)) == (version, files)
     assert table_rows(shard.path) == [("a", 1, 0, 1), ("b", 2, 4, 1)]
+
+
+def test_an_append_vouched_consolidated_is_written_as_given_and_a_false_vouch_is_caught(
+    spark, shard
+):
+    twice = updates(spark, [("a", 1, 3, 1), ("a", 1, 3, 1)])
+    assert shard.append(twice, at(0), at(4), consolidated=True) == {3: 2}
+    assert table_rows(shard.path) == [("a", 1, 3, 1), ("a", 1, 3, 1)]
+    verdict = completeness(shard, 1, 4)
+    assert not verdict.passed and "stored twice" in verdict.description
 
 
 def test_append_with_a_gap_is_a_usage_error(spark, shard):
