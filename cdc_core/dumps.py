@@ -36,6 +36,11 @@ _CORRUPT = "_corrupt_record"
 _LINE_SCHEMA = StructType(
     [f for f in DUMP_RECORD.fields if f.name != "file"] + [StructField(_CORRUPT, StringType())]
 )
+# What registration needs of a line: its position fields (and whether it parsed).
+_SCAN_LINE = StructType(
+    [f for f in DUMP_RECORD.fields if f.name in ("topic", "partition", "offset", "ts")]
+    + [StructField(_CORRUPT, StringType())]
+)
 _REQUIRED_FIELDS = {
     "topic": "a string",
     "partition": "a 32-bit integer",
@@ -125,12 +130,8 @@ def read_dumps(spark: SparkSession, files: Sequence[str], *, topic: str | None =
     error row each and are left out of the read; the other files parse normally.
     Files that do not exist raise ``FileNotFoundError``.
     """
-    paths = [os.fspath(file) for file in files]
-    missing = [path for path in paths if "://" not in path and not os.path.exists(path)]
-    if missing:
-        raise FileNotFoundError(f"dump files not found: {', '.join(missing)}")
-    corrupt = find_corrupt_gzip_files(spark, [p for p in paths if p.endswith(GZIP_SUFFIX)])
-    lines = _read_lines(spark, [path for path in paths if path not in corrupt])
+    readable, corrupt = _readable(spark, files)
+    lines = _read_lines(spark, readable)
     parsed = lines.select(
         "value", "file", F.from_json("value", _LINE_SCHEMA, {"mode": "PERMISSIVE"}).alias("j")
     ).select("value", "file", "j.*", _problem(topic).alias("reason"))
@@ -155,9 +156,26 @@ def scan_dump_files(
     hold its offsets. Aggregated in Spark; only the summary reaches the driver. Lines
     and files that fail to parse are not counted (``read_dumps`` reports them).
     """
-    records = read_dumps(spark, files, topic=topic).records
+    readable, _ = _readable(spark, files)
+    if not readable:
+        return SCAN_SCHEMA.empty_table()
+    # Spark's JSON reader with only the position fields: it still checks every line is
+    # well formed, but builds no key or payload. A line counts exactly when
+    # ``read_dumps`` would keep it as a record.
+    lines = (
+        spark.read.schema(_SCAN_LINE)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", _CORRUPT)
+        .json(readable)
+    )
+    valid = F.col(_CORRUPT).isNull() & (F.col("partition") >= 0) & (F.col("offset") >= 0)
+    for name in _REQUIRED_FIELDS:
+        valid &= F.col(name).isNotNull()
+    if topic is not None:
+        valid &= F.col("topic") == F.lit(topic)
     summary = (
-        records.groupBy("file", "partition")
+        lines.where(valid)
+        .groupBy(F.col("_metadata.file_path").alias("uri"), "partition")
         .agg(
             F.min("offset").alias("min_offset"),
             F.max("offset").alias("max_offset"),
@@ -165,9 +183,21 @@ def scan_dump_files(
             F.max("ts").alias("max_ts"),
             F.count(F.lit(1)).alias("records"),
         )
+        .select(_local_path(F.col("uri")).alias("file"), *SCAN_SCHEMA.names[1:])
         .orderBy("file", "partition")
     )
     return summary.toArrow().cast(SCAN_SCHEMA)
+
+
+def _readable(spark: SparkSession, files: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The paths that can be read, and ``path -> reason`` for corrupt gzip files (left
+    out). Files that do not exist raise ``FileNotFoundError``."""
+    paths = [os.fspath(file) for file in files]
+    missing = [path for path in paths if "://" not in path and not os.path.exists(path)]
+    if missing:
+        raise FileNotFoundError(f"dump files not found: {', '.join(missing)}")
+    corrupt = find_corrupt_gzip_files(spark, [p for p in paths if p.endswith(GZIP_SUFFIX)])
+    return [path for path in paths if path not in corrupt], corrupt
 
 
 def find_corrupt_gzip_files(spark: SparkSession, paths: Sequence[str]) -> dict[str, str]:

@@ -194,3 +194,39 @@ def test_scan_summarises_each_file_and_partition(spark: SparkSession, tmp_path: 
         {"file": second, "partition": 0, "min_offset": 12, "max_offset": 13,
          "min_ts": T0 + 50, "max_ts": T0 + 60, "records": 2},
     ]  # fmt: skip
+
+
+def test_scan_counts_exactly_the_lines_read_dumps_keeps(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    dump = write(tmp_path / "users" / "mixed.json", [
+        line(1, 3, T0 + 5, '{"id":3}', '{"name":"c"}'),
+        # A key that is a JSON object rather than text: kept, as its JSON text.
+        f'{{"topic":"users","partition":1,"offset":4,"ts":{T0 + 9},"key":{{"id":4}}}}\n',
+        "not json\n",
+        '{"topic":"users","partition":1,"offset":5,"ts":1\n',
+        "[1, 2]\n",
+        line('"one"', 6, T0, '{"id":6}', None),
+        line(1, 7.5, T0, '{"id":7}', None),
+        line(1, -8, T0, '{"id":8}', None),
+        line(-1, 9, T0, '{"id":9}', None),
+        line(1, 10, '"late"', '{"id":10}', None),
+        line(1, 11, T0, '{"id":11}', None, topic="orders"),
+        '{"topic":"users","offset":12,"ts":5}\n',
+        '{"topic":"users","partition":1,"offset":null,"ts":5}\n',
+        line(2, 0, T0 + 1, None, None),
+    ])  # fmt: skip
+
+    kept = read_dumps(spark, [dump], topic="users").records.collect()
+    expected: dict[int, list[tuple[int, int]]] = {}
+    for record in kept:
+        expected.setdefault(record.partition, []).append((record.offset, record.ts))
+    scanned = scan_dump_files(spark, [dump], topic="users").to_pylist()
+
+    assert sorted(expected) == [1, 2]  # the oracle itself kept what it should
+    assert scanned == [
+        {"file": dump, "partition": p, "min_offset": min(o for o, _ in rows),
+         "max_offset": max(o for o, _ in rows), "min_ts": min(t for _, t in rows),
+         "max_ts": max(t for _, t in rows), "records": len(rows)}
+        for p, rows in sorted(expected.items())
+    ]  # fmt: skip
