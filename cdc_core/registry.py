@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from cdc_core.dumps import SCAN_SCHEMA, DumpFile, read_dumps, scan_dump_files
+from cdc_core.dumps import SCAN_SCHEMA, DumpFile, DumpRead, read_dumps, scan_dump_files
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.schemas import DUMP_RECORD, ERROR
 
@@ -126,8 +126,7 @@ class CanonicalRecords:
     @property
     def read_errors(self) -> DataFrame:
         """ERROR rows of malformed lines (file known, position unknown) and unreadable files."""
-        failed = self.lines.where(F.col("reason").isNotNull()).select(*ERROR.names)
-        return failed.unionByName(self.unreadable)
+        return DumpRead(self.lines, self.unreadable).errors
 
 
 class CanonicalReads:

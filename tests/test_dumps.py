@@ -93,23 +93,29 @@ def test_plain_gzip_and_nested_files_parse_to_the_expected_records(
     assert read.errors.count() == 0
 
 
+# Lines that are not records, one per way a line can fail (errors listed in the test below).
+BAD_LINES = [
+    "this is not json\n",
+    '{"topic":"users","partition":1,"offset":5,"ts":1\n',
+    "[1, 2]\n",
+    line('"one"', 6, T0, '{"id":6}', None),
+    line(1, 7.5, T0, '{"id":7}', None),
+    line(1, -8, T0, '{"id":8}', None),
+    line(-1, 9, T0, '{"id":9}', None),
+    line(1, 10, '"late"', '{"id":10}', None),
+    line(1, 11, T0, '{"id":11}', None, topic="orders"),
+    '{"topic":"users","offset":12,"ts":5}\n',
+    '{"topic":"users","partition":1,"offset":null,"ts":5}\n',
+]
+
+
 def test_malformed_lines_become_errors_while_good_lines_parse(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     good = line(1, 4, T0, '{"id":4}', '{"name":"d"}')
     dump = write(tmp_path / "users" / "mixed.json", [
         line(1, 3, T0, '{"id":3}', '{"name":"c"}'),
-        "this is not json\n",
-        '{"topic":"users","partition":1,"offset":5,"ts":1\n',
-        "[1, 2]\n",
-        line('"one"', 6, T0, '{"id":6}', None),
-        line(1, 7.5, T0, '{"id":7}', None),
-        line(1, -8, T0, '{"id":8}', None),
-        line(-1, 9, T0, '{"id":9}', None),
-        line(1, 10, '"late"', '{"id":10}', None),
-        line(1, 11, T0, '{"id":11}', None, topic="orders"),
-        '{"topic":"users","offset":12,"ts":5}\n',
-        '{"topic":"users","partition":1,"offset":null,"ts":5}\n',
+        *BAD_LINES,
         "   \n",
         good,
     ])  # fmt: skip
@@ -203,17 +209,7 @@ def test_scan_counts_exactly_the_lines_read_dumps_keeps(
         line(1, 3, T0 + 5, '{"id":3}', '{"name":"c"}'),
         # A key that is a JSON object rather than text: kept, as its JSON text.
         f'{{"topic":"users","partition":1,"offset":4,"ts":{T0 + 9},"key":{{"id":4}}}}\n',
-        "not json\n",
-        '{"topic":"users","partition":1,"offset":5,"ts":1\n',
-        "[1, 2]\n",
-        line('"one"', 6, T0, '{"id":6}', None),
-        line(1, 7.5, T0, '{"id":7}', None),
-        line(1, -8, T0, '{"id":8}', None),
-        line(-1, 9, T0, '{"id":9}', None),
-        line(1, 10, '"late"', '{"id":10}', None),
-        line(1, 11, T0, '{"id":11}', None, topic="orders"),
-        '{"topic":"users","offset":12,"ts":5}\n',
-        '{"topic":"users","partition":1,"offset":null,"ts":5}\n',
+        *BAD_LINES,
         line(2, 0, T0 + 1, None, None),
     ])  # fmt: skip
 
