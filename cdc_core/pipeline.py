@@ -198,11 +198,15 @@ class SourcePipeline:
             records = self.reclocked.listen(max(lower - 1, 0), windows.end).cache()
             updates_out: dict[int, int] = {}
             errors_out: dict[int, int] = {}
-            for low, high in self._envelope_batches(lower, upper):
-                changes, errors = self._apply_envelope(records, run.reclocked.errors, low, high)
-                updates_out.update(changes)
-                errors_out.update(errors)
-            records.unpersist()
+            try:
+                for low, high in self._envelope_batches(lower, upper):
+                    changes, errors = self._apply_envelope(
+                        records, run.reclocked.errors, low, high
+                    )
+                    updates_out.update(changes)
+                    errors_out.update(errors)
+            finally:
+                records.unpersist()
         finally:
             reads.release()
         return [
