@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 
 from cdc_core.cdcv2.completeness import check_completeness
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.remap import remap_updates
 from cdc_core.shard import Shard
 
 MAX_EXAMPLES = 10
@@ -65,11 +66,9 @@ def remap_history(remap: Shard) -> list[tuple[int, OffsetFrontier]]:
     since, upper = remap.since.time, remap.upper.time
     if since is None or upper is None or upper <= since:
         return []
-    updates = remap.snapshot(since).unionByName(remap.listen(since, upper - 1))
-    rows = updates.groupBy("time", "partition", "offset").agg(F.sum("diff").alias("diff"))
     by_time: dict[int, list[tuple[int, int, int]]] = {}
-    for row in rows.collect():
-        by_time.setdefault(row["time"], []).append((row["partition"], row["offset"], row["diff"]))
+    for partition, offset, time, diff in remap_updates(remap, upper - 1):
+        by_time.setdefault(max(time, since), []).append((partition, offset, diff))
     history: list[tuple[int, OffsetFrontier]] = []
     current: dict[tuple[int, int], int] = {}
     for time in sorted(by_time):

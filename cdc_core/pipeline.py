@@ -322,16 +322,14 @@ class SourcePipeline:
             "errors": _table_status(self.errors),
         }
         upper = self.errors.upper.time
-        current_errors = 0
-        if upper:
-            current_errors = self.errors.snapshot(upper - 1).groupBy().sum("diff").first()[0] or 0
+        current_errors = self.errors.size(upper - 1) if upper else 0
         return SourceStatus(
             self.source.name,
             self.config.window_ms,
             self.config.start_ms,
             tables,
             inspection,
-            int(current_errors),
+            current_errors,
         )
 
     def retire(self) -> RetireReport:

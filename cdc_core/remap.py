@@ -26,6 +26,7 @@ raises ``UnexpectedStartOffset`` until ``start_offsets`` accepts where it really
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -45,6 +46,7 @@ from cdc_core.registry import (
 from cdc_core.shard import Shard, ShardUsageError
 
 POLICIES = ("arrival", "event-time")
+REMAP_UPDATE = ("partition", "offset", "time", "diff")
 
 
 class ReclockSource(Protocol):
@@ -303,15 +305,25 @@ def binding_updates(
     return spark.createDataFrame(table)
 
 
+def remap_updates(remap: Shard, until: int) -> list[tuple[int, int, int, int]]:
+    """Every remap update ``(partition, offset, time, diff)`` at times ``<= until``, read on
+    the driver: the remap is tiny metadata, and a Spark job would cost far more."""
+    table = remap.updates_through(until)
+    return list(zip(*(table.column(name).to_pylist() for name in REMAP_UPDATE), strict=True))
+
+
 def frontier_at(remap: Shard, time: int) -> OffsetFrontier:
     """``remap[time]``; before time 0 nothing is bound. Validates the stored antichain."""
     if time < 0:
         return OffsetFrontier()
-    rows = remap.snapshot(time).select("partition", "offset", "diff").collect()
-    partitions = [r["partition"] for r in rows]
-    if any(r["diff"] != 1 for r in rows) or len(set(partitions)) != len(partitions):
-        raise RemapError(f"remap at {time} is not one element per partition: {rows}")
-    return OffsetFrontier({r["partition"]: r["offset"] for r in rows})
+    live: Counter[tuple[int, int]] = Counter()
+    for partition, offset, _, diff in remap_updates(remap, time):
+        live[(partition, offset)] += diff
+    elements = sorted((key, count) for key, count in live.items() if count != 0)
+    partitions = [partition for (partition, _), _ in elements]
+    if any(count != 1 for _, count in elements) or len(set(partitions)) != len(partitions):
+        raise RemapError(f"remap at {time} is not one element per partition: {elements}")
+    return OffsetFrontier(dict(key for key, _ in elements))
 
 
 def offsets_for(remap: Shard, frontier: TimeFrontier) -> OffsetFrontier:
@@ -372,11 +384,10 @@ class RangeBindings:
         base = frontier_at(remap, lower - 1)
         if upper - 1 <= max(lower - 1, 0):
             return cls(base, ())
-        added = remap.listen(max(lower - 1, 0), upper - 1).filter(
-            (F.col("diff") > 0) & (F.col("time") >= lower)
-        )
-        rows = added.select("partition", "offset", "time").collect()
-        return cls(base, tuple(sorted((r["partition"], r["offset"], r["time"]) for r in rows)))
+        after = max(lower - 1, 0)
+        updates = remap_updates(remap, upper - 1)
+        added = [(p, o, t) for p, o, t, d in updates if d > 0 and t > after]
+        return cls(base, tuple(sorted(added)))
 
     @classmethod
     def of(

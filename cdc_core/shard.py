@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError
@@ -31,6 +33,7 @@ from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from cdc_core import delta_io
@@ -404,6 +407,15 @@ class Shard:
         totals = rows.groupBy(*data).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
         return totals.select(*data, F.lit(as_of).cast("long").alias(TIME), DIFF)
 
+    def size(self, as_of: int) -> int:
+        """The number of records at ``as_of`` (the sum of its snapshot's diffs), from the
+        ``time`` and ``diff`` columns alone: no consolidation by data is needed, since
+        updates that cancel sum to zero anyway."""
+        self._check_since(as_of, "as_of")
+        self._check_complete(as_of, "as_of")
+        rows = self._read(None, as_of).where(F.col(TIME) <= as_of)
+        return rows.agg(F.sum(DIFF)).first()[0] or 0
+
     def listen(self, as_of: int, until: int | None = None) -> DataFrame:
         """Updates with as_of < time <= until (until defaults to upper - 1; to everything
         when the shard is finished): data columns + time + diff. Requires since <= as_of
@@ -419,6 +431,24 @@ class Shard:
         if until is not None:
             selected &= F.col(TIME) <= until
         return self._read(as_of + 1, until).where(selected)
+
+    def updates_through(self, until: int) -> pa.Table:
+        """Every stored update at times ``<= until`` (times before since come forwarded to
+        it), read on the driver without a Spark job: for shards small enough to be
+        metadata, like the remap, where a job would cost far more than the read.
+        Requires since <= until < upper."""
+        self._check_since(until, "until")
+        self._check_complete(until, "until")
+        schema = to_arrow_schema(self._schema, timezone="UTC")
+        files = [f for f in self._files() if f.may_hold_times(None, until)]
+        with _location_failure(f"reading {self.path}"):
+            tables = [
+                pq.read_table(os.path.join(self.path, f.path), filters=[(TIME, "<=", until)])
+                for f in files
+            ]
+        return pa.concat_tables(
+            [schema.empty_table(), *(t.select(schema.names).cast(schema) for t in tables)]
+        )
 
     def progress(self) -> list[ProgressStatement]:
         """The progress statements recorded by every commit, oldest first."""

@@ -215,6 +215,12 @@ def test_snapshot_accumulates_up_to_as_of(history):
     assert collected(history.snapshot(5)) == [("b", 2, 5, 2), ("c", 3, 5, 1)]
 
 
+def test_size_counts_the_records_a_snapshot_holds(history):
+    for time in range(6):
+        assert history.size(time) == sum(row[-1] for row in collected(history.snapshot(time)))
+    assert [history.size(t) for t in (0, 3, 5)] == [0, 3, 3]
+
+
 def test_snapshot_outside_since_and_upper_names_the_violated_bound(history):
     with pytest.raises(ShardUsageError, match="not before upper \\[6\\]"):
         history.snapshot(6)
@@ -235,6 +241,22 @@ def test_listen_returns_the_updates_in_the_half_open_range(history):
     assert collected(history.listen(5)) == []
     with pytest.raises(ShardUsageError, match="until 6"):
         history.listen(0, 6)
+
+
+def test_updates_through_reads_on_the_driver_what_listen_reads_in_spark(history):
+    def driver(until: int) -> list[Row]:
+        return sorted(tuple(row.values()) for row in history.updates_through(until).to_pylist())
+
+    assert driver(0) == []
+    assert driver(4) == collected(history.listen(0, 4))
+    assert driver(5) == collected(history.listen(0, 5))
+    with pytest.raises(ShardUsageError, match="not before upper \\[6\\]"):
+        history.updates_through(6)
+    history.downgrade_since(at(4))
+    history.compact()
+    assert driver(5) == [("b", 2, 4, 2), ("c", 3, 5, 1)]  # compacted rows come forwarded
+    with pytest.raises(ShardUsageError, match="before since \\[4\\]"):
+        history.updates_through(3)
 
 
 # ---- since, compaction, gc --------------------------------------------------------------
