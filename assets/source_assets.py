@@ -47,6 +47,11 @@ def output_key(source: str, output: str) -> AssetKey:
     return AssetKey([source, output])
 
 
+def source_output_keys(config: Config) -> list[AssetKey]:
+    """The assets the sources' window runs materialize (no exports)."""
+    return [output_key(source.name, name) for source in config.sources for name in OUTPUTS]
+
+
 def source_assets(
     config: Config, source: SourceConfig, partitions: TimeWindowPartitionsDefinition
 ):

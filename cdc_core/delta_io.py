@@ -27,6 +27,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
+from cdc_core.spark import local_frame
+
 TIME = "time"
 DIFF = "diff"
 DATA_DIR = "data"
@@ -211,7 +213,7 @@ def read_files(
 ) -> DataFrame:
     """The rows of ``files`` as a DataFrame, read by the executors; no files -> no rows."""
     if not files:
-        return spark.createDataFrame([], schema)
+        return local_frame(spark, [], schema)
     return spark.read.schema(schema).parquet(*(os.path.join(table_path, f.path) for f in files))
 
 

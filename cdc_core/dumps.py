@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_core.schemas import DUMP_RECORD, ERROR
+from cdc_core.spark import local_frame
 
 IN_PROGRESS_SUFFIXES = (".tmp", ".partial")
 GZIP_SUFFIX = ".gz"
@@ -135,7 +136,8 @@ def read_dumps(spark: SparkSession, files: Sequence[str], *, topic: str | None =
     parsed = lines.select(
         "value", "file", F.from_json("value", _LINE_SCHEMA, {"mode": "PERMISSIVE"}).alias("j")
     ).select("value", "file", "j.*", _problem(topic).alias("reason"))
-    unreadable = spark.createDataFrame(
+    unreadable = local_frame(
+        spark,
         [(None, None, None, None, reason, path) for path, reason in sorted(corrupt.items())],
         ERROR,
     )
@@ -224,7 +226,7 @@ def gzip_problem(path: str) -> str | None:
 def _read_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """Non-blank lines with the absolute path of their file."""
     if not paths:
-        return spark.createDataFrame([], "value string, file string")
+        return local_frame(spark, [], "value string, file string")
     return (
         spark.read.text(list(paths))
         .select("value", _local_path(F.col("_metadata.file_path")).alias("file"))

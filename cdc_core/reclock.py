@@ -34,6 +34,7 @@ from cdc_core.remap import (
 )
 from cdc_core.schemas import ERROR, RECLOCKED
 from cdc_core.shard import Shard, ShardUsageError
+from cdc_core.spark import local_frame
 
 
 @dataclass(frozen=True)
@@ -212,4 +213,4 @@ def _frame(spark: SparkSession, rows: Sequence[tuple], names: Sequence[str]) -> 
     types = {"partition": pa.int32(), "file": pa.string()}
     schema = pa.schema([(n, types.get(n, pa.int64())) for n in names])
     columns = {n: [row[i] for row in rows] for i, n in enumerate(names)}
-    return spark.createDataFrame(pa.table(columns, schema=schema))
+    return local_frame(spark, pa.table(columns, schema=schema))

@@ -25,6 +25,7 @@ from pyspark.sql.window import Window
 from cdc_core.dumps import SCAN_SCHEMA, DumpFile, DumpRead, read_dumps, scan_dump_files
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.schemas import DUMP_RECORD, ERROR
+from cdc_core.spark import local_frame
 
 FILES_SCHEMA = pa.schema(
     [
@@ -303,7 +304,8 @@ def read_canonical(
     """
     require_present(files)
     dumps = read_dumps(spark, [f.path for f in files], topic=registry.topic)
-    arrivals = spark.createDataFrame(
+    arrivals = local_frame(
+        spark,
         pa.table(
             {"file": [f.path for f in files], "arrival_ms": [f.arrival_ms for f in files]},
             schema=pa.schema([("file", pa.string()), ("arrival_ms", pa.int64())]),

@@ -44,6 +44,7 @@ from cdc_core.registry import (
     starts_column,
 )
 from cdc_core.shard import Shard, ShardUsageError
+from cdc_core.spark import local_frame
 
 POLICIES = ("arrival", "event-time")
 REMAP_UPDATE = ("partition", "offset", "time", "diff")
@@ -302,7 +303,7 @@ def binding_updates(
     table = pa.Table.from_pylist(
         [dict(zip(schema.names, row, strict=True)) for row in rows], schema
     )
-    return spark.createDataFrame(table)
+    return local_frame(spark, table)
 
 
 def remap_updates(remap: Shard, until: int) -> list[tuple[int, int, int, int]]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 # Settings every reclock session needs: Delta expects microsecond timestamps (not
 # INT96), all times are UTC, and Spark's _SUCCESS markers have no place in a table.
@@ -28,6 +29,9 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
+    # Lets adaptive execution coalesce the partitions of cached frames too: a run caches
+    # its parsed dumps and envelope inputs, and small inputs then run one task, not many.
+    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
     "spark.sql.files.maxPartitionBytes": "64m",
 }
 
@@ -55,3 +59,9 @@ def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None) 
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def local_frame(spark: SparkSession, data: Any, schema: Any = None) -> DataFrame:
+    """Tiny driver-side data (metadata rows, or none at all) as a single partition: split
+    over the default parallelism, every stage reading it would run a task per slice."""
+    return spark.createDataFrame(data, schema).coalesce(1)

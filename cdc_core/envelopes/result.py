@@ -10,6 +10,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from cdc_core.spark import local_frame
+
 
 @dataclass(frozen=True)
 class EnvelopeResult:
@@ -73,8 +75,8 @@ def prior_updates(spark: SparkSession, prior: DataFrame | None, schema: StructTy
     updates up to the batch's first time: only the rows a batch touches are consolidated).
     None stands for an empty shard."""
     if prior is None:
-        return spark.createDataFrame(
-            [], StructType([*schema.fields, StructField("diff", LongType())])
+        return local_frame(
+            spark, [], StructType([*schema.fields, StructField("diff", LongType())])
         )
     return prior.select(*[column(f.name) for f in schema.fields], F.col("diff").cast("long"))
 
