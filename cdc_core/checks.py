@@ -139,33 +139,45 @@ def exactly_once(
             problems.append(f"partition {partition}: {row['not_once']} offset(s) not exactly once")
         if row and row["beyond"]:
             problems.append(f"partition {partition}: {row['beyond']} offset(s) beyond the frontier")
-        if not gaps_allowed and records - (row["beyond"] if row else 0) != expected:
+        below = records - (row["beyond"] if row else 0)
+        if not gaps_allowed and below != expected:
             problems.append(
-                f"partition {partition}: {records} record(s) below frontier {frontier[partition]},"
+                f"partition {partition}: {below} record(s) below frontier {frontier[partition]},"
                 f" expected {expected}"
             )
     return CheckOutcome(not problems, "; ".join(problems) or "exactly once", figures)
 
 
 def state_is_set(changes: Shard, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
-    """Upsert state: every row's accumulated count is 1 and every key holds one row."""
-    snapshot = changes.snapshot(as_of)
-    bad_counts = snapshot.where(F.col("diff") != 1)
-    per_key = snapshot.groupBy(*key_columns).agg(F.sum("diff").alias("rows"))
-    figures = snapshot.agg(F.count("*").alias("rows")).first().asDict()
-    wrong = bad_counts.agg(
-        F.count("*").alias("rows"), F.min("diff").alias("min_diff"), F.max("diff").alias("max")
+    """Upsert state: every row's accumulated count is 1 and every key holds one row.
+    One Spark job: per key, its rows and their counts; then one summary row."""
+    is_bad = F.col("diff") != 1
+    per_key = (
+        changes.snapshot(as_of)
+        .groupBy(*key_columns)
+        .agg(
+            F.count("*").alias("rows"),
+            F.sum("diff").alias("count"),
+            F.sum(F.when(is_bad, 1).otherwise(0)).alias("bad_rows"),
+            F.min(F.when(is_bad, F.col("diff"))).alias("min_diff"),
+        )
+    )
+    summary = per_key.agg(
+        F.coalesce(F.sum("rows"), F.lit(0)).alias("rows"),
+        F.coalesce(F.sum("bad_rows"), F.lit(0)).alias("bad_rows"),
+        F.min("min_diff").alias("min_diff"),
+        F.count(F.when(F.col("count") != 1, 1)).alias("bad_keys"),
     ).first()
-    keys = per_key.where(F.col("rows") != 1).count()
+    bad_rows, bad_keys = summary["bad_rows"], summary["bad_keys"]
     problems = []
-    if wrong["rows"]:
-        problems.append(f"{wrong['rows']} row(s) with count other than 1 (min {wrong['min_diff']})")
-    if keys:
-        problems.append(f"{keys} key(s) holding more than one row")
+    if bad_rows:
+        problems.append(f"{bad_rows} row(s) with count other than 1 (min {summary['min_diff']})")
+    if bad_keys:
+        problems.append(f"{bad_keys} key(s) holding more than one row")
     return CheckOutcome(
         not problems,
         "; ".join(problems) or "every key holds at most one row",
-        {**figures, "bad_counts": wrong["rows"], "bad_keys": keys},
+        {"rows": summary["rows"], "bad_counts": bad_rows, "bad_keys": bad_keys},
     )
 
 
