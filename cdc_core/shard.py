@@ -433,10 +433,10 @@ class Shard:
         return self._read(as_of + 1, until).where(selected)
 
     def updates_through(self, until: int) -> pa.Table:
-        """Every stored update at times ``<= until`` (times before since come forwarded to
-        it), read on the driver without a Spark job: for shards small enough to be
-        metadata, like the remap, where a job would cost far more than the read.
-        Requires since <= until < upper."""
+        """Every stored update at times ``<= until``, read on the driver without a Spark
+        job: for shards small enough to be metadata, like the remap, where a job would cost
+        far more than the read. Updates before since carry their own time or since, as
+        compaction left them. Requires since <= until < upper."""
         self._check_since(until, "until")
         self._check_complete(until, "until")
         schema = to_arrow_schema(self._schema, timezone="UTC")

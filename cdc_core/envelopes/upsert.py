@@ -131,17 +131,17 @@ def apply_commands(
     """At each time, replace each touched slot's content by its latest command at that
     time (``commands`` has at least the COMMAND_COLUMNS): the old content is the slot's
     latest command at its previous time in the batch, or at its first time, its content
-    in the prior shards."""
-    spark = commands.sparkSession
+    in the prior shards (None: empty shards, nothing to replace)."""
+    # One shuffle, by slot: the latest command per (slot, time) and the lag over a slot's
+    # times are both windows within a slot, so they share its partitioning and sort order.
+    by_slot = commands.select(*COMMAND_COLUMNS).repartition("slot")
+    newest_first = Window.partitionBy("slot", "time").orderBy(
+        F.desc("partition"), F.desc("offset")
+    )
     latest = (
-        commands.groupBy("slot", "time")
-        .agg(
-            F.max_by(
-                F.struct(*[F.col(c) for c in COMMAND_COLUMNS if c not in ("slot", "time")]),
-                F.struct("partition", "offset"),
-            ).alias("latest")
-        )
-        .select("slot", "time", "latest.*")
+        by_slot.withColumn("_rank", F.row_number().over(newest_first))
+        .filter(F.col("_rank") == 1)
+        .drop("_rank")
     )
     by_time = Window.partitionBy("slot").orderBy("time")
     sequenced = latest.select(
@@ -151,28 +151,23 @@ def apply_commands(
     ).persist()
     # Each slot's first time in the batch: where its content before the batch is replaced.
     first = sequenced.filter(F.col("previous_time").isNull())
-    first_keys = first.filter(F.col("key_value").isNotNull()).select("key_value.*", "time")
-    old_rows = (
-        prior_updates(spark, prior_changes, output)
-        .join(F.broadcast(first_keys), on=key_schema.names)
-        .select(*[column(name) for name in output.names], "time", "diff")
-    )
-    previous_rows = sequenced.filter(F.col("previous_row").isNotNull()).select(
+    replaced_rows = sequenced.filter(F.col("previous_row").isNotNull()).select(
         *[F.col("previous_row")[name].alias(name) for name in output.names],
         "time",
         F.lit(1).cast("long").alias("diff"),
     )
+    if prior_changes is not None:
+        first_keys = first.filter(F.col("key_value").isNotNull()).select("key_value.*", "time")
+        replaced_rows = (
+            prior_updates(commands.sparkSession, prior_changes, output)
+            .join(F.broadcast(first_keys), on=key_schema.names)
+            .select(*[column(name) for name in output.names], "time", "diff")
+            .unionByName(replaced_rows)
+        )
     new_rows = sequenced.filter(F.col("row").isNotNull()).select(
         *[F.col("row")[name].alias(name) for name in output.names],
         "time",
         F.lit(1).cast("long").alias("diff"),
-    )
-    old_errors = (
-        prior_updates(spark, prior_errors, ERROR)
-        .filter(is_envelope_error(F.col("reason")))
-        .transform(lambda errors: with_key(errors, key_schema))
-        .join(F.broadcast(first.select("slot", "time")), on="slot")
-        .select(*ERROR.names, "time", "diff")
     )
     previous_errors = error_rows(
         sequenced.filter(F.col("previous_reason").isNotNull()).select(
@@ -182,10 +177,17 @@ def apply_commands(
         diff=-1,
     )
     new_errors = error_rows(sequenced.filter(F.col("reason").isNotNull()), topic)
+    if prior_errors is not None:
+        old_errors = (
+            prior_updates(commands.sparkSession, prior_errors, ERROR)
+            .filter(is_envelope_error(F.col("reason")))
+            .transform(lambda errors: with_key(errors, key_schema))
+            .join(F.broadcast(first.select("slot", "time")), on="slot")
+            .select(*ERROR.names, "time", "diff")
+        )
+        previous_errors = negated(old_errors).unionByName(previous_errors)
     return EnvelopeResult(
-        changes=consolidate(negated(old_rows.union(previous_rows)).union(new_rows), output.names),
-        errors=consolidate(
-            negated(old_errors).union(previous_errors).union(new_errors), ERROR.names
-        ),
+        changes=consolidate(negated(replaced_rows).union(new_rows), output.names),
+        errors=consolidate(previous_errors.union(new_errors), ERROR.names),
         cached=(sequenced,),
     )
