@@ -7,6 +7,7 @@ Only aggregates reach the driver.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ from pyspark.sql import functions as F
 
 from cdc_core.cdcv2.completeness import check_completeness
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.remap import remap_updates
+from cdc_core.remap import frontier_of, remap_updates
 from cdc_core.shard import Shard
 
 MAX_EXAMPLES = 10
@@ -70,16 +71,11 @@ def remap_history(remap: Shard) -> list[tuple[int, OffsetFrontier]]:
     for partition, offset, time, diff in remap_updates(remap, upper - 1):
         by_time.setdefault(max(time, since), []).append((partition, offset, diff))
     history: list[tuple[int, OffsetFrontier]] = []
-    current: dict[tuple[int, int], int] = {}
+    current: Counter[tuple[int, int]] = Counter()
     for time in sorted(by_time):
         for partition, offset, diff in by_time[time]:
-            current[(partition, offset)] = current.get((partition, offset), 0) + diff
-        live = {key: count for key, count in current.items() if count != 0}
-        malformed = [key for key, count in live.items() if count != 1]
-        partitions = [p for p, _ in live]
-        if malformed or len(partitions) != len(set(partitions)):
-            raise ValueError(f"remap at {time} is not a frontier: {sorted(live.items())}")
-        history.append((time, OffsetFrontier(dict(live.keys()))))
+            current[(partition, offset)] += diff
+        history.append((time, frontier_of(current, time)))
     return history
 
 

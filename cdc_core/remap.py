@@ -320,6 +320,12 @@ def frontier_at(remap: Shard, time: int) -> OffsetFrontier:
     live: Counter[tuple[int, int]] = Counter()
     for partition, offset, _, diff in remap_updates(remap, time):
         live[(partition, offset)] += diff
+    return frontier_of(live, time)
+
+
+def frontier_of(live: Mapping[tuple[int, int], int], time: int) -> OffsetFrontier:
+    """The frontier that accumulated ``(partition, offset) -> count`` spells at ``time``:
+    RemapError unless it is one element per partition, each counted once."""
     elements = sorted((key, count) for key, count in live.items() if count != 0)
     partitions = [partition for (partition, _), _ in elements]
     if any(count != 1 for _, count in elements) or len(set(partitions)) != len(partitions):

@@ -440,7 +440,7 @@ class Shard:
         self._check_since(until, "until")
         self._check_complete(until, "until")
         schema = to_arrow_schema(self._schema, timezone="UTC")
-        files = [f for f in self._files() if f.may_hold_times(None, until)]
+        files = self._files_holding(None, until)
         with _location_failure(f"reading {self.path}"):
             tables = [
                 pq.read_table(os.path.join(self.path, f.path), filters=[(TIME, "<=", until)])
@@ -480,9 +480,13 @@ class Shard:
         with _location_failure(f"listing the files of {self.path}"):
             return delta_io.live_files(self._table)
 
+    def _files_holding(self, low: int | None, high: int | None) -> list[DataFile]:
+        """The files whose ``time`` statistics may hold times in [low, high]."""
+        return [f for f in self._files() if f.may_hold_times(low, high)]
+
     def _read(self, low: int | None, high: int | None) -> DataFrame:
-        """The rows of the files whose ``time`` statistics may hold times in [low, high]."""
-        files = [f for f in self._files() if f.may_hold_times(low, high)]
+        """The rows of the files that may hold times in [low, high], read by Spark."""
+        files = self._files_holding(low, high)
         with _location_failure(f"reading {self.path}"):
             return delta_io.read_files(self._spark, self.path, files, self._schema)
 

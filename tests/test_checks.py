@@ -77,3 +77,10 @@ def test_remap_monotone_flags_a_binding_that_moves_backwards(spark, tmp_path):
     outcome = remap_monotone(shard_with(spark, tmp_path / "back", REMAP, backward), 9)
     assert not outcome.passed
     assert "frontier moved backwards at times [4]" in outcome.description
+
+
+def test_remap_monotone_fails_on_a_remap_that_is_no_frontier(spark, tmp_path):
+    two_in_one_partition = [(0, 3, 2, 1), (0, 5, 4, 1)]
+    outcome = remap_monotone(shard_with(spark, tmp_path / "bad", REMAP, two_in_one_partition), 9)
+    assert not outcome.passed
+    assert "remap at 4 is not one element per partition" in outcome.description
