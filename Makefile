@@ -1,14 +1,19 @@
-# Two entry points: `make demo` and `make test`. Both build .venv from scratch when needed.
+# Two entry points: `make demo` and `make test`. Both build .venv from scratch when needed:
+# the Python packages from pyproject.toml, the JVM jars (Delta's Spark connector) from
+# pom.xml into .venv/jars. Maven caches the jars in ~/.m2, so a rebuild downloads nothing.
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench lint
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml pom.xml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[test]'
+	rm -rf $(VENV)/jars
+	mvn --quiet --batch-mode -f pom.xml dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory=$(VENV)/jars
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -33,6 +33,48 @@ TIME = "time"
 DIFF = "diff"
 DATA_DIR = "data"
 
+# Table features reclock reads and writes correctly: its readers list Parquet files and
+# its writers commit plain Add/Remove actions, so a feature that changes what a file
+# means (deletion vectors, column mapping) or obliges writers to do more (constraints,
+# change data feed, row tracking, append-only) is refused before anything is read or
+# written. Protocol versions up to (1, 2) carry no such feature by themselves.
+SAFE_READER_FEATURES = frozenset({"timestampNtz"})
+SAFE_WRITER_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz"})
+_UNSAFE_SETTINGS: dict[str, str] = {
+    "delta.enableDeletionVectors": "true",
+    "delta.enableChangeDataFeed": "true",
+    "delta.enableRowTracking": "true",
+    "delta.appendOnly": "true",
+}
+
+
+class UnsupportedTableFeature(RuntimeError):
+    """A user enabled a Delta table feature reclock cannot honour: nothing was read or
+    written; the message names the table, the feature and how to undo it."""
+
+
+def check_table_features(table: DeltaTable, path: str) -> None:
+    """Raise UnsupportedTableFeature when ``table`` uses a feature outside the safe sets
+    or a setting that changes what its files mean or what a writer owes."""
+    protocol = table.protocol()
+    unsafe = sorted(set(protocol.reader_features or ()) - SAFE_READER_FEATURES)
+    unsafe += sorted(set(protocol.writer_features or ()) - SAFE_WRITER_FEATURES - set(unsafe))
+    configuration = table.metadata().configuration
+    unsafe += [
+        f"{key}={value}"
+        for key, value in sorted(configuration.items())
+        if _UNSAFE_SETTINGS.get(key) == str(value).lower()
+        or (key == "delta.columnMapping.mode" and str(value).lower() != "none")
+        or key.startswith("delta.constraints.")
+    ]
+    if unsafe:
+        raise UnsupportedTableFeature(
+            f"table {path} uses Delta features reclock cannot read or write safely: "
+            f"{', '.join(unsafe)}; nothing was read or written. Disable them (ALTER TABLE "
+            "... SET TBLPROPERTIES, then REORG ... APPLY (PURGE) for deletion vectors) or "
+            "rebuild the source's outputs"
+        )
+
 
 def shard_schema(data_schema: StructType) -> StructType:
     """The full Spark layout of a shard: data columns, then ``time`` and ``diff``."""

@@ -12,6 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+
+def iso(time: int) -> str:
+    """An IntoTime as people read it: ISO-8601 UTC, to the millisecond when needed."""
+    moment = datetime.fromtimestamp(time / 1000, UTC)
+    text = moment.isoformat(timespec="milliseconds" if time % 1000 else "seconds")
+    return text.replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)

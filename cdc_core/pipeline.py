@@ -34,7 +34,7 @@ from cdc_core.envelopes import (
     check_fingerprint,
     fingerprint,
 )
-from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.reclock import append_new, reclock_windows
 from cdc_core.registry import CanonicalReads, Registry
 from cdc_core.remap import Windows
@@ -46,8 +46,8 @@ from cdc_core.resumption import (
     retire,
 )
 from cdc_core.schemas import ERROR, RECLOCKED, REMAP
-from cdc_core.shard import Shard
-from cdc_core.state import refresh_state
+from cdc_core.shard import Shard, ShardUsageError
+from cdc_core.state import current_rows, refresh_state
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
 
@@ -306,6 +306,21 @@ class SourcePipeline:
         """Publish ``state`` at the newest complete time and report the source's status."""
         refresh_state(self.changes, str(self.root / "state"), self.source.output_schema)
         return self.status()
+
+    def snapshot_at(self, as_of: int) -> DataFrame:
+        """The source's rows as they stood at IntoTime ``as_of`` (the ``state`` a run
+        would have published then): exact for ``since <= as_of < upper`` of ``changes``."""
+        self.changes.refresh()
+        since, upper = self.changes.since, self.changes.upper
+        if not since.less_equal(as_of) or upper.less_equal(as_of):
+            readable = "nothing yet" if since == upper else (
+                f"from {iso(since.time or 0)} (since) up to, not including, "
+                f"{'the end' if upper.time is None else iso(upper.time)} (upper)"
+            )
+            raise ShardUsageError(
+                f"{self.source.name} has no exact snapshot at {iso(as_of)}: readable {readable}"
+            )
+        return current_rows(self.changes.snapshot(as_of), self.source.output_schema)
 
     def inspect(self) -> SourceInspection:
         return inspect_source(

@@ -49,6 +49,7 @@ EMPTY_SUFFIX = ".empty"
 OPERATION_KEY = "reclock.operation"
 COMMIT_ID_KEY = "reclock.commit"
 PROGRESS_KEY = "reclock.progress"
+USER_METADATA_KEY = "userMetadata"
 
 # Progress statements live in the commit history, so the log must never expire.
 TABLE_CONFIGURATION = {"delta.enableExpiredLogCleanup": "false"}
@@ -323,7 +324,11 @@ class Shard:
         committed = self._commit(
             [delta_io.add_action(f, data_change=True) for f in staged.files],
             _frontier_transactions(UPPER, new_upper),
-            _commit_metadata("append", {PROGRESS_KEY: progress}),
+            _commit_metadata(
+                "append",
+                f"upper {expected_upper} -> {new_upper}, {len(staged.files)} file(s)",
+                {PROGRESS_KEY: progress},
+            ),
             still_valid=lambda: self._upper == expected_upper,
         )
         if committed:
@@ -345,7 +350,7 @@ class Shard:
             self._commit(
                 [],
                 _frontier_transactions(SINCE, since),
-                _commit_metadata("downgrade_since"),
+                _commit_metadata("downgrade_since", f"since {self._since} -> {since}"),
                 still_valid=lambda: self._since < since,
             )
 
@@ -367,7 +372,7 @@ class Shard:
         committed = self._commit(
             actions,
             [],
-            _commit_metadata("compact"),
+            _commit_metadata("compact", f"{len(inputs)} file(s) -> {len(outputs)}, since {since}"),
             still_valid=lambda: replaced <= {f.path for f in self._files()},
         )
         if not committed:
@@ -468,6 +473,7 @@ class Shard:
     # ---- internals --------------------------------------------------------------------
 
     def _load_state(self) -> None:
+        delta_io.check_table_features(self._table, self.path)
         self._version = self._table.version()
         self._upper = _read_frontier(self._table, UPPER)
         self._since = _read_frontier(self._table, SINCE)
@@ -586,8 +592,17 @@ class Shard:
         return any(entry.get(COMMIT_ID_KEY) == commit_id for entry in history)
 
 
-def _commit_metadata(operation: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {OPERATION_KEY: operation, COMMIT_ID_KEY: uuid.uuid4().hex, **(extra or {})}
+def _commit_metadata(
+    operation: str, detail: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Commit info: machine-readable keys, plus ``userMetadata``, the column in which
+    delta-spark's DESCRIBE HISTORY shows what each reclock commit did."""
+    return {
+        OPERATION_KEY: operation,
+        COMMIT_ID_KEY: uuid.uuid4().hex,
+        USER_METADATA_KEY: f"reclock {operation}: {detail}",
+        **(extra or {}),
+    }
 
 
 def _open_or_create(location: str, schema: DeltaSchema) -> DeltaTable:
@@ -601,7 +616,7 @@ def _open_or_create(location: str, schema: DeltaSchema) -> DeltaTable:
                     *_frontier_transactions(UPPER, minimum),
                     *_frontier_transactions(SINCE, minimum),
                 ],
-                custom_metadata=_commit_metadata("create"),
+                custom_metadata=_commit_metadata("create", "upper = since = 0"),
             )
             try:
                 DeltaTable.create(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -17,7 +19,14 @@ REQUIRED_CONF: dict[str, str] = {
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
     "spark.hadoop.parquet.summary.metadata.level": "NONE",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Delta Lake's Spark connector: users (and reclock's own reads) query the tables as
+    # Delta, with SQL (`delta.`path``, DESCRIBE HISTORY, OPTIMIZE, VACUUM) and time travel.
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
+
+# Where `make` puts the connector's jars (pom.xml); RECLOCK_JARS points elsewhere.
+JARS_FOLDER = Path(os.environ.get("RECLOCK_JARS", Path(sys.prefix) / "jars"))
 
 # Defaults suited to a laptop or a CI box; any of them can be overridden.
 DEFAULT_CONF: dict[str, str] = {
@@ -36,14 +45,52 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+def delta_jars_conf(folder: Path = JARS_FOLDER) -> dict[str, str]:
+    """How the session gets Delta's jars: the ones setup fetched, shipped to executors with
+    ``spark.jars``; else Spark resolves the connector matching the installed ``delta-spark``
+    from Maven Central itself (``spark.jars.packages``, cached in ~/.ivy2)."""
+    jars = sorted(folder.glob("*.jar"))
+    if jars:
+        return {"spark.jars": ",".join(str(jar) for jar in jars)}
+    return {"spark.jars.packages": delta_package()}
+
+
+def delta_package() -> str:
+    """The Maven coordinates of Delta's connector for this pyspark and delta-spark: Delta
+    publishes one artifact per Spark minor version."""
+    spark_minor = ".".join(version("pyspark").split(".")[:2])
+    return f"io.delta:delta-spark_{spark_minor}_2.13:{version('delta-spark')}"
+
+
 def session_conf(
     master: str | None = None, conf: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The full Spark configuration: defaults, then the caller's, then what reclock requires."""
-    merged = {**DEFAULT_CONF, **(conf or {})}
+    merged = {**DEFAULT_CONF, **delta_jars_conf(), **(conf or {})}
     if master:
         merged["spark.master"] = master
     return {**merged, **REQUIRED_CONF}
+
+
+class SparkConnectUnsupported(ValueError):
+    """A Spark Connect address was configured; reclock needs a classic Spark driver."""
+
+
+def refuse_spark_connect(master: str | None, conf: Mapping[str, str] | None) -> None:
+    """Raise SparkConnectUnsupported for ``sc://`` masters and ``spark.remote``: the
+    driver commits the files executors wrote by reading their Parquet footers from shared
+    storage, and verifies gzip dumps with the RDD API; a Connect client has neither."""
+    settings = {**(conf or {}), **({"spark.master": master} if master else {})}
+    master = settings.get("spark.master", "")
+    remote = settings.get("spark.remote") or (master if master.startswith("sc://") else None)
+    if remote:
+        raise SparkConnectUnsupported(
+            f"Spark Connect ({remote}) is not supported: reclock's driver reads the footers "
+            "of the Parquet files Spark writes to commit them to Delta, and uses the RDD "
+            "API, neither of which a Connect client has. Set spark.master to the cluster "
+            "itself (local[N], spark://host:port, yarn, k8s://...) with lake and landing on "
+            "storage the driver shares"
+        )
 
 
 def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
@@ -51,6 +98,7 @@ def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None) 
 
     Reuses an active session so that a process never pays the JVM start-up twice.
     """
+    refuse_spark_connect(master, conf)
     # Python workers must run the interpreter (and virtualenv) of the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder

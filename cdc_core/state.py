@@ -13,12 +13,14 @@ import uuid
 
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from cdc_core.delta_io import (
     DIFF,
     add_action,
+    check_table_features,
     delete_batches,
     live_files,
     nullable_delta_schema,
@@ -38,6 +40,13 @@ def state_as_of(path: str) -> int | None:
         return None
 
 
+def current_rows(snapshot: DataFrame, schema: StructType) -> DataFrame:
+    """A consolidated snapshot as plain rows, one row per copy of a record: what any
+    reader expects of a table, no ``time``/``diff`` to interpret."""
+    copies = F.explode(F.array_repeat(F.lit(1), F.col(DIFF).cast("int")))
+    return snapshot.where(F.col(DIFF) > 0).select(*schema.fieldNames(), copies.alias("_")).drop("_")
+
+
 def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     """Rewrite ``state`` as the snapshot of ``changes`` at its newest complete time.
 
@@ -50,9 +59,7 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     as_of = upper.time - 1
     if state_as_of(path) == as_of:
         return False
-    snapshot = changes.snapshot(as_of)
-    copies = F.explode(F.array_repeat(F.lit(1), F.col(DIFF).cast("int")))
-    rows = snapshot.where(F.col(DIFF) > 0).select(*schema.fieldNames(), copies.alias("_")).drop("_")
+    rows = current_rows(changes.snapshot(as_of), schema)
     table = _open_or_create(path, schema)
     batch_id = uuid.uuid4().hex
     files = write_files(rows, path, batch_id)
@@ -64,7 +71,9 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
             mode="append",
             schema=nullable_delta_schema(schema),
             commit_properties=CommitProperties(
-                max_commit_retries=0, app_transactions=[Transaction(STATE_AS_OF, as_of)]
+                max_commit_retries=0,
+                app_transactions=[Transaction(STATE_AS_OF, as_of)],
+                custom_metadata={"userMetadata": f"reclock publish state: as of time {as_of}"},
             ),
         )
     except CommitFailedError:
@@ -76,6 +85,8 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
 
 def _open_or_create(path: str, schema: StructType) -> DeltaTable:
     try:
-        return DeltaTable(path)
+        table = DeltaTable(path)
     except TableNotFoundError:
         return DeltaTable.create(path, nullable_delta_schema(schema), mode="ignore")
+    check_table_features(table, path)
+    return table

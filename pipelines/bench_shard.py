@@ -1,10 +1,13 @@
 """Benchmark of the shard layer: append throughput, and snapshot/listen time against a
-bare ``spark.read.parquet`` of the same files.
+bare ``spark.read.parquet`` of the same files and against Delta's Spark data source.
 
-    python -m pipelines.bench_shard --rows 5000000
+    python -m pipelines.bench_shard --rows 5000000 --history 100
 
 Every read is forced in full with Spark's ``noop`` sink, so the figures measure reading
 and computing, not collecting. Each read runs ``--repeat`` times; the best run counts.
+``--history N`` then appends N small batches and times a read of the newest one through
+the shard (its pruned file list) and through Delta's data source (``versionAsOf`` the
+shard's version, data skipping on ``time``): the read a run does every window.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def main() -> None:
     parser.add_argument("--workdir", default="bench-out/shard")
     parser.add_argument("--master", default=None, help="Spark master (default: local[2])")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--history", type=int, default=0, help="small appends after the big one")
     args = parser.parse_args()
 
     spark = get_spark(args.master)
@@ -80,6 +84,7 @@ def main() -> None:
     bare = best_seconds(lambda: run_fully(spark.read.schema(schema).parquet(*files)), args.repeat)
     snapshot = best_seconds(lambda: run_fully(shard.snapshot(TIMES - 1)), args.repeat)
     listen = best_seconds(lambda: run_fully(shard.listen(0)), args.repeat)
+    delta = best_seconds(lambda: run_fully(delta_read(spark, shard, 0, TIMES - 1)), args.repeat)
     counting = best_seconds(
         lambda: count_by_time(spark, shard.path, staged.files, schema), args.repeat
     )
@@ -101,6 +106,35 @@ def main() -> None:
     print(f"bare spark.read.parquet {bare:>9.2f} s")
     print(f"snapshot(as_of)         {snapshot:>9.2f} s  ({snapshot / bare:.1f}x bare read)")
     print(f"listen(as_of)           {listen:>9.2f} s  ({listen / bare:.1f}x bare read)")
+    print(f"Delta data source read  {delta:>9.2f} s  ({delta / bare:.1f}x bare read)")
+    if args.history:
+        small_reads(spark, shard, args.history, args.repeat)
+
+
+def delta_read(spark: SparkSession, shard: Shard, after: int, until: int) -> DataFrame:
+    """What ``shard.listen(after, until)`` reads, through Delta's Spark data source."""
+    rows = spark.read.format("delta").option("versionAsOf", shard.version).load(shard.path)
+    return rows.where((F.col("time") > after) & (F.col("time") <= until))
+
+
+def small_reads(spark: SparkSession, shard: Shard, batches: int, repeat: int) -> None:
+    """Append ``batches`` batches of 1,000 rows, one time each, then time reading the newest
+    batch both ways (a window's read on a long history)."""
+    lower = shard.upper.time
+    for index in range(batches):
+        time_ = lower + index
+        rows = generated_updates(spark, 1000).withColumn("time", F.lit(time_).cast("long"))
+        outcome = shard.compare_and_append(
+            rows.coalesce(1), TimeFrontier.at(time_), TimeFrontier.at(time_ + 1)
+        )
+        if outcome is not None:
+            raise SystemExit(f"benchmark append lost its upper: {outcome}")
+    newest = shard.upper.time - 1
+    listen = best_seconds(lambda: run_fully(shard.listen(newest - 1, newest)), repeat)
+    delta = best_seconds(lambda: run_fully(delta_read(spark, shard, newest - 1, newest)), repeat)
+    print(f"after {batches} more commits (version {shard.version}), reading the newest batch:")
+    print(f"  listen (file list)    {listen:>9.3f} s")
+    print(f"  Delta data source     {delta:>9.3f} s  ({delta / listen:.1f}x)")
 
 
 if __name__ == "__main__":
