@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from cdc_core.config import ConfigError, load_config, parse_config
+from cdc_core.config import ConfigError, SparkSettings, load_config, parse_config
 from cdc_core.frontier import OffsetFrontier
+from cdc_core.vocabulary import Envelope, Format, ReclockPolicy, RetirePolicy
 
 VALID_YAML = """\
 lake: ./lake
@@ -69,6 +71,12 @@ BASE: dict[str, Any] = {
         },
     ],
 }
+
+
+SOURCE_KEYS = (
+    "name, topic, format, key, value, envelope, reclock, allow_offset_gaps, start_offsets, "
+    "retire, expectations"
+)
 
 
 def config_with(**changes: Any) -> dict[str, Any]:
@@ -257,13 +265,120 @@ def test_debezium_key_columns_must_be_after_image_columns() -> None:
     assert error.field == "sources[1].key.id" and "differs" in str(error)
 
 
-def test_cdcv2_formats_need_envelope_none() -> None:
-    error = rejected(config_with(sources__0__format="cdcv2-json"))
-    assert error.field == "sources[0].envelope" and "needs envelope none" in str(error)
-    ok = parse_config(
-        config_with(sources__0__format="cdcv2-avro", sources__0__envelope="none"), Path("/")
+@pytest.mark.parametrize("envelope", ["none", "upsert"])
+@pytest.mark.parametrize("format", ["cdcv2-json", "cdcv2-avro"])
+def test_cdcv2_formats_are_refused_until_the_pipeline_reads_them(
+    format: str, envelope: str
+) -> None:
+    # The pipeline reads every dump as plain JSON: accepting these would misread the topic.
+    error = rejected(config_with(sources__0__format=format, sources__0__envelope=envelope))
+    assert [problem.field for problem in error.problems] == ["sources[0].format"]
+    assert "only json is implemented for sources" in str(error) and format in str(error)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    error = rejected(
+        config_with(
+            colour="red",
+            end="2025-12-31T00:00:00Z",
+            sources__0__envelop="upsert",
+            sources__0__start_offsets={"p": 1, 3: -2},
+            sources__1__envelope="upsrt",
+            sources__1__name="users",
+            spark={"mastr": "local"},
+        )
     )
-    assert ok.sources[0].format == "cdcv2-avro"
+    assert sorted(error.problems) == sorted(
+        [
+            ("colour", "unknown key (expected: lake, landing, window, start, end, spark, sources)"),
+            ("end", "must be after start (2026-01-01T00:00:00Z)"),
+            ("spark.mastr", "unknown key; did you mean 'master'? (expected: master, conf)"),
+            (
+                "sources[0].envelop",
+                f"unknown key; did you mean 'envelope'? (expected: {SOURCE_KEYS})",
+            ),
+            (
+                "sources[0].start_offsets.p",
+                "partition must be a non-negative integer (got str 'p')",
+            ),
+            ("sources[0].start_offsets.3", "offset must be a non-negative integer (got int -2)"),
+            (
+                "sources[1].envelope",
+                "must be one of none, upsert, debezium-upsert, debezium (got 'upsrt')",
+            ),
+            ("sources[1].name", "duplicate source name 'users'"),
+        ]
+    )
+    assert str(error).splitlines() == [f"{field}: {problem}" for field, problem in error.problems]
+    assert error.field == error.problems[0].field
+
+
+def test_cross_field_rules_report_every_broken_column() -> None:
+    error = rejected(
+        config_with(
+            sources__0__value={"id": "bigint", "name": "string"},
+            sources__0__key={"id": "bigint", "name": "string"},
+            sources__1__key={"order_id": "bigint", "id": "string"},
+        )
+    )
+    assert [problem.field for problem in error.problems] == [
+        "sources[0].value.id",
+        "sources[0].value.name",
+        "sources[1].key.order_id",
+        "sources[1].key.id",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "hint"),
+    [
+        ({"lakes": "x"}, "lakes", "lake"),
+        ({"sources__1__reclok": "arrival"}, "sources[1].reclok", "reclock"),
+        ({"sources__0__start_offset": {}}, "sources[0].start_offset", "start_offsets"),
+        ({"spark": {"cnf": {}}}, "spark.cnf", "conf"),
+        (
+            {"sources__0__expectations": [{"type": "expect_x", "kwarg": {}}]},
+            "sources[0].expectations[0].kwarg",
+            "kwargs",
+        ),
+    ],
+)
+def test_near_miss_keys_get_a_did_you_mean_hint(
+    changes: dict[str, Any], field: str, hint: str
+) -> None:
+    error = rejected(config_with(**changes))
+    assert error.problems[0].field == field
+    assert error.problems[0].problem.startswith(f"unknown key; did you mean {hint!r}?")
+
+
+def test_far_off_keys_get_no_hint() -> None:
+    error = rejected(config_with(sources__0__zzz=1))
+    assert error.problems[0].problem.startswith("unknown key (expected: name, topic, format,")
+
+
+def test_null_means_absent() -> None:
+    # An empty YAML value (`end:`) is null: the key's default applies, or it is missing.
+    data = config_with() | {"end": None, "spark": None, "window": None}
+    data["sources"][0] |= {"retire": None, "key": None, "envelope": "none"}
+    error = rejected(data)
+    assert [(p.field, p.problem) for p in error.problems] == [("window", "is required")]
+    config = parse_config(data | {"window": "1m"}, Path("/base"))
+    assert (config.end_ms, config.spark) == (None, SparkSettings())
+    assert (config.sources[0].retire, config.sources[0].key) == ("archive", {})
+
+
+def test_vocabularies_are_the_engines_enums() -> None:
+    users, orders = parse_config(BASE, Path("/base")).sources
+    assert users.envelope is Envelope.UPSERT and users.envelope == "upsert"
+    assert orders.reclock is ReclockPolicy.ARRIVAL and users.retire is RetirePolicy.ARCHIVE
+    assert users.format is Format.JSON
+
+
+def test_config_is_frozen() -> None:
+    config = parse_config(BASE, Path("/base"))
+    with pytest.raises(ValidationError):
+        config.window = "5m"  # type: ignore[misc]
+    assert config.model_copy(update={"lake": Path("/elsewhere")}).lake == Path("/elsewhere")
 
 
 def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
@@ -286,3 +401,14 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
         f"{typo}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium "
         "(got 'upsrt')"
     )
+    typos = tmp_path / "typos.yaml"
+    typos.write_text(typo.read_text().replace("window: 5m", "windw: 5m"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(typos)
+    assert sorted(str(caught.value).splitlines()) == [
+        f"{typos}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium "
+        "(got 'upsrt')",
+        f"{typos}: window: is required",
+        f"{typos}: windw: unknown key; did you mean 'window'? "
+        "(expected: lake, landing, window, start, end, spark, sources)",
+    ]
