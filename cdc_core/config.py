@@ -307,6 +307,12 @@ Topic = Annotated[
     WithJsonSchema({"type": "string", "pattern": f"^{_KAFKA_TOPIC.pattern}$"}),
 ]
 Flag = Annotated[bool, BeforeValidator(_flag)]
+SourceFormat = Annotated[
+    Format,
+    _one_of(Format),
+    AfterValidator(_implemented),
+    WithJsonSchema({"enum": [Format.JSON.value]}),
+]
 Folder = Annotated[
     Path, BeforeValidator(_absolute), WithJsonSchema({"type": "string", "minLength": 1})
 ]
@@ -400,9 +406,7 @@ class SourceConfig(_Section):
     """The source's name (an identifier): its tables live under <lake>/<name>."""
     topic: Topic
     """The Kafka topic; its dumps are read from <landing>/<topic>/."""
-    format: Annotated[
-        Format, _one_of(Format), AfterValidator(_implemented), WithJsonSchema({"enum": ["json"]})
-    ] = Format.JSON
+    format: SourceFormat = Format.JSON
     """How dump payloads are encoded: json (cdcv2-json and cdcv2-avro are not implemented)."""
     key: Columns = Field(default_factory=dict)
     """Key columns (name: type), in order; needed by every envelope but none."""
