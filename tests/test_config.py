@@ -7,10 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from cdc_core.config import ConfigError, SparkSettings, load_config, parse_config
+from cdc_core.config import (
+    ConfigError,
+    SparkSettings,
+    config_schema,
+    config_schema_json,
+    load_config,
+    parse_config,
+)
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.vocabulary import Envelope, Format, ReclockPolicy, RetirePolicy
 
@@ -412,3 +420,67 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
         f"{typos}: windw: unknown key; did you mean 'window'? "
         "(expected: lake, landing, window, start, end, spark, sources)",
     ]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_schema_is_current() -> None:
+    shipped = (ROOT / "pipelines" / "reclock.schema.json").read_text(encoding="utf-8")
+    assert shipped == config_schema_json(), (
+        "regenerate it: reclock config schema > pipelines/reclock.schema.json"
+    )
+
+
+def test_schema_documents_every_field() -> None:
+    fields = schema_fields(config_schema())
+    undocumented = [path for path, node in fields if not node.get("description")]
+    assert undocumented == []
+
+
+def test_readme_example_is_a_valid_config_naming_every_field(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Config file (YAML)\n", 1)[1]
+    example = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+
+    config = parse_config(example, tmp_path)
+
+    assert config.lake == tmp_path / "lake"
+    assert {path for path, _ in schema_fields(config_schema())} == document_fields(
+        example, config_schema()
+    )
+
+
+def schema_fields(node: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every field the schema accepts, as paths such as ``sources[].name``, with its node."""
+    node = resolved(node)
+    if "items" in node:
+        return schema_fields(node["items"], f"{prefix}[]")
+    fields = []
+    for key, child in node.get("properties", {}).items():
+        path = f"{prefix}.{key}" if prefix else key
+        fields += [(path, child), *schema_fields(child, path)]
+    return fields
+
+
+def document_fields(data: Any, node: dict[str, Any], prefix: str = "") -> set[str]:
+    """The field paths a document uses, walking it along the schema; the keys of mappings
+    whose keys are data (columns, settings) are not fields."""
+    node = resolved(node)
+    if isinstance(data, list):
+        items = node["items"]
+        return {path for item in data for path in document_fields(item, items, f"{prefix}[]")}
+    if not isinstance(data, dict) or "properties" not in node:
+        return set()
+    paths = set()
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else key
+        paths |= {path, *document_fields(value, node["properties"].get(key, {}), path)}
+    return paths
+
+
+def resolved(node: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        return resolved(config_schema()["$defs"][node["$ref"].split("/")[-1]])
+    branches = [branch for branch in node.get("anyOf", []) if branch.get("type") != "null"]
+    return resolved(branches[0]) if branches else node
