@@ -282,7 +282,7 @@ def _frontier(value: Any) -> OffsetFrontier:
 
 def _expectation(value: Any) -> ExpectationSpec:
     entry = _Expectation.model_validate(value)
-    return ExpectationSpec(type=entry.type, kwargs=dict(entry.kwargs))
+    return ExpectationSpec(type=entry.type, kwargs=entry.kwargs)
 
 
 def _expectation_type(kind: str) -> str:
@@ -365,6 +365,7 @@ class _Section(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _null_is_absent(cls, data: Any) -> Any:
+        """An empty YAML value is null: the key's default applies, or it is reported missing."""
         if isinstance(data, Mapping):
             return {key: value for key, value in data.items() if value is not None}
         return data
@@ -531,6 +532,8 @@ class Config(_Section):
         try:
             sources = handler(value)
         except ValidationError as error:
+            if not problems:
+                raise
             _reraise(error, problems)
         if not sources:
             raise _problem(f"must be a non-empty list of sources (got {_describe(value)})")
@@ -555,7 +558,8 @@ class Config(_Section):
 
 
 def _reraise(error: ValidationError, extra: Sequence[Located]) -> NoReturn:
-    """Raise ``error``'s problems and ``extra`` (located in the same list) together."""
+    """Raise ``error``'s problems and ``extra`` (located in the same list) together; each
+    keeps its type, message, location and input, which is all ``_translate`` reads."""
     lines = [
         InitErrorDetails(
             type=PydanticCustomError(detail["type"], detail["msg"]),
@@ -664,6 +668,8 @@ def _translate(detail: ErrorDetails) -> ConfigProblem:
         return ConfigProblem(field, f"must be a mapping (got {_describe(value)})")
     if kind in ("list_type", "tuple_type"):
         return ConfigProblem(field, f"must be a list (got {_describe(value)})")
+    if kind == "string_type":
+        return ConfigProblem(field, f"must be a string (got {_describe(value)})")
     return ConfigProblem(field, detail["msg"])
 
 
@@ -679,8 +685,9 @@ def _schema_at(loc: tuple[str | int, ...]) -> tuple[str, dict[str, Any]]:
             path, node = f"{path}[{part}]", node["items"]
         else:
             path = f"{path}.{part}" if path else str(part)
-            properties = node.get("properties", {})
-            node = properties.get(str(part), node.get("additionalProperties") or {})
+            values = node.get("additionalProperties")  # a schema, or a bool
+            default = values if isinstance(values, dict) else {}
+            node = node.get("properties", {}).get(str(part), default)
         node = _resolve(node)
     return path or _ROOT, node
 
