@@ -244,6 +244,15 @@ def test_end_must_follow_start() -> None:
         ),
         ({"spark": {"master": "local", "cores": 2}}, "spark.cores", "unknown key"),
         ({"spark": {"conf": {"a": [1]}}}, "spark.conf.a", "scalar"),
+        ({"spark": {"conf": {1: "x"}}}, "spark.conf.1", "must be a string (got int 1)"),
+        ({"sources": "users"}, "sources", "must be a list (got str 'users')"),
+        ({"sources__1": "orders"}, "sources[1]", "must be a mapping (got str 'orders')"),
+        ({"sources__0__key": ["id"]}, "sources[0].key", "must be a mapping (got list ['id'])"),
+        (
+            {"sources__0__expectations": [{"type": "expect_x", "kwargs": {2: 1}}]},
+            "sources[0].expectations[0].kwargs.2",
+            "must be a string",
+        ),
     ],
 )
 def test_each_invalid_field_is_named(changes: dict[str, Any], field: str, words: str) -> None:
@@ -293,6 +302,7 @@ def test_every_problem_is_reported_at_once() -> None:
             sources__0__start_offsets={"p": 1, 3: -2},
             sources__1__envelope="upsrt",
             sources__1__name="users",
+            sources__1__topic={"a": 1},
             spark={"mastr": "local"},
         )
     )
@@ -315,6 +325,7 @@ def test_every_problem_is_reported_at_once() -> None:
                 "must be one of none, upsert, debezium-upsert, debezium (got 'upsrt')",
             ),
             ("sources[1].name", "duplicate source name 'users'"),
+            ("sources[1].topic", "must be a non-empty string (got dict {'a': 1})"),
         ]
     )
     assert str(error).splitlines() == [f"{field}: {problem}" for field, problem in error.problems]
