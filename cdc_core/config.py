@@ -324,15 +324,21 @@ Duration = Annotated[
 Instant = Annotated[
     int, BeforeValidator(_instant_ms), WithJsonSchema({"type": "string", "format": "date-time"})
 ]
-ColumnName = Annotated[
-    str,
-    BeforeValidator(_column_name),
-    WithJsonSchema({"pattern": f"^{_IDENTIFIER.pattern}$", "not": {"enum": list(SHARD_COLUMNS)}}),
+ColumnName = Annotated[str, BeforeValidator(_column_name)]
+ColumnType = Annotated[str, BeforeValidator(_column_type)]
+Columns = Annotated[
+    dict[ColumnName, ColumnType],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {
+                "pattern": f"^{_IDENTIFIER.pattern}$",
+                "not": {"enum": list(SHARD_COLUMNS)},
+            },
+            "additionalProperties": {"enum": [*COLUMN_TYPES, *TYPE_ALIASES]},
+        }
+    ),
 ]
-ColumnType = Annotated[
-    str, BeforeValidator(_column_type), WithJsonSchema({"enum": [*COLUMN_TYPES, *TYPE_ALIASES]})
-]
-Columns = dict[ColumnName, ColumnType]
 SparkSetting = Annotated[
     str, BeforeValidator(_spark_setting), WithJsonSchema({"type": ["string", "number", "boolean"]})
 ]
@@ -411,7 +417,9 @@ class SourceConfig(_Section):
     """How dump payloads are encoded: json (cdcv2-json and cdcv2-avro are not implemented)."""
     key: Columns = Field(default_factory=dict)
     """Key columns (name: type), in order; needed by every envelope but none."""
-    value: Annotated[Columns, AfterValidator(_some_columns)]
+    value: Annotated[Columns, AfterValidator(_some_columns)] = Field(
+        json_schema_extra={"minProperties": 1}
+    )
     """Value columns (name: type), in order; the after image for the Debezium envelopes."""
     envelope: Annotated[Envelope, _one_of(Envelope)]
     """How records turn into changes."""

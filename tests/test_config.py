@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
@@ -449,10 +451,14 @@ def test_schema_documents_every_field() -> None:
     assert undocumented == []
 
 
-def test_readme_example_is_a_valid_config_naming_every_field(tmp_path: Path) -> None:
+def readme_example() -> dict[str, Any]:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Config file (YAML)\n", 1)[1]
-    example = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    return yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+
+
+def test_readme_example_is_a_valid_config_naming_every_field(tmp_path: Path) -> None:
+    example = readme_example()
 
     config = parse_config(example, tmp_path)
 
@@ -460,6 +466,28 @@ def test_readme_example_is_a_valid_config_naming_every_field(tmp_path: Path) -> 
     assert {path for path, _ in schema_fields(config_schema())} == document_fields(
         example, config_schema()
     )
+
+
+def test_editors_judge_by_the_schema_as_the_model_does() -> None:
+    validator = Draft202012Validator(config_schema())
+    # YAML reads unquoted timestamps as datetimes; an editor sees the text.
+    assert list(validator.iter_errors(json.loads(json.dumps(readme_example(), default=str)))) == []
+    assert list(validator.iter_errors(BASE)) == []
+    for changes in [
+        {"colour": "red"},
+        {"window": "5 minutes"},
+        {"sources": []},
+        {"sources__0__envelope": "upsrt"},
+        {"sources__0__format": "cdcv2-json"},
+        {"sources__0__value__time": "bigint"},
+        {"sources__0__value__age": "integer"},
+        {"sources__0__value": {}},
+        {"sources__0__start_offsets": {"p": 1}},
+        {"spark": {"conf": {"a": [1]}}},
+    ]:
+        data = config_with(**changes)
+        rejected(data)
+        assert list(validator.iter_errors(data)), changes
 
 
 def schema_fields(node: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
