@@ -510,6 +510,7 @@ class Config(_Section):
     @field_validator("start_ms", "end_ms")
     @classmethod
     def _on_window_boundary(cls, ms: int | None, info: ValidationInfo) -> int | None:
+        """Judged when the window is valid: ``info.data`` holds the valid earlier fields."""
         window = info.data.get("window")
         if ms is not None and window is not None and ms % duration_ms(window):
             raise _problem(f"must lie on a {window} window boundary (got {_iso(ms)})")
@@ -518,6 +519,7 @@ class Config(_Section):
     @field_validator("end_ms")
     @classmethod
     def _after_start(cls, end_ms: int | None, info: ValidationInfo) -> int | None:
+        """Judged when start is valid, whatever else is wrong."""
         start_ms = info.data.get("start_ms")
         if end_ms is not None and start_ms is not None and end_ms <= start_ms:
             raise _problem(f"must be after start ({_iso(start_ms)})")
@@ -534,9 +536,10 @@ class Config(_Section):
         seen: set[str] = set()
         for index, entry in enumerate(value if isinstance(value, list) else []):
             name = entry.get("name") if isinstance(entry, Mapping) else None
-            if isinstance(name, str) and name.strip() in seen:
-                problems.append(((index, "name"), f"duplicate source name {name.strip()!r}", name))
-            seen.add(name.strip() if isinstance(name, str) else "")
+            name = name.strip() if isinstance(name, str) else ""
+            if name and name in seen:
+                problems.append(((index, "name"), f"duplicate source name {name!r}", name))
+            seen.add(name)
         try:
             sources = handler(value)
         except ValidationError as error:
