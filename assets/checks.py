@@ -31,6 +31,7 @@ from cdc_core.config import Config, SourceConfig
 from cdc_core.expectations import validate
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.remap import frontier_at
+from cdc_core.vocabulary import Envelope
 
 
 def judged_range(
@@ -152,7 +153,7 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
             description="Every offset below the binding appears exactly once.",
         )
     )
-    if source.envelope in ("upsert", "debezium-upsert"):
+    if source.envelope in (Envelope.UPSERT, Envelope.DEBEZIUM_UPSERT):
         definitions.append(
             make(
                 "changes",

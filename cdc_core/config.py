@@ -1,21 +1,45 @@
-"""The reclock configuration file (YAML), validated into frozen dataclasses.
+"""The reclock configuration file (YAML) as a frozen, typed pydantic model.
 
-Validation stops at the first problem and raises one ``ConfigError`` whose message
-names the field path (``sources[1].envelope``) and what is wrong with it. Unknown
-keys are errors too, so a typo never silently falls back to a default.
+The model is the one definition of the file: it validates it, and its JSON Schema
+(``config_schema``, shipped as ``pipelines/reclock.schema.json``) lets editors check and
+complete it. Validation reports every problem of a file at once, one ``<field path>:
+<problem>`` line each (``sources[1].envelope: must be one of ...``). Unknown keys are errors,
+with a "did you mean" hint, so a typo never silently falls back to a default; a key set to
+null (an empty YAML value) counts as absent.
+
+Cross-field rules are validators on the model that holds the fields they relate, so they are
+judged as soon as those fields are valid, whatever else is wrong in the file.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, NamedTuple, NoReturn
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 from pyspark.sql.types import (
     BooleanType,
     DataType,
@@ -29,14 +53,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from cdc_core.envelopes.columns import SHARD_COLUMNS
 from cdc_core.envelopes.columns import output_schema as envelope_output_schema
 from cdc_core.expectations import ExpectationSpec
 from cdc_core.frontier import OffsetFrontier
-
-FORMATS = ("json", "cdcv2-json", "cdcv2-avro")
-ENVELOPES = ("none", "upsert", "debezium-upsert", "debezium")
-RECLOCK_POLICIES = ("arrival", "event-time")
-RETIRE_POLICIES = ("archive", "delete")
+from cdc_core.vocabulary import Envelope, Format, ReclockPolicy, RetirePolicy
 
 # Column types a schema may use; ``long`` is accepted as an alias of ``bigint``.
 COLUMN_TYPES: dict[str, DataType] = {
@@ -50,57 +71,407 @@ COLUMN_TYPES: dict[str, DataType] = {
 }
 TYPE_ALIASES = {"long": "bigint"}
 
-# Shards add these columns to every output, so data columns may not use them.
-RESERVED_COLUMNS = ("time", "diff")
-
 MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 60 * MS_PER_MINUTE
 MS_PER_DAY = 24 * MS_PER_HOUR
 DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": MS_PER_MINUTE, "h": MS_PER_HOUR, "d": MS_PER_DAY}
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_ROOT = "<config>"  # the field path of the whole file
+
+
+class ConfigProblem(NamedTuple):
+    """One thing wrong with a config: the path of the field and what is wrong with it."""
+
+    field: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}"
 
 
 class ConfigError(ValueError):
-    """An invalid configuration; ``field`` is the path of the offending field."""
+    """An invalid config: every problem found, one message line each, in the model's order.
 
-    def __init__(self, field: str, problem: str, file: Path | None = None) -> None:
-        self.field = field
-        self.problem = problem
-        self.file = file
-        where = f"{file}: " if file is not None else ""
-        super().__init__(f"{where}{field}: {problem}")
-
-
-@dataclass(frozen=True)
-class SparkSettings:
-    """Optional Spark overrides; ``master=None`` keeps the local default."""
-
-    master: str | None = None
-    conf: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SourceConfig:
-    """One Kafka topic turned into one set of Delta tables under ``<lake>/<name>``.
-
-    ``key`` and ``value`` map column names to type names (``long`` normalised to ``bigint``),
-    in declaration order.
+    Each line reads ``[<file>: ]<field path>: <problem>``; ``field`` is the first problem's.
     """
 
-    name: str
-    topic: str
-    format: str
-    key: Mapping[str, str]
-    value: Mapping[str, str]
-    envelope: str
-    reclock: str
-    allow_offset_gaps: bool = False
-    start_offsets: OffsetFrontier = field(default_factory=OffsetFrontier)
-    retire: str = "archive"
-    expectations: tuple[ExpectationSpec, ...] = ()
+    def __init__(self, problems: Sequence[ConfigProblem], file: Path | None = None) -> None:
+        self.problems = tuple(problems)
+        self.file = file
+        where = f"{file}: " if file is not None else ""
+        super().__init__("\n".join(f"{where}{problem}" for problem in self.problems))
+
+    @property
+    def field(self) -> str:
+        return self.problems[0].field
+
+
+# --- validated field types -------------------------------------------------------------------
+
+
+def _problem(text: str) -> PydanticCustomError:
+    """A validation error whose message is ``text``, verbatim."""
+    return PydanticCustomError("reclock", "{problem}", {"problem": text})
+
+
+# A problem a validator found: its location (relative to the validated value), message, input.
+Located = tuple[tuple[str | int, ...], str, Any]
+
+
+def _details(problems: Sequence[Located]) -> list[InitErrorDetails]:
+    return [
+        InitErrorDetails(type=_problem(text), loc=loc, input=value)
+        for loc, text, value in problems
+    ]
+
+
+def _raise_all(title: str, problems: Sequence[Located]) -> None:
+    """Raise every problem at once (nothing when there is none)."""
+    if problems:
+        raise ValidationError.from_exception_data(title, _details(problems))
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}" if value is not None else "nothing"
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _problem(f"must be a non-empty string (got {_describe(value)})")
+    return value.strip()
+
+
+def _matching(pattern: re.Pattern[str], problem: str) -> Callable[[str], str]:
+    def check(text: str) -> str:
+        if not pattern.fullmatch(text):
+            raise _problem(problem.format(text=text))
+        return text
+
+    return check
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _problem(f"must be true or false (got {_describe(value)})")
+    return value
+
+
+def _count(what: str) -> Callable[[Any], int]:
+    """An integer >= 0; digit strings count too, as YAML mapping keys may be quoted."""
+
+    def check(value: Any) -> int:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _problem(f"{what} must be a non-negative integer (got {_describe(value)})")
+        return value
+
+    return check
+
+
+def _one_of(vocabulary: type[StrEnum]) -> BeforeValidator:
+    names = ", ".join(vocabulary)
+
+    def check(value: Any) -> StrEnum:
+        try:
+            return vocabulary(value)
+        except ValueError:
+            raise _problem(f"must be one of {names} (got {value!r})") from None
+
+    return BeforeValidator(check)
+
+
+def _implemented(format: Format) -> Format:
+    """The pipeline reads every dump as plain JSON, so CDCv2 topics would be misread."""
+    if format is not Format.JSON:
+        raise _problem(
+            f"only json is implemented for sources; {format} topics cannot be ingested yet"
+        )
+    return format
+
+
+def _column_name(value: Any) -> str:
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise _problem(f"column name must be an identifier (got {value!r})")
+    if value in SHARD_COLUMNS:
+        raise _problem(f"column name {value!r} is reserved for shard columns")
+    return value
+
+
+def _column_type(value: Any) -> str:
+    kind = TYPE_ALIASES.get(value, value) if isinstance(value, str) else value
+    if kind not in COLUMN_TYPES:
+        names = ", ".join([*COLUMN_TYPES, *TYPE_ALIASES])
+        raise _problem(f"type must be one of {names} (got {value!r})")
+    return kind
+
+
+def _some_columns(columns: dict[str, str]) -> dict[str, str]:
+    if not columns:
+        raise _problem("must declare at least one column")
+    return columns
+
+
+def _duration(value: Any) -> str:
+    if not isinstance(value, str) or not _DURATION.fullmatch(value.strip()):
+        raise _problem(f"must be a duration such as 1m, 5m, 1h or 1d (got {value!r})")
+    return value.strip()
+
+
+def duration_ms(text: str) -> int:
+    """Milliseconds of a duration such as ``90s`` or ``5m``; ValueError when it is not one."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"not a duration: {text!r}")
+    return int(match[1]) * DURATION_UNITS_MS[match[2]]
+
+
+def _schedulable(window: str) -> str:
+    """Windows tile the day from UTC midnight and are ticked by a cron schedule."""
+    window_ms = duration_ms(window)
+    if window_ms == 0 or MS_PER_DAY % window_ms:
+        raise _problem(f"must tile the day evenly, so windows align to midnight (got {window!r})")
+    try:
+        window_cron(window_ms)
+    except ValueError as error:
+        raise _problem(f"{error} (got {window!r})") from None
+    return window
+
+
+def _instant_ms(value: Any) -> int:
+    """An ISO-8601 instant with an explicit UTC offset, as epoch milliseconds. YAML already
+    turns unquoted timestamps into datetimes; strings are parsed here."""
+    moment = value if isinstance(value, datetime) else None
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.strip())
+        except ValueError:
+            moment = None
+    if moment is None:
+        raise _problem(
+            f"must be an ISO-8601 instant such as 2026-01-01T00:00:00Z (got {value!r})"
+        )
+    if moment.utcoffset() is None:
+        raise _problem(f"must carry a UTC offset, e.g. a trailing Z (got {value!r})")
+    return int(moment.astimezone(UTC).timestamp() * 1000)
+
+
+def _absolute(value: Any, info: ValidationInfo) -> Path:
+    """Relative paths resolve against the ``base_dir`` of the validation context."""
+    path = Path(_text(value)).expanduser()
+    if path.is_absolute():
+        return path
+    if not info.context or "base_dir" not in info.context:
+        raise RuntimeError("validate a Config with context={'base_dir': <config folder>}")
+    return (Path(info.context["base_dir"]) / path).resolve()
+
+
+def _spark_setting(value: Any) -> str:
+    """Spark takes settings as strings; YAML booleans are spelled the way Spark expects."""
+    if isinstance(value, Mapping | list) or value is None:
+        raise _problem(f"must be a scalar (got {_describe(value)})")
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _frontier(value: Any) -> OffsetFrontier:
+    return OffsetFrontier(_OFFSETS.validate_python(value))
+
+
+def _expectation(value: Any) -> ExpectationSpec:
+    entry = _Expectation.model_validate(value)
+    return ExpectationSpec(type=entry.type, kwargs=entry.kwargs)
+
+
+def _expectation_type(kind: str) -> str:
+    if not kind.startswith("expect_"):
+        raise _problem(f"must name an expectation (expect_...), got {kind!r}")
+    return kind
+
+
+Text = Annotated[str, BeforeValidator(_text), WithJsonSchema({"type": "string", "minLength": 1})]
+Identifier = Annotated[
+    str,
+    BeforeValidator(_text),
+    AfterValidator(_matching(_IDENTIFIER, "must be an identifier (got {text!r})")),
+    WithJsonSchema({"type": "string", "pattern": f"^{_IDENTIFIER.pattern}$"}),
+]
+Topic = Annotated[
+    str,
+    BeforeValidator(_text),
+    AfterValidator(
+        _matching(_KAFKA_TOPIC, "is not a Kafka topic name (letters, digits, . _ -): {text!r}")
+    ),
+    WithJsonSchema({"type": "string", "pattern": f"^{_KAFKA_TOPIC.pattern}$"}),
+]
+Flag = Annotated[bool, BeforeValidator(_flag)]
+SourceFormat = Annotated[
+    Format,
+    _one_of(Format),
+    AfterValidator(_implemented),
+    WithJsonSchema({"enum": [Format.JSON.value]}),
+]
+Folder = Annotated[
+    Path, BeforeValidator(_absolute), WithJsonSchema({"type": "string", "minLength": 1})
+]
+Duration = Annotated[
+    str,
+    BeforeValidator(_duration),
+    WithJsonSchema({"type": "string", "pattern": rf"^\s*{_DURATION.pattern}\s*$"}),
+]
+Instant = Annotated[
+    int, BeforeValidator(_instant_ms), WithJsonSchema({"type": "string", "format": "date-time"})
+]
+ColumnName = Annotated[str, BeforeValidator(_column_name)]
+ColumnType = Annotated[str, BeforeValidator(_column_type)]
+Columns = Annotated[
+    dict[ColumnName, ColumnType],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {
+                "pattern": f"^{_IDENTIFIER.pattern}$",
+                "not": {"enum": list(SHARD_COLUMNS)},
+            },
+            "additionalProperties": {"enum": [*COLUMN_TYPES, *TYPE_ALIASES]},
+        }
+    ),
+]
+SparkSetting = Annotated[
+    str, BeforeValidator(_spark_setting), WithJsonSchema({"type": ["string", "number", "boolean"]})
+]
+Partition = Annotated[int, BeforeValidator(_count("partition"))]
+Offset = Annotated[
+    int, BeforeValidator(_count("offset")), WithJsonSchema({"type": "integer", "minimum": 0})
+]
+_OFFSETS = TypeAdapter(dict[Partition, Offset])
+StartOffsets = Annotated[
+    OffsetFrontier,
+    PlainValidator(_frontier),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {"pattern": "^[0-9]+$"},
+            "additionalProperties": {"type": "integer", "minimum": 0},
+        }
+    ),
+]
+
+
+# --- the model -------------------------------------------------------------------------------
+
+
+class _Section(BaseModel):
+    """A mapping of the file: frozen, unknown keys refused, fields documented in the schema."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        """An empty YAML value is null: the key's default applies, or it is reported missing."""
+        if isinstance(data, Mapping):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+
+class _Expectation(_Section):
+    """One great-expectations expectation, run on each window's changes by an asset check."""
+
+    model_config = ConfigDict(title="Expectation")
+
+    type: Annotated[str, BeforeValidator(_text), AfterValidator(_expectation_type)]
+    """The expectation, in snake case: expect_column_values_to_not_be_null, ..."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Its arguments, e.g. {column: id}."""
+
+
+Expectation = Annotated[
+    ExpectationSpec, PlainValidator(_expectation), WithJsonSchema(_Expectation.model_json_schema())
+]
+
+
+class SparkSettings(_Section):
+    """Optional Spark overrides; ``master=None`` keeps the local default."""
+
+    master: Text | None = None
+    """Spark master URL, e.g. local[2]; local by default."""
+    conf: dict[str, SparkSetting] = Field(default_factory=dict)
+    """Spark settings, e.g. {spark.driver.memory: 4g}."""
+
+
+class SourceConfig(_Section):
+    """One Kafka topic turned into one set of Delta tables under <lake>/<name>.
+
+    ``key`` and ``value`` map column names to type names (``long`` normalised to
+    ``bigint``), in declaration order.
+    """
+
+    name: Identifier
+    """The source's name (an identifier): its tables live under <lake>/<name>."""
+    topic: Topic
+    """The Kafka topic; its dumps are read from <landing>/<topic>/."""
+    format: SourceFormat = Format.JSON
+    """How dump payloads are encoded: json (cdcv2-json and cdcv2-avro are not implemented)."""
+    key: Columns = Field(default_factory=dict)
+    """Key columns (name: type), in order; needed by every envelope but none."""
+    value: Annotated[Columns, AfterValidator(_some_columns)] = Field(
+        json_schema_extra={"minProperties": 1}
+    )
+    """Value columns (name: type), in order; the after image for the Debezium envelopes."""
+    envelope: Annotated[Envelope, _one_of(Envelope)]
+    """How records turn into changes."""
+    reclock: Annotated[ReclockPolicy, _one_of(ReclockPolicy)]
+    """What binds a record to a window: its arrival, or its event time (ts)."""
+    allow_offset_gaps: Flag = False
+    """Accept gaps between offsets, as compacted topics have."""
+    start_offsets: StartOffsets = Field(default_factory=OffsetFrontier)
+    """Partition -> first offset, for a topic that does not start at offset 0."""
+    retire: Annotated[RetirePolicy, _one_of(RetirePolicy)] = RetirePolicy.ARCHIVE
+    """What `reclock retire` does with dumps no run will need again."""
+    expectations: tuple[Expectation, ...] = ()
+    """great-expectations checks on the changes table (a non-blocking asset check)."""
+
+    @model_validator(mode="after")
+    def _envelope_rules(self) -> SourceConfig:
+        """Rules tying the envelope to the key and value columns."""
+        problems: list[Located] = []
+        if self.envelope.keyed and not self.key:
+            problems.append(
+                (("key",), f"envelope {self.envelope} needs at least one key column", self.key)
+            )
+        for column, kind in self.key.items():
+            if not self.envelope.after_image:
+                if column in self.value:
+                    problems.append(
+                        (
+                            ("value", column),
+                            f"clashes with key column {column!r}: "
+                            "the output holds key and value columns",
+                            self.value[column],
+                        )
+                    )
+            elif column not in self.value:
+                problems.append(
+                    (
+                        ("key", column),
+                        "key columns must be among the value (after-image) columns of a "
+                        "Debezium envelope",
+                        kind,
+                    )
+                )
+            elif self.value[column] != kind:
+                problems.append(
+                    (
+                        ("key", column),
+                        f"type {kind} differs from the after-image column's {self.value[column]}",
+                        kind,
+                    )
+                )
+        _raise_all(type(self).__name__, problems)
+        return self
 
     @property
     def key_schema(self) -> StructType:
@@ -116,18 +487,73 @@ class SourceConfig:
         return envelope_output_schema(self.envelope, self.key_schema, self.value_schema)
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(_Section):
     """The whole configuration; paths are absolute, times are epoch milliseconds (UTC)."""
 
-    lake: Path
-    landing: Path
-    window: str
-    window_ms: int
-    start_ms: int
-    end_ms: int | None
-    sources: tuple[SourceConfig, ...]
-    spark: SparkSettings = field(default_factory=SparkSettings)
+    model_config = ConfigDict(title="reclock config")
+
+    lake: Folder
+    """Root folder of the Delta tables (relative paths: to the config file's folder)."""
+    landing: Folder
+    """Where dumps arrive: <landing>/<topic>/**/*.json[.gz] (relative: as lake)."""
+    window: Annotated[Duration, AfterValidator(_schedulable)]
+    """The IntoTime window: 1m, 5m, 15m, 1h, 1d, ... (it must tile the day)."""
+    start_ms: Instant = Field(alias="start")
+    """First window start: an ISO-8601 UTC instant on a window boundary."""
+    end_ms: Instant | None = Field(default=None, alias="end")
+    """Last window end, for finite data; open-ended when absent."""
+    spark: SparkSettings = SparkSettings()
+    """Optional Spark session overrides."""
+    sources: tuple[SourceConfig, ...] = Field(json_schema_extra={"minItems": 1})
+    """The topics to turn into Delta tables (at least one, with unique names)."""
+
+    @field_validator("start_ms", "end_ms")
+    @classmethod
+    def _on_window_boundary(cls, ms: int | None, info: ValidationInfo) -> int | None:
+        """Judged when the window is valid: ``info.data`` holds the valid earlier fields."""
+        window = info.data.get("window")
+        if ms is not None and window is not None and ms % duration_ms(window):
+            raise _problem(f"must lie on a {window} window boundary (got {_iso(ms)})")
+        return ms
+
+    @field_validator("end_ms")
+    @classmethod
+    def _after_start(cls, end_ms: int | None, info: ValidationInfo) -> int | None:
+        """Judged when start is valid, whatever else is wrong."""
+        start_ms = info.data.get("start_ms")
+        if end_ms is not None and start_ms is not None and end_ms <= start_ms:
+            raise _problem(f"must be after start ({_iso(start_ms)})")
+        return end_ms
+
+    @field_validator("sources", mode="wrap")
+    @classmethod
+    def _unique_names(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler
+    ) -> tuple[SourceConfig, ...]:
+        """Names are compared on the raw entries, so a duplicate is reported along with any
+        other problem of the sources; at least one source is required."""
+        problems: list[Located] = []
+        seen: set[str] = set()
+        for index, entry in enumerate(value if isinstance(value, list) else []):
+            name = entry.get("name") if isinstance(entry, Mapping) else None
+            name = name.strip() if isinstance(name, str) else ""
+            if name and name in seen:
+                problems.append(((index, "name"), f"duplicate source name {name!r}", name))
+            seen.add(name)
+        try:
+            sources = handler(value)
+        except ValidationError as error:
+            if not problems:
+                raise
+            _reraise(error, problems)
+        if not sources:
+            raise _problem(f"must be a non-empty list of sources (got {_describe(value)})")
+        _raise_all(cls.__name__, problems)
+        return sources
+
+    @property
+    def window_ms(self) -> int:
+        return duration_ms(self.window)
 
     @property
     def cron(self) -> str:
@@ -140,6 +566,29 @@ class Config:
                 return source
         known = ", ".join(s.name for s in self.sources)
         raise KeyError(f"no source named {name!r} (configured: {known})")
+
+
+def _reraise(error: ValidationError, extra: Sequence[Located]) -> NoReturn:
+    """Raise ``error``'s problems and ``extra`` (located in the same list) together; each
+    keeps its type, message, location and input, which is all ``_translate`` reads."""
+    lines = [
+        InitErrorDetails(
+            type=PydanticCustomError(detail["type"], detail["msg"]),
+            loc=detail["loc"],
+            input=detail["input"],
+        )
+        for detail in error.errors()
+    ]
+    lines += _details(extra)
+    lines.sort(key=lambda line: line["loc"][:1])  # by source index; stable within one
+    raise ValidationError.from_exception_data(error.title, lines)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- helpers the rest of the code uses -------------------------------------------------------
 
 
 def to_struct_type(columns: Mapping[str, str]) -> StructType:
@@ -168,309 +617,95 @@ def window_cron(window_ms: int) -> str:
     )
 
 
+@functools.cache
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of the config file, generated from the model (do not mutate)."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **Config.model_json_schema(by_alias=True),
+    }
+
+
+def config_schema_json() -> str:
+    """``config_schema`` as the text of ``pipelines/reclock.schema.json``."""
+    return json.dumps(config_schema(), indent=2) + "\n"
+
+
 def load_config(path: str | Path) -> Config:
     """Read and validate a YAML config; relative paths resolve against its folder."""
     file = Path(path).expanduser().resolve()
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as error:
-        raise ConfigError(
-            "<file>", f"cannot read config: {error.strerror or error}", file
-        ) from None
+        problem = f"cannot read config: {error.strerror or error}"
+        raise ConfigError([ConfigProblem("<file>", problem)], file) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ConfigError("<file>", f"not valid YAML: {error}", file) from None
+        raise ConfigError([ConfigProblem("<file>", f"not valid YAML: {error}")], file) from None
     try:
         return parse_config(data, file.parent)
     except ConfigError as error:
-        raise ConfigError(error.field, error.problem, file) from None
+        raise ConfigError(error.problems, file) from None
 
 
-def parse_config(data: Mapping[str, Any], base_dir: Path) -> Config:
-    """Validate an already-parsed config mapping; relative paths resolve against ``base_dir``."""
-    top = _Section(data, "", "<config>")
-    top.allow("lake", "landing", "window", "start", "end", "spark", "sources")
-    window_ms = _window_ms(top.required("window"), "window")
-    start_ms = _instant_ms(top.required("start"), "start", window_ms)
-    end_ms = None
-    if top.get("end") is not None:
-        end_ms = _instant_ms(top.get("end"), "end", window_ms)
-        if end_ms <= start_ms:
-            raise ConfigError("end", "must be after start")
-    return Config(
-        lake=_path(top.required("lake"), "lake", base_dir),
-        landing=_path(top.required("landing"), "landing", base_dir),
-        window=str(top.required("window")).strip(),
-        window_ms=window_ms,
-        start_ms=start_ms,
-        end_ms=end_ms,
-        sources=_sources(top.required("sources"), "sources"),
-        spark=_spark(top.get("spark"), "spark"),
-    )
+def parse_config(data: Any, base_dir: Path) -> Config:
+    """Validate an already-parsed config; relative paths resolve against ``base_dir``.
 
-
-class _Section:
-    """A mapping being validated, remembering its path for error messages."""
-
-    def __init__(self, data: Any, path: str, label: str | None = None) -> None:
-        if not isinstance(data, Mapping):
-            raise ConfigError(label or path, f"must be a mapping (got {_describe(data)})")
-        self.data = data
-        self.path = path
-
-    def field(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def allow(self, *keys: str) -> None:
-        for key in self.data:
-            if key not in keys:
-                hint = difflib.get_close_matches(str(key), keys, n=1)
-                suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-                expected = ", ".join(keys)
-                raise ConfigError(
-                    self.field(str(key)), f"unknown key{suggestion} (expected: {expected})"
-                )
-
-    def required(self, key: str) -> Any:
-        if self.data.get(key) is None:
-            raise ConfigError(self.field(key), "is required")
-        return self.data[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = self.data.get(key)
-        return default if value is None else value
-
-
-def _describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}" if value is not None else "nothing"
-
-
-def _string(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(where, f"must be a non-empty string (got {_describe(value)})")
-    return value.strip()
-
-
-def _choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ConfigError(where, f"must be one of {', '.join(choices)} (got {value!r})")
-    return value
-
-
-def _boolean(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(where, f"must be true or false (got {_describe(value)})")
-    return value
-
-
-def _non_negative_int(value: Any, where: str, what: str) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(where, f"{what} must be a non-negative integer (got {_describe(value)})")
-    return value
-
-
-def _path(value: Any, where: str, base_dir: Path) -> Path:
-    path = Path(_string(value, where)).expanduser()
-    return path if path.is_absolute() else (base_dir / path).resolve()
-
-
-def _window_ms(value: Any, where: str) -> int:
-    match = _DURATION.match(str(value)) if isinstance(value, str) else None
-    if match is None:
-        raise ConfigError(where, f"must be a duration such as 1m, 5m, 1h or 1d (got {value!r})")
-    window_ms = int(match.group(1)) * DURATION_UNITS_MS[match.group(2)]
-    if window_ms == 0 or MS_PER_DAY % window_ms:
-        raise ConfigError(
-            where, f"must tile the day evenly, so windows align to midnight (got {value!r})"
-        )
+    Raises ConfigError listing every problem found.
+    """
     try:
-        window_cron(window_ms)
-    except ValueError as error:
-        raise ConfigError(where, f"{error} (got {value!r})") from None
-    return window_ms
+        return Config.model_validate(data, context={"base_dir": Path(base_dir)})
+    except ValidationError as error:
+        raise ConfigError([_translate(detail) for detail in error.errors()]) from None
 
 
-def _instant_ms(value: Any, where: str, window_ms: int) -> int:
-    """An ISO-8601 instant with an explicit UTC offset, on a window boundary."""
-    moment = _as_datetime(value)
-    if moment is None:
-        raise ConfigError(
-            where, f"must be an ISO-8601 instant such as 2026-01-01T00:00:00Z (got {value!r})"
-        )
-    if moment.utcoffset() is None:
-        raise ConfigError(where, f"must carry a UTC offset, e.g. a trailing Z (got {value!r})")
-    ms = int(moment.astimezone(UTC).timestamp() * 1000)
-    if ms % window_ms:
-        raise ConfigError(where, f"must lie on a window boundary (got {value!r})")
-    return ms
+# --- pydantic's errors as config problems ----------------------------------------------------
 
 
-def _as_datetime(value: Any) -> datetime | None:
-    """YAML already turns unquoted timestamps into datetimes; strings are parsed here."""
-    if isinstance(value, datetime):
-        return value
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.strip())
-        except ValueError:
-            return None
-    return None
+def _translate(detail: ErrorDetails) -> ConfigProblem:
+    """A pydantic error as a problem in the file's own terms."""
+    field, _ = _schema_at(detail["loc"])
+    kind, value = detail["type"], detail["input"]
+    if kind == "missing":
+        return ConfigProblem(field, "is required")
+    if kind == "extra_forbidden":
+        _, section = _schema_at(detail["loc"][:-1])
+        keys = list(section.get("properties", {}))
+        near = difflib.get_close_matches(str(detail["loc"][-1]), keys, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        return ConfigProblem(field, f"unknown key{hint} (expected: {', '.join(keys)})")
+    if kind in ("model_type", "dict_type"):
+        return ConfigProblem(field, f"must be a mapping (got {_describe(value)})")
+    if kind in ("list_type", "tuple_type"):
+        return ConfigProblem(field, f"must be a list (got {_describe(value)})")
+    if kind == "string_type":
+        return ConfigProblem(field, f"must be a string (got {_describe(value)})")
+    return ConfigProblem(field, detail["msg"])
 
 
-def _spark(value: Any, where: str) -> SparkSettings:
-    if value is None:
-        return SparkSettings()
-    section = _Section(value, where)
-    section.allow("master", "conf")
-    master = section.get("master")
-    conf = _Section(section.get("conf", {}), section.field("conf"))
-    settings: dict[str, str] = {}
-    for key, setting in conf.data.items():
-        if isinstance(setting, Mapping | list) or setting is None:
-            raise ConfigError(conf.field(str(key)), f"must be a scalar (got {_describe(setting)})")
-        settings[str(key)] = str(setting).lower() if isinstance(setting, bool) else str(setting)
-    return SparkSettings(
-        master=_string(master, section.field("master")) if master is not None else None,
-        conf=settings,
-    )
+def _schema_at(loc: tuple[str | int, ...]) -> tuple[str, dict[str, Any]]:
+    """The field path (``sources[1].key.id``) of a pydantic location, and the schema of the
+    field it names: the schema tells list indexes from mapping keys, which may be numbers."""
+    schema = config_schema()
+    path, node = "", _resolve(schema)
+    for part in loc:
+        if part == "[key]":  # pydantic's marker of a bad mapping key: the key is the field
+            continue
+        if "items" in node:
+            path, node = f"{path}[{part}]", node["items"]
+        else:
+            path = f"{path}.{part}" if path else str(part)
+            values = node.get("additionalProperties")  # a schema, or a bool
+            default = values if isinstance(values, dict) else {}
+            node = node.get("properties", {}).get(str(part), default)
+        node = _resolve(node)
+    return path or _ROOT, node
 
 
-def _sources(value: Any, where: str) -> tuple[SourceConfig, ...]:
-    if not isinstance(value, list) or not value:
-        raise ConfigError(where, f"must be a non-empty list of sources (got {_describe(value)})")
-    sources = tuple(_source(item, f"{where}[{i}]") for i, item in enumerate(value))
-    seen: set[str] = set()
-    for i, source in enumerate(sources):
-        if source.name in seen:
-            raise ConfigError(f"{where}[{i}].name", f"duplicate source name {source.name!r}")
-        seen.add(source.name)
-    return sources
-
-
-def _source(value: Any, where: str) -> SourceConfig:
-    section = _Section(value, where)
-    section.allow(
-        "name",
-        "topic",
-        "format",
-        "key",
-        "value",
-        "envelope",
-        "reclock",
-        "allow_offset_gaps",
-        "start_offsets",
-        "retire",
-        "expectations",
-    )
-    name = _string(section.required("name"), section.field("name"))
-    if not _IDENTIFIER.match(name):
-        raise ConfigError(section.field("name"), f"must be an identifier (got {name!r})")
-    topic = _string(section.required("topic"), section.field("topic"))
-    if not _KAFKA_TOPIC.match(topic):
-        raise ConfigError(
-            section.field("topic"), f"is not a Kafka topic name (letters, digits, . _ -): {topic!r}"
-        )
-    source = SourceConfig(
-        name=name,
-        topic=topic,
-        format=_choice(section.get("format", "json"), section.field("format"), FORMATS),
-        key=_columns(section.get("key", {}), section.field("key")),
-        value=_columns(section.required("value"), section.field("value"), non_empty=True),
-        envelope=_choice(section.required("envelope"), section.field("envelope"), ENVELOPES),
-        reclock=_choice(section.required("reclock"), section.field("reclock"), RECLOCK_POLICIES),
-        allow_offset_gaps=_boolean(
-            section.get("allow_offset_gaps", False), section.field("allow_offset_gaps")
-        ),
-        start_offsets=_start_offsets(section.get("start_offsets"), section.field("start_offsets")),
-        retire=_choice(section.get("retire", "archive"), section.field("retire"), RETIRE_POLICIES),
-        expectations=_expectations(section.get("expectations"), section.field("expectations")),
-    )
-    _check_envelope_rules(source, section)
-    return source
-
-
-def _columns(value: Any, where: str, *, non_empty: bool = False) -> dict[str, str]:
-    section = _Section(value, where)
-    if non_empty and not section.data:
-        raise ConfigError(where, "must declare at least one column")
-    columns: dict[str, str] = {}
-    for column, kind in section.data.items():
-        place = section.field(str(column))
-        if not isinstance(column, str) or not _IDENTIFIER.match(column):
-            raise ConfigError(place, f"column name must be an identifier (got {column!r})")
-        if column in RESERVED_COLUMNS:
-            raise ConfigError(place, f"column name {column!r} is reserved for shard columns")
-        kind = TYPE_ALIASES.get(kind, kind) if isinstance(kind, str) else kind
-        if kind not in COLUMN_TYPES:
-            names = ", ".join([*COLUMN_TYPES, *TYPE_ALIASES])
-            raise ConfigError(place, f"type must be one of {names} (got {kind!r})")
-        columns[column] = kind
-    return columns
-
-
-def _start_offsets(value: Any, where: str) -> OffsetFrontier:
-    if value is None:
-        return OffsetFrontier()
-    section = _Section(value, where)
-    offsets: dict[int, int] = {}
-    for partition, offset in section.data.items():
-        place = section.field(str(partition))
-        number = _non_negative_int(partition, place, "partition")
-        offsets[number] = _non_negative_int(offset, place, "offset")
-    return OffsetFrontier(offsets)
-
-
-def _expectations(value: Any, where: str) -> tuple[ExpectationSpec, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise ConfigError(where, f"must be a list of expectations (got {_describe(value)})")
-    specs = []
-    for i, item in enumerate(value):
-        section = _Section(item, f"{where}[{i}]")
-        section.allow("type", "kwargs")
-        kind = _string(section.required("type"), section.field("type"))
-        if not kind.startswith("expect_"):
-            raise ConfigError(
-                section.field("type"), f"must name an expectation (expect_...), got {kind!r}"
-            )
-        kwargs = _Section(section.get("kwargs", {}), section.field("kwargs"))
-        specs.append(ExpectationSpec(type=kind, kwargs=dict(kwargs.data)))
-    return tuple(specs)
-
-
-def _check_envelope_rules(source: SourceConfig, section: _Section) -> None:
-    """Rules tying format, envelope and schemas together."""
-    if source.format.startswith("cdcv2") and source.envelope != "none":
-        raise ConfigError(
-            section.field("envelope"),
-            f"format {source.format} carries its own updates and needs envelope none "
-            f"(got {source.envelope!r})",
-        )
-    if source.envelope != "none" and not source.key:
-        raise ConfigError(
-            section.field("key"), f"envelope {source.envelope} needs at least one key column"
-        )
-    if source.envelope.startswith("debezium"):
-        for column, kind in source.key.items():
-            if column not in source.value:
-                raise ConfigError(
-                    section.field(f"key.{column}"),
-                    "key columns must be among the value (after-image) columns of a "
-                    "Debezium envelope",
-                )
-            if source.value[column] != kind:
-                raise ConfigError(
-                    section.field(f"key.{column}"),
-                    f"type {kind} differs from the after-image column's {source.value[column]}",
-                )
-        return
-    for column in source.key:
-        if column in source.value:
-            raise ConfigError(
-                section.field(f"value.{column}"),
-                f"clashes with key column {column!r}: the output holds key and value columns",
-            )
+def _resolve(node: dict[str, Any]) -> dict[str, Any]:
+    """Follow ``$ref`` and the non-null branch of an optional field."""
+    if "$ref" in node:
+        return _resolve(config_schema()["$defs"][node["$ref"].rsplit("/", 1)[-1]])
+    branches = [branch for branch in node.get("anyOf", []) if branch.get("type") != "null"]
+    return _resolve(branches[0]) if len(branches) == 1 else node

@@ -28,7 +28,6 @@ from cdc_core.config import Config, SourceConfig
 from cdc_core.delta_io import live_files
 from cdc_core.dumps import list_dump_files
 from cdc_core.envelopes import (
-    DEBEZIUM,
     DEDUP_STATE,
     apply_envelope,
     check_fingerprint,
@@ -48,6 +47,7 @@ from cdc_core.resumption import (
 from cdc_core.schemas import ERROR, RECLOCKED, REMAP
 from cdc_core.shard import Shard, ShardUsageError
 from cdc_core.state import current_rows, refresh_state
+from cdc_core.vocabulary import Envelope
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
 
@@ -145,7 +145,7 @@ class SourcePipeline:
         self.errors = Shard.open(spark, str(self.root / "errors"), ERROR)
         self.dedup = (
             Shard.open(spark, str(self.root / "dedup"), DEDUP_STATE)
-            if source.envelope == "debezium"
+            if source.envelope == Envelope.DEBEZIUM
             else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
@@ -248,7 +248,7 @@ class SourcePipeline:
     def _envelope_batches(self, lower: int, upper: int) -> list[tuple[int, int]]:
         """The time ranges the envelope is applied to: the whole run, except for the
         classic DEBEZIUM envelope, which needs each window's predecessor committed."""
-        if self.source.envelope != DEBEZIUM:
+        if self.source.envelope != Envelope.DEBEZIUM:
             return [(lower, upper)]
         width, first = self.config.window_ms, self.config.start_ms
         ends = [t for t in range(first + width, upper, width) if t >= lower]
@@ -262,7 +262,7 @@ class SourcePipeline:
         outputs; returns the distinct changes and errors written per time."""
         in_range = (F.col("time") >= lower) & (F.col("time") < upper)
         batch = records.filter(in_range).drop("diff")
-        classic = self.source.envelope == DEBEZIUM
+        classic = self.source.envelope == Envelope.DEBEZIUM
         result = apply_envelope(
             self.source.envelope,
             batch.drop("time") if classic else batch,

@@ -45,8 +45,8 @@ from cdc_core.registry import (
 )
 from cdc_core.shard import Shard, ShardUsageError
 from cdc_core.spark import local_frame
+from cdc_core.vocabulary import ReclockPolicy
 
-POLICIES = ("arrival", "event-time")
 REMAP_UPDATE = ("partition", "offset", "time", "diff")
 
 
@@ -172,7 +172,11 @@ class Windows:
 
 
 def bind_times(
-    records: DataFrame, starts: Column, windows: Windows, policy: str, allow_gaps: bool
+    records: DataFrame,
+    starts: Column,
+    windows: Windows,
+    policy: ReclockPolicy | str,
+    allow_gaps: bool,
 ) -> DataFrame:
     """Canonical ``records`` (one per offset, with ``arrival_ms``) at or above their
     partition's start -> ``partition``, ``offset``, ``time``: the first window end whose
@@ -184,12 +188,13 @@ def bind_times(
     (the frontier jumps to the highest arrived offset). Without gaps the prefix also stops
     at the first offset that is not ``start + rank``.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"unknown reclock policy {policy!r}; expected one of {POLICIES}")
+    if policy not in tuple(ReclockPolicy):
+        expected = ", ".join(ReclockPolicy)
+        raise ValueError(f"unknown reclock policy {policy!r}; expected one of {expected}")
     candidates = records.withColumn("_start", starts).filter(F.col("offset") >= F.col("_start"))
     by_offset = Window.partitionBy("partition").orderBy("offset")
     before = by_offset.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    if policy == "event-time":
+    if policy == ReclockPolicy.EVENT_TIME:
         eligible = F.max(F.coalesce(F.col("ts"), F.lit(-(2**63)))).over(before)
     elif allow_gaps:
         after = by_offset.rowsBetween(Window.currentRow, Window.unboundedFollowing)
@@ -225,7 +230,10 @@ def frontiers_from_times(
 
 
 def candidate_files(
-    files: Sequence[RegisteredFile], starts: Mapping[int, int], end: int, policy: str
+    files: Sequence[RegisteredFile],
+    starts: Mapping[int, int],
+    end: int,
+    policy: ReclockPolicy | str,
 ) -> list[RegisteredFile]:
     """Files that can hold offsets of the next prefix.
 
@@ -233,7 +241,7 @@ def candidate_files(
     ``p`` at its ``max_offset``, so files starting beyond the smallest such cap are skipped.
     Arrival: only files that arrived before ``end``.
     """
-    if policy == "arrival":
+    if policy == ReclockPolicy.ARRIVAL:
         files = [f for f in files if f.arrival_ms < end]
         return [f for f in files if f.overlaps(starts, None)]
     caps: dict[int, int] = {}

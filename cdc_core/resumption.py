@@ -25,10 +25,10 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.registry import RegisteredFile, Registry
 from cdc_core.remap import offsets_for
 from cdc_core.shard import Shard
+from cdc_core.vocabulary import RetirePolicy
 
 COMMIT_APP_ID = "upstream-commit"
 COMMIT_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64())])
-RETIRE_MODES = ("archive", "delete")
 
 
 class ResumptionRegression(RuntimeError):
@@ -165,7 +165,7 @@ def retire(
     registry: Registry,
     upstream: UpstreamCommit,
     *,
-    mode: str,
+    mode: RetirePolicy | str,
     landing: Path | str,
     archive: Path | str,
     now_ms: int,
@@ -173,15 +173,16 @@ def retire(
     """Commit the resumption frontiers upstream, retire the dumps below them (moved under
     ``archive`` keeping their path relative to ``landing``, or deleted), and compact the
     remap up to ``T - 1``. Safe to repeat: each step is idempotent."""
-    if mode not in RETIRE_MODES:
-        raise ValueError(f"unknown retire mode {mode!r}; expected one of {RETIRE_MODES}")
+    if mode not in tuple(RetirePolicy):
+        expected = ", ".join(RetirePolicy)
+        raise ValueError(f"unknown retire mode {mode!r}; expected one of {expected}")
     committed = upstream.commit(resumption_frontiers(remap, shards))
     archived: dict[str, str] = {}
     deleted: list[str] = []
     for registered in retirable(registry.files(), committed):
         registry_path = registered.path
         source = Path(registry_path)
-        if mode == "delete":
+        if mode == RetirePolicy.DELETE:
             source.unlink(missing_ok=True)
             deleted.append(registry_path)
             continue

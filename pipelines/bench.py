@@ -135,7 +135,7 @@ class Dataset:
         return [(start + i * width, start + (i + 1) * width) for i in range(self.workload.windows)]
 
     def config_for(self, lake: Path) -> Config:
-        return dataclasses.replace(self.config, lake=lake)
+        return self.config.model_copy(update={"lake": lake})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,7 +222,9 @@ def _config(workload: Workload, landing: Path) -> Config:
     }
     data = {"lake": "lake", "landing": str(landing), "window": workload.window, "start": START}
     config = parse_config({**data, "sources": [source]}, landing.parent)
-    return dataclasses.replace(config, end_ms=config.start_ms + workload.windows * config.window_ms)
+    return config.model_copy(
+        update={"end_ms": config.start_ms + workload.windows * config.window_ms}
+    )
 
 
 # ---- contenders --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The ``reclock`` command line: sample, materialize, inspect, retire, demo."""
+"""The ``reclock`` command line: sample, materialize, inspect, retire, demo, config."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dagster import DagsterInstance
 
 from assets.partitions import closed_windows, range_tags, to_ms
 from assets.source_assets import source_output_keys
-from cdc_core.config import Config, ConfigError, load_config
+from cdc_core.config import Config, ConfigError, config_schema_json, load_config
 from cdc_core.frontier import iso
 from cdc_core.pipeline import SourcePipeline, SourceStatus
 from cdc_core.sample import write_sample
@@ -127,11 +127,23 @@ def main(argv: list[str] | None = None) -> int:
     snapshot.add_argument("--limit", type=int, default=50, help="rows printed (default 50)")
     demo = commands.add_parser("demo", help="sample + materialize + summary")
     demo.add_argument("--workdir", type=Path, default=Path("demo"))
+    config_file = commands.add_parser("config", help="the config file: its JSON Schema, checks")
+    config_actions = config_file.add_subparsers(dest="action", required=True)
+    config_actions.add_parser("schema", help="print the JSON Schema of the config file")
+    check = config_actions.add_parser("check", help="validate a config file (starts no Spark)")
+    check.add_argument("file", type=Path)
     args = parser.parse_args(argv)
 
     try:
         if args.command == "sample":
             print(f"Sample written; config: {write_sample(args.workdir)}")
+            return 0
+        if args.command == "config" and args.action == "schema":
+            print(config_schema_json(), end="")
+            return 0
+        if args.command == "config":
+            sources = len(load_config(args.file).sources)
+            print(f"ok: {sources} source{'s' if sources != 1 else ''}")
             return 0
         if args.command == "demo":
             config = load_config(write_sample(args.workdir))
@@ -159,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(SourcePipeline.from_config(spark, config, source).retire())
             return 0
     except ConfigError as error:
-        print(f"reclock: invalid config: {error}", file=sys.stderr)
+        print(f"reclock: invalid config:\n{error}", file=sys.stderr)
         return 2
     except (ShardUsageError, KeyError) as error:
         print(f"reclock: {error.args[0] if error.args else error}", file=sys.stderr)

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from jsonschema import Draft202012Validator
+from pydantic import ValidationError
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from cdc_core.config import ConfigError, load_config, parse_config
+from cdc_core.config import (
+    ConfigError,
+    SparkSettings,
+    config_schema,
+    config_schema_json,
+    load_config,
+    parse_config,
+)
 from cdc_core.frontier import OffsetFrontier
+from cdc_core.vocabulary import Envelope, Format, ReclockPolicy, RetirePolicy
 
 VALID_YAML = """\
 lake: ./lake
@@ -69,6 +81,12 @@ BASE: dict[str, Any] = {
         },
     ],
 }
+
+
+SOURCE_KEYS = (
+    "name, topic, format, key, value, envelope, reclock, allow_offset_gaps, start_offsets, "
+    "retire, expectations"
+)
 
 
 def config_with(**changes: Any) -> dict[str, Any]:
@@ -228,6 +246,15 @@ def test_end_must_follow_start() -> None:
         ),
         ({"spark": {"master": "local", "cores": 2}}, "spark.cores", "unknown key"),
         ({"spark": {"conf": {"a": [1]}}}, "spark.conf.a", "scalar"),
+        ({"spark": {"conf": {1: "x"}}}, "spark.conf.1", "must be a string (got int 1)"),
+        ({"sources": "users"}, "sources", "must be a list (got str 'users')"),
+        ({"sources__1": "orders"}, "sources[1]", "must be a mapping (got str 'orders')"),
+        ({"sources__0__key": ["id"]}, "sources[0].key", "must be a mapping (got list ['id'])"),
+        (
+            {"sources__0__expectations": [{"type": "expect_x", "kwargs": {2: 1}}]},
+            "sources[0].expectations[0].kwargs.2",
+            "must be a string",
+        ),
     ],
 )
 def test_each_invalid_field_is_named(changes: dict[str, Any], field: str, words: str) -> None:
@@ -257,13 +284,122 @@ def test_debezium_key_columns_must_be_after_image_columns() -> None:
     assert error.field == "sources[1].key.id" and "differs" in str(error)
 
 
-def test_cdcv2_formats_need_envelope_none() -> None:
-    error = rejected(config_with(sources__0__format="cdcv2-json"))
-    assert error.field == "sources[0].envelope" and "needs envelope none" in str(error)
-    ok = parse_config(
-        config_with(sources__0__format="cdcv2-avro", sources__0__envelope="none"), Path("/")
+@pytest.mark.parametrize("envelope", ["none", "upsert"])
+@pytest.mark.parametrize("format", ["cdcv2-json", "cdcv2-avro"])
+def test_cdcv2_formats_are_refused_until_the_pipeline_reads_them(
+    format: str, envelope: str
+) -> None:
+    # The pipeline reads every dump as plain JSON: accepting these would misread the topic.
+    error = rejected(config_with(sources__0__format=format, sources__0__envelope=envelope))
+    assert [problem.field for problem in error.problems] == ["sources[0].format"]
+    assert "only json is implemented for sources" in str(error) and format in str(error)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    error = rejected(
+        config_with(
+            colour="red",
+            end="2025-12-31T00:00:00Z",
+            sources__0__envelop="upsert",
+            sources__0__start_offsets={"p": 1, 3: -2},
+            sources__1__envelope="upsrt",
+            sources__1__name="users",
+            sources__1__topic={"a": 1},
+            spark={"mastr": "local"},
+        )
     )
-    assert ok.sources[0].format == "cdcv2-avro"
+    assert sorted(error.problems) == sorted(
+        [
+            ("colour", "unknown key (expected: lake, landing, window, start, end, spark, sources)"),
+            ("end", "must be after start (2026-01-01T00:00:00Z)"),
+            ("spark.mastr", "unknown key; did you mean 'master'? (expected: master, conf)"),
+            (
+                "sources[0].envelop",
+                f"unknown key; did you mean 'envelope'? (expected: {SOURCE_KEYS})",
+            ),
+            (
+                "sources[0].start_offsets.p",
+                "partition must be a non-negative integer (got str 'p')",
+            ),
+            ("sources[0].start_offsets.3", "offset must be a non-negative integer (got int -2)"),
+            (
+                "sources[1].envelope",
+                "must be one of none, upsert, debezium-upsert, debezium (got 'upsrt')",
+            ),
+            ("sources[1].name", "duplicate source name 'users'"),
+            ("sources[1].topic", "must be a non-empty string (got dict {'a': 1})"),
+        ]
+    )
+    assert str(error).splitlines() == [f"{field}: {problem}" for field, problem in error.problems]
+    assert error.field == error.problems[0].field
+
+
+def test_cross_field_rules_report_every_broken_column() -> None:
+    error = rejected(
+        config_with(
+            sources__0__value={"id": "bigint", "name": "string"},
+            sources__0__key={"id": "bigint", "name": "string"},
+            sources__1__key={"order_id": "bigint", "id": "string"},
+        )
+    )
+    assert [problem.field for problem in error.problems] == [
+        "sources[0].value.id",
+        "sources[0].value.name",
+        "sources[1].key.order_id",
+        "sources[1].key.id",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "hint"),
+    [
+        ({"lakes": "x"}, "lakes", "lake"),
+        ({"sources__1__reclok": "arrival"}, "sources[1].reclok", "reclock"),
+        ({"sources__0__start_offset": {}}, "sources[0].start_offset", "start_offsets"),
+        ({"spark": {"cnf": {}}}, "spark.cnf", "conf"),
+        (
+            {"sources__0__expectations": [{"type": "expect_x", "kwarg": {}}]},
+            "sources[0].expectations[0].kwarg",
+            "kwargs",
+        ),
+    ],
+)
+def test_near_miss_keys_get_a_did_you_mean_hint(
+    changes: dict[str, Any], field: str, hint: str
+) -> None:
+    error = rejected(config_with(**changes))
+    assert error.problems[0].field == field
+    assert error.problems[0].problem.startswith(f"unknown key; did you mean {hint!r}?")
+
+
+def test_far_off_keys_get_no_hint() -> None:
+    error = rejected(config_with(sources__0__zzz=1))
+    assert error.problems[0].problem.startswith("unknown key (expected: name, topic, format,")
+
+
+def test_null_means_absent() -> None:
+    # An empty YAML value (`end:`) is null: the key's default applies, or it is missing.
+    data = config_with() | {"end": None, "spark": None, "window": None}
+    data["sources"][0] |= {"retire": None, "key": None, "envelope": "none"}
+    error = rejected(data)
+    assert [(p.field, p.problem) for p in error.problems] == [("window", "is required")]
+    config = parse_config(data | {"window": "1m"}, Path("/base"))
+    assert (config.end_ms, config.spark) == (None, SparkSettings())
+    assert (config.sources[0].retire, config.sources[0].key) == ("archive", {})
+
+
+def test_vocabularies_are_the_engines_enums() -> None:
+    users, orders = parse_config(BASE, Path("/base")).sources
+    assert users.envelope is Envelope.UPSERT and users.envelope == "upsert"
+    assert orders.reclock is ReclockPolicy.ARRIVAL and users.retire is RetirePolicy.ARCHIVE
+    assert users.format is Format.JSON
+
+
+def test_config_is_frozen() -> None:
+    config = parse_config(BASE, Path("/base"))
+    with pytest.raises(ValidationError):
+        config.window = "5m"  # type: ignore[misc]
+    assert config.model_copy(update={"lake": Path("/elsewhere")}).lake == Path("/elsewhere")
 
 
 def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
@@ -286,3 +422,104 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
         f"{typo}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium "
         "(got 'upsrt')"
     )
+    typos = tmp_path / "typos.yaml"
+    typos.write_text(typo.read_text().replace("window: 5m", "windw: 5m"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(typos)
+    assert sorted(str(caught.value).splitlines()) == [
+        f"{typos}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium "
+        "(got 'upsrt')",
+        f"{typos}: window: is required",
+        f"{typos}: windw: unknown key; did you mean 'window'? "
+        "(expected: lake, landing, window, start, end, spark, sources)",
+    ]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_schema_is_current() -> None:
+    shipped = (ROOT / "pipelines" / "reclock.schema.json").read_text(encoding="utf-8")
+    assert shipped == config_schema_json(), (
+        "regenerate it: reclock config schema > pipelines/reclock.schema.json"
+    )
+
+
+def test_schema_documents_every_field() -> None:
+    fields = schema_fields(config_schema())
+    undocumented = [path for path, node in fields if not node.get("description")]
+    assert undocumented == []
+
+
+def readme_example() -> dict[str, Any]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Config file (YAML)\n", 1)[1]
+    return yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+
+
+def test_readme_example_is_a_valid_config_naming_every_field(tmp_path: Path) -> None:
+    example = readme_example()
+
+    config = parse_config(example, tmp_path)
+
+    assert config.lake == tmp_path / "lake"
+    assert {path for path, _ in schema_fields(config_schema())} == document_fields(
+        example, config_schema()
+    )
+
+
+def test_editors_judge_by_the_schema_as_the_model_does() -> None:
+    validator = Draft202012Validator(config_schema())
+    # YAML reads unquoted timestamps as datetimes; an editor sees the text.
+    assert list(validator.iter_errors(json.loads(json.dumps(readme_example(), default=str)))) == []
+    assert list(validator.iter_errors(BASE)) == []
+    for changes in [
+        {"colour": "red"},
+        {"window": "5 minutes"},
+        {"sources": []},
+        {"sources__0__envelope": "upsrt"},
+        {"sources__0__format": "cdcv2-json"},
+        {"sources__0__value__time": "bigint"},
+        {"sources__0__value__age": "integer"},
+        {"sources__0__value": {}},
+        {"sources__0__start_offsets": {"p": 1}},
+        {"spark": {"conf": {"a": [1]}}},
+    ]:
+        data = config_with(**changes)
+        rejected(data)
+        assert list(validator.iter_errors(data)), changes
+
+
+def schema_fields(node: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every field the schema accepts, as paths such as ``sources[].name``, with its node."""
+    node = resolved(node)
+    if "items" in node:
+        return schema_fields(node["items"], f"{prefix}[]")
+    fields = []
+    for key, child in node.get("properties", {}).items():
+        path = f"{prefix}.{key}" if prefix else key
+        fields += [(path, child), *schema_fields(child, path)]
+    return fields
+
+
+def document_fields(data: Any, node: dict[str, Any], prefix: str = "") -> set[str]:
+    """The field paths a document uses, walking it along the schema; the keys of mappings
+    whose keys are data (columns, settings) are not fields."""
+    node = resolved(node)
+    if isinstance(data, list):
+        items = node["items"]
+        return {path for item in data for path in document_fields(item, items, f"{prefix}[]")}
+    if not isinstance(data, dict) or "properties" not in node:
+        return set()
+    paths = set()
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else key
+        paths |= {path, *document_fields(value, node["properties"].get(key, {}), path)}
+    return paths
+
+
+def resolved(node: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        return resolved(config_schema()["$defs"][node["$ref"].split("/")[-1]])
+    branches = [branch for branch in node.get("anyOf", []) if branch.get("type") != "null"]
+    return resolved(branches[0]) if branches else node

@@ -4,7 +4,6 @@ into runs must write the same rows, at the same times, to every shard of every s
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -52,7 +51,7 @@ def run(
 ) -> tuple[dict[str, list[tuple]], list[tuple[int, int, int, int]]]:
     """Run ``runs`` in order for source ``name`` in a fresh lake; its shards and the
     per-window reports (end, records in, changes, errors)."""
-    config = dataclasses.replace(config, lake=lake)
+    config = config.model_copy(update={"lake": lake})
     source = next(s for s in config.sources if s.name == name)
     pipeline = SourcePipeline.from_config(spark, config, source)
     pipeline.register_dumps(arrival_ms=config.start_ms + 100 * config.window_ms)

@@ -14,8 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from cdc_core.cdcv2.decode import DecodedStream, Packing, decode_messages
-
-CDCV2_FORMATS = ("cdcv2-json", "cdcv2-avro")
+from cdc_core.vocabulary import Format
 
 
 class UnknownFormat(ValueError):
@@ -27,10 +26,11 @@ def decode_cdcv2_dumps(
 ) -> DecodedStream:
     """Decode dump records of a CDCv2 topic into update rows, progress statements and
     errors (with topic/partition/offset), ready for ``spark_reader.read_stream``."""
-    if format == "cdcv2-json":
+    if format == Format.CDCV2_JSON:
         packing = Packing.JSON
-    elif format == "cdcv2-avro":
+    elif format == Format.CDCV2_AVRO:
         packing = Packing.AVRO_CONFLUENT_BASE64 if confluent else Packing.AVRO_BASE64
     else:
-        raise UnknownFormat(f"unknown CDCv2 format {format!r}; expected one of {CDCV2_FORMATS}")
+        expected = f"{Format.CDCV2_JSON}, {Format.CDCV2_AVRO}"
+        raise UnknownFormat(f"unknown CDCv2 format {format!r}; expected one of {expected}")
     return decode_messages(dumps, data_schema, packing)

@@ -10,14 +10,7 @@ is the exception: one window per call, at ``time=``.
 
 from cdc_core.envelopes.append_only import apply_none
 from cdc_core.envelopes.classic import DEDUP_STATE, POSITION, apply_debezium
-from cdc_core.envelopes.columns import (
-    DEBEZIUM,
-    DEBEZIUM_UPSERT,
-    ENVELOPES,
-    NONE,
-    UPSERT,
-    output_schema,
-)
+from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.debezium import apply_debezium_upsert
 from cdc_core.envelopes.dispatch import apply_envelope
 from cdc_core.envelopes.fingerprint import (
@@ -35,13 +28,8 @@ from cdc_core.envelopes.result import EnvelopeResult
 from cdc_core.envelopes.upsert import apply_upsert
 
 __all__ = [
-    "DEBEZIUM",
-    "DEBEZIUM_UPSERT",
     "DEDUP_STATE",
-    "ENVELOPES",
-    "NONE",
     "POSITION",
-    "UPSERT",
     "ConfigDriftError",
     "EnvelopeConfigError",
     "EnvelopeResult",

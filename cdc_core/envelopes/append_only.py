@@ -11,12 +11,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from cdc_core.envelopes.columns import NONE, output_schema
+from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.decode import decode_json, decode_key, unwrap_connect_envelope
 from cdc_core.envelopes.reasons import error_rows
 from cdc_core.envelopes.result import EnvelopeResult, column, consolidate, timed
 from cdc_core.envelopes.upsert import key_problem, value_problem
 from cdc_core.schemas import ERROR
+from cdc_core.vocabulary import Envelope
 
 
 def apply_none(
@@ -30,7 +31,7 @@ def apply_none(
     """The NONE envelope for RECLOCKED ``records`` of a batch of binding times (their
     ``time`` column), or of one window at ``time``: each record is independent, so it
     simply lands at its own time. Output columns: key columns ++ value columns."""
-    output = output_schema(NONE, key_schema, value_schema)
+    output = output_schema(Envelope.NONE, key_schema, value_schema)
     staged = unwrap_connect_envelope(timed(records, time), "payload", value_schema, "value_text")
     staged = decode_json(
         staged.filter(F.col("value_text").isNotNull()), "value_text", value_schema, "value"

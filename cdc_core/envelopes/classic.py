@@ -46,7 +46,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from cdc_core.envelopes.columns import DEBEZIUM, output_schema
+from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.debezium import (
     DELETE_OP,
     SOURCE,
@@ -59,6 +59,7 @@ from cdc_core.envelopes.reasons import CONSTRAINT, VALUE_DECODE, error_rows, rea
 from cdc_core.envelopes.result import EnvelopeResult, consolidate, negated, prior_updates, stamped
 from cdc_core.envelopes.upsert import key_problem, value_problem, with_key
 from cdc_core.schemas import ERROR
+from cdc_core.vocabulary import Envelope
 
 POSTGRES = "postgresql"
 MYSQL = "mysql"
@@ -244,7 +245,7 @@ def apply_debezium(
     column) at ``time``; unlike the upsert-style envelopes it takes one window per call, as
     its dedup state moves in Kafka order within a window. ``prior_dedup_state``: the
     DEDUP_STATE shard at the previous time (+ ``diff``)."""
-    output = output_schema(DEBEZIUM, key_schema, value_schema)
+    output = output_schema(Envelope.DEBEZIUM, key_schema, value_schema)
     spark = records.sparkSession
     prior_raw = prior_updates(spark, prior_dedup_state, DEDUP_STATE)
     small_prior = consolidated(prior_raw.filter(F.col("entry") != SNAPSHOT_KEY))

@@ -5,29 +5,28 @@ from __future__ import annotations
 from pyspark.sql.types import StructType
 
 from cdc_core.envelopes.reasons import EnvelopeConfigError
-
-NONE = "none"
-UPSERT = "upsert"
-DEBEZIUM_UPSERT = "debezium-upsert"
-DEBEZIUM = "debezium"
-ENVELOPES: tuple[str, ...] = (NONE, UPSERT, DEBEZIUM_UPSERT, DEBEZIUM)
+from cdc_core.vocabulary import Envelope
 
 SHARD_COLUMNS = ("time", "diff")
 
 
-def output_schema(envelope: str, key_schema: StructType, value_schema: StructType) -> StructType:
+def output_schema(
+    envelope: Envelope | str, key_schema: StructType, value_schema: StructType
+) -> StructType:
     """The ``changes`` columns of a source (shards add ``time`` and ``diff``): key columns ++
     value columns for none/upsert, the after-image columns for the Debezium envelopes.
     Raises EnvelopeConfigError naming what cannot work."""
-    if envelope not in ENVELOPES:
+    try:
+        envelope = Envelope(envelope)
+    except ValueError:
         raise EnvelopeConfigError(
-            f"envelope must be one of {', '.join(ENVELOPES)} (got {envelope!r})"
-        )
-    if envelope != NONE and not key_schema.fields:
+            f"envelope must be one of {', '.join(Envelope)} (got {envelope!r})"
+        ) from None
+    if envelope.keyed and not key_schema.fields:
         raise EnvelopeConfigError(
             f"envelope {envelope} needs key columns (the key schema is empty)"
         )
-    if envelope in (NONE, UPSERT):
+    if not envelope.after_image:
         overlap = sorted(set(key_schema.names) & set(value_schema.names))
         if overlap:
             raise EnvelopeConfigError(

@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from cdc_core.envelopes.columns import DEBEZIUM_UPSERT, output_schema
+from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.decode import decode_json, unwrap_connect_envelope
 from cdc_core.envelopes.reasons import (
     KEY_MISMATCH,
@@ -30,6 +30,7 @@ from cdc_core.envelopes.reasons import (
 )
 from cdc_core.envelopes.result import EnvelopeResult, timed
 from cdc_core.envelopes.upsert import apply_commands, key_problem, value_problem, with_key
+from cdc_core.vocabulary import Envelope
 
 UPSERT_OPS = ("c", "r", "u")
 DELETE_OP = "d"
@@ -111,7 +112,7 @@ def apply_debezium_upsert(
     """The DEBEZIUM UPSERT envelope for RECLOCKED ``records`` of a batch of binding times
     (their ``time`` column), or of one window at ``time`` (see ``upsert.apply_upsert``).
     ``value_schema`` is the after image (it holds the key columns); output = after columns."""
-    output = output_schema(DEBEZIUM_UPSERT, key_schema, value_schema)
+    output = output_schema(Envelope.DEBEZIUM_UPSERT, key_schema, value_schema)
     events = with_key(stage_events(timed(records, time)), key_schema)
     staged = decode_json(events, "after_text", value_schema, "after")
     is_tombstone = F.col("event_text").isNull()

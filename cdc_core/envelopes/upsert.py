@@ -27,7 +27,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from cdc_core.envelopes.columns import UPSERT, output_schema
+from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.decode import (
     decode_json,
     decode_key,
@@ -53,6 +53,7 @@ from cdc_core.envelopes.result import (
     timed,
 )
 from cdc_core.schemas import ERROR
+from cdc_core.vocabulary import Envelope
 
 # The columns of an upsert command: one per record, ``row`` null for deletes and errors,
 # ``reason`` null unless the record makes its slot an error; ``time`` is its binding time.
@@ -98,7 +99,7 @@ def apply_upsert(
     """The UPSERT envelope for RECLOCKED ``records`` of a batch of binding times (their
     ``time`` column), or of one window at ``time``; the prior state is the shards' updates
     before the batch. Output columns: key columns ++ value columns."""
-    output = output_schema(UPSERT, key_schema, value_schema)
+    output = output_schema(Envelope.UPSERT, key_schema, value_schema)
     staged = unwrap_connect_envelope(timed(records, time), "payload", value_schema, "value_text")
     staged = decode_json(with_key(staged, key_schema), "value_text", value_schema, "value")
     is_tombstone = F.col("value_text").isNull()
