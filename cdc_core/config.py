@@ -57,6 +57,7 @@ from cdc_core.envelopes.columns import SHARD_COLUMNS
 from cdc_core.envelopes.columns import output_schema as envelope_output_schema
 from cdc_core.expectations import ExpectationSpec
 from cdc_core.frontier import OffsetFrontier
+from cdc_core.spark import SparkConnectUnsupported, refuse_spark_connect
 from cdc_core.vocabulary import Envelope, Format, ReclockPolicy, RetirePolicy
 
 # Column types a schema may use; ``long`` is accepted as an alias of ``bigint``.
@@ -400,6 +401,15 @@ class SparkSettings(_Section):
     """Spark master URL, e.g. local[2]; local by default."""
     conf: dict[str, SparkSetting] = Field(default_factory=dict)
     """Spark settings, e.g. {spark.driver.memory: 4g}."""
+
+    @model_validator(mode="after")
+    def _classic_spark(self) -> SparkSettings:
+        """Spark Connect is refused here, at load, rather than when the session starts."""
+        try:
+            refuse_spark_connect(self.master, self.conf)
+        except SparkConnectUnsupported as refused:
+            raise _problem(str(refused)) from None
+        return self
 
 
 class SourceConfig(_Section):

@@ -22,7 +22,7 @@ import yaml
 from deltalake import DeltaTable
 from pyspark.find_spark_home import _find_spark_home
 
-from cdc_core.config import Config, load_config
+from cdc_core.config import Config, ConfigError, load_config
 from cdc_core.sample import write_sample
 from cdc_core.spark import SparkConnectUnsupported, get_spark
 from pipelines.cli import materialize
@@ -138,3 +138,12 @@ def test_spark_connect_is_refused_with_what_is_missing() -> None:
         get_spark(conf={"spark.remote": "sc://127.0.0.1:15002"})
     with pytest.raises(SparkConnectUnsupported, match="spark.master"):
         get_spark(master="sc://127.0.0.1:15002")
+
+
+def test_spark_connect_is_refused_at_config_load(tmp_path: Path) -> None:
+    config_file = write_sample(tmp_path)
+    settings = yaml.safe_load(config_file.read_text())
+    settings["spark"] = {"conf": {"spark.remote": "sc://127.0.0.1:15002"}}
+    config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"spark: Spark Connect \(sc://127.0.0.1:15002\)"):
+        load_config(config_file)
