@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 
 from assets.partitions import contiguous_windows
 from cdc_core.config import Config, SourceConfig
+from cdc_core.phases import PhaseEvent, observing
 from cdc_core.pipeline import OUTPUTS, SourcePipeline, SourceStatus, WindowReport
 from resources.lake import LakeResource
 from resources.landing import LandingZone
@@ -90,15 +91,15 @@ def source_assets(
         pipeline = SourcePipeline(
             pyspark.spark_session, config, source, lake.source_root(source.name), landing.root
         )
-        registered = pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
-        context.log.info(f"{source.name}: registered {registered} new dump file(s)")
-        runs = contiguous_windows(partitions, list(context.partition_keys), config.window_ms)
-        reports: list[WindowReport] = []
-        for windows in runs:
-            reports.extend(pipeline.run_windows(windows))
-        for index, report in enumerate(reports, start=1):
-            context.log.info(f"[{index}/{len(reports)}] {report.summary()}")
-        status = pipeline.finish()
+        with observing(lambda event: log_phase(context, event)):
+            pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
+            runs = contiguous_windows(partitions, list(context.partition_keys), config.window_ms)
+            reports: list[WindowReport] = []
+            for windows in runs:
+                reports.extend(pipeline.run_windows(windows))
+            for index, report in enumerate(reports, start=1):
+                context.log.info(f"[{index}/{len(reports)}] {report.summary()}")
+            status = pipeline.finish()
         for name in OUTPUTS:
             yield MaterializeResult(
                 asset_key=output_key(source.name, name),
@@ -106,6 +107,15 @@ def source_assets(
             )
 
     return materialize_windows
+
+
+def log_phase(context: AssetExecutionContext, event: PhaseEvent) -> None:
+    """A step log line as each engine phase starts and ends, so a long step is never silent."""
+    if not event.ended:
+        context.log.debug(f"{event.source}: {event.name} ...")
+        return
+    figures = "".join(f"; {name}: {value}" for name, value in event.figures.items())
+    context.log.info(f"{event.source}: {event.name} done in {event.seconds:.1f} s{figures}")
 
 
 def output_metadata(

@@ -33,7 +33,9 @@ from cdc_core.envelopes import (
     check_fingerprint,
     fingerprint,
 )
+from cdc_core.envelopes.result import EnvelopeResult
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
+from cdc_core.phases import phase
 from cdc_core.reclock import append_new, reclock_windows
 from cdc_core.registry import CanonicalReads, Registry
 from cdc_core.remap import Windows
@@ -164,8 +166,10 @@ class SourcePipeline:
 
     def register_dumps(self, arrival_ms: int) -> int:
         """Register dump files not seen before, stamped with their arrival time."""
-        files = list_dump_files(self.landing, self.source.topic)
-        return len(self.registry.register(self.spark, files, arrival_ms))
+        with phase(self.source.name, "register dumps") as figures:
+            files = list_dump_files(self.landing, self.source.topic)
+            figures["files"] = len(self.registry.register(self.spark, files, arrival_ms))
+        return figures["files"]
 
     def outputs_upper(self) -> int:
         """Where all outputs stand: the meet of their uppers (0 before the first window)."""
@@ -186,13 +190,16 @@ class SourcePipeline:
             return self._reused(windows)
         reads = CanonicalReads(self.spark, self.registry)
         try:
-            run = reclock_windows(
-                self.spark, self.source, self.registry, self.remap, lower, windows, reads
-            )
+            with phase(self.source.name, "bind windows"):
+                run = reclock_windows(
+                    self.spark, self.source, self.registry, self.remap, lower, windows, reads
+                )
             upper = windows.end + 1
-            records_in = append_new(  # one row per (partition, offset) by construction
-                self.reclocked, run.reclocked.records, lower, upper, consolidated=True
-            ) or {}
+            with phase(self.source.name, "append reclocked") as figures:
+                records_in = append_new(  # one row per (partition, offset) by construction
+                    self.reclocked, run.reclocked.records, lower, upper, consolidated=True
+                ) or {}
+                figures["rows"] = sum(records_in.values())
             # Read back from the committed shard (cheap Parquet, not the dumps again) and
             # cached: the envelope's outputs (changes, errors, dedup state) each read them.
             records = self.reclocked.listen(max(lower - 1, 0), windows.end).cache()
@@ -261,9 +268,32 @@ class SourcePipeline:
         """Apply the envelope to the records at times ``[lower, upper)`` and append its
         outputs; returns the distinct changes and errors written per time."""
         in_range = (F.col("time") >= lower) & (F.col("time") < upper)
+        with phase(self.source.name, "plan envelope"):
+            result = self._envelope_result(records, lower, upper)
+        errors = reclock_errors.filter(in_range).unionByName(result.errors)
+        try:
+            with phase(self.source.name, "append changes") as figures:
+                changes = append_new(  # envelope outputs come consolidated
+                    self.changes, result.changes, lower, upper, consolidated=True
+                ) or {}
+                figures["rows"] = sum(changes.values())
+            with phase(self.source.name, "append errors") as figures:
+                written_errors = append_new(self.errors, errors, lower, upper) or {}
+                figures["rows"] = sum(written_errors.values())
+            if self.dedup is not None and result.dedup_state is not None:
+                with phase(self.source.name, "append dedup state"):
+                    append_new(self.dedup, result.dedup_state, lower, upper)
+        finally:
+            result.release()
+        return changes, written_errors
+
+    def _envelope_result(self, records: DataFrame, lower: int, upper: int) -> EnvelopeResult:
+        """The envelope's changes, errors and dedup state for the records at times
+        ``[lower, upper)`` (lazy frames: computed when appended)."""
+        in_range = (F.col("time") >= lower) & (F.col("time") < upper)
         batch = records.filter(in_range).drop("diff")
         classic = self.source.envelope == Envelope.DEBEZIUM
-        result = apply_envelope(
+        return apply_envelope(
             self.source.envelope,
             batch.drop("time") if classic else batch,
             time=upper - 1 if classic else None,
@@ -274,17 +304,6 @@ class SourcePipeline:
             prior_errors=self._prior(self.errors, lower),
             prior_dedup_state=self._prior(self.dedup, lower),
         )
-        errors = reclock_errors.filter(in_range).unionByName(result.errors)
-        try:
-            changes = append_new(  # envelope outputs come consolidated
-                self.changes, result.changes, lower, upper, consolidated=True
-            ) or {}
-            written_errors = append_new(self.errors, errors, lower, upper) or {}
-            if self.dedup is not None and result.dedup_state is not None:
-                append_new(self.dedup, result.dedup_state, lower, upper)
-        finally:
-            result.release()
-        return changes, written_errors
 
     @staticmethod
     def _prior(shard: Shard | None, lower: int) -> DataFrame | None:
@@ -304,8 +323,10 @@ class SourcePipeline:
 
     def finish(self) -> SourceStatus:
         """Publish ``state`` at the newest complete time and report the source's status."""
-        refresh_state(self.changes, str(self.root / "state"), self.source.output_schema)
-        return self.status()
+        with phase(self.source.name, "publish state"):
+            refresh_state(self.changes, str(self.root / "state"), self.source.output_schema)
+        with phase(self.source.name, "status"):
+            return self.status()
 
     def snapshot_at(self, as_of: int) -> DataFrame:
         """The source's rows as they stood at IntoTime ``as_of`` (the ``state`` a run

@@ -16,8 +16,8 @@ Contenders, all in one process on one Spark session, run in a rotating order per
   own Spark connector (``delta.tables.DeltaTable.forPath(...).merge``);
 * RECLOCK (Dagster): the full backfill, ``pipelines.cli.materialize`` (assets + checks,
   without the CDCv2 export, which no other contender produces), one run that reclocks
-  every window in one pass, timed per engine step (steps are timed by wrapping the names
-  the engine calls; the checks and Dagster itself are the rest);
+  every window in one pass, timed per engine phase (as the engine announces them through
+  ``cdc_core.phases``; the checks and Dagster itself are the rest);
 * RECLOCK (per window): the windows one run each, as a schedule produces them, through
   ``SourcePipeline`` directly, timed per window: the per-window cost against the history
   length.
@@ -53,15 +53,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
-import cdc_core.pipeline as engine
 from cdc_core.config import Config, parse_config, to_struct_type
 from cdc_core.delta_io import live_files
 from cdc_core.dumps import list_dump_files
+from cdc_core.phases import PhaseEvent, observing
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.remap import Windows
 from cdc_core.sample import UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, generate_dumps
 from cdc_core.schemas import DUMP_RECORD
-from cdc_core.shard import Shard
 from cdc_core.spark import get_spark
 from pipelines.cli import materialize
 
@@ -286,7 +285,7 @@ def merge_delta_spark(spark: SparkSession, dataset: Dataset, scratch: Path) -> O
 def reclock_dagster(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
     config = dataset.config_for(scratch / "lake")
     steps: Counter[str] = Counter()
-    with timed_engine_steps(steps):
+    with timed_engine_steps(spark, steps):
         if not materialize(config, exports=False):
             raise RuntimeError("the reclock backfill failed; see the Dagster log above")
     return Outcome(rows_out=state_rows(config), steps=dict(steps))
@@ -306,7 +305,7 @@ def reclock_runs(
     config = dataset.config_for(scratch / "lake")
     steps: Counter[str] = Counter()
     seconds = []
-    with timed_engine_steps(steps):
+    with timed_engine_steps(spark, steps):
         pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
         pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
         for windows in runs:
@@ -433,42 +432,28 @@ def _timed(steps: Counter[str], step: str) -> Iterator[None]:
         steps[step] += time.perf_counter() - started
 
 
-def _shard_name(shard: Shard, *_: object, **__: object) -> str:
-    return f"append {Path(shard.path).name} (compute + write + commit)"
-
-
-# What the engine calls inside a window, and how each call is labelled. Spark is lazy:
-# reading dumps and computing the envelope happen inside the appends that write them.
-ENGINE_STEPS: tuple[tuple[object, str, Callable[..., str]], ...] = (
-    (engine, "reclock_windows", lambda *_, **__: "bind windows (parse, sort, mint)"),
-    (engine, "append_new", _shard_name),
-    (engine, "apply_envelope", lambda *_, **__: "plan envelope"),
-    (SourcePipeline, "outputs_upper", lambda *_, **__: "read output uppers"),
-    (SourcePipeline, "register_dumps", lambda *_, **__: "register dumps"),
-    (SourcePipeline, "finish", lambda *_, **__: "publish state"),
-)
-
-
 @contextmanager
-def timed_engine_steps(steps: Counter[str]) -> Iterator[None]:
-    """Accumulate wall time per engine step by wrapping the names the engine calls;
-    the originals are restored on exit."""
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in ENGINE_STEPS]
+def timed_engine_steps(
+    spark: SparkSession, steps: Counter[str], jobs: Counter[str] | None = None
+) -> Iterator[None]:
+    """Accumulate wall time (and Spark jobs started) per engine phase, as the engine
+    announces its phases (cdc_core.phases); the run's other time is Dagster and checks."""
+    tracker = spark.sparkContext.statusTracker()
+    started: dict[str, int] = {}
 
-    def timing(function: Callable[..., object], label: Callable[..., str]) -> Callable:
-        def timed_call(*args: object, **kwargs: object) -> object:
-            with _timed(steps, label(*args, **kwargs)):
-                return function(*args, **kwargs)
+    def job_count() -> int:
+        return len(tracker.getJobIdsForGroup(None))
 
-        return timed_call
+    def record(event: PhaseEvent) -> None:
+        if not event.ended:
+            started[event.name] = job_count()
+            return
+        steps[event.name] += event.seconds or 0.0
+        if jobs is not None:
+            jobs[event.name] += job_count() - started.pop(event.name, job_count())
 
-    for (owner, name, original), (_, _, label) in zip(originals, ENGINE_STEPS, strict=True):
-        setattr(owner, name, timing(original, label))
-    try:
+    with observing(record):
         yield
-    finally:
-        for owner, name, original in originals:
-            setattr(owner, name, original)
 
 
 class PeakMemory:

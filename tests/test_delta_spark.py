@@ -63,7 +63,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Confi
 
 
 def test_every_shard_version_reads_as_reclocks_snapshot(lake: Config, spark: SparkSession) -> None:
-    for source in lake.sources:
+    for source in (lake.source("users"), lake.source("orders")):
         pipeline = SourcePipeline.from_config(spark, lake, source)
         shards = {"remap": pipeline.remap, "reclocked": pipeline.reclocked,
                   "changes": pipeline.changes, "errors": pipeline.errors}
@@ -134,7 +134,8 @@ def test_reclock_carries_on_exactly_after_optimize_and_vacuum(
     config = load_config(write_sample(tmp_path))
     middle = config.start_ms + 3 * config.window_ms
     assert materialize(config, middle, exports=False)
-    tables = [config.lake / s.name / t for s in config.sources for t in (*SHARDS, "state")]
+    # One source's tables: delta-spark's VACUUM alone takes seconds per table.
+    tables = [config.lake / "users" / table for table in (*SHARDS, "state")]
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     try:
         for table in tables:
