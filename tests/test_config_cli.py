@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
+from test_config import VALID_YAML
 
 from cdc_core.config import config_schema
 from pipelines.cli import main
-from tests.test_config import VALID_YAML
 
 
 @pytest.fixture
