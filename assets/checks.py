@@ -108,11 +108,17 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
 
         return judge
 
-    def exactly_once(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
-        frontier = frontier_at(pipeline.remap, end)
+    def exactly_once(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
+        before, after = frontier_at(pipeline.remap, start), frontier_at(pipeline.remap, end)
         starts = dict(source.start_offsets.offsets)
         return checks.exactly_once(
-            pipeline.reclocked, frontier, starts, end, gaps_allowed=source.allow_offset_gaps
+            pipeline.reclocked,
+            before,
+            after,
+            starts,
+            start + 1,
+            end + 1,
+            gaps_allowed=source.allow_offset_gaps,
         )
 
     def state_set(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
@@ -150,7 +156,10 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
             "reclocked",
             "exactly_once",
             exactly_once,
-            description="Every offset below the binding appears exactly once.",
+            description=(
+                "The run's windows reclocked exactly the offsets between their bindings, each "
+                "once (judged per run: every window once means every offset once)."
+            ),
         )
     )
     if source.envelope in (Envelope.UPSERT, Envelope.DEBEZIUM_UPSERT):

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_core.cdcv2.completeness import check_completeness
@@ -105,41 +105,61 @@ def remap_monotone(remap: Shard, window_end: int) -> CheckOutcome:
 
 def exactly_once(
     reclocked: Shard,
-    frontier: OffsetFrontier,
+    before: OffsetFrontier,
+    after: OffsetFrontier,
     starts: Mapping[int, int],
-    as_of: int,
+    lower: int,
+    upper: int,
     *,
     gaps_allowed: bool,
 ) -> CheckOutcome:
-    """Every ``(partition, offset)`` below ``frontier`` (the remap at ``as_of``) appears
-    exactly once in ``reclocked`` at or before ``as_of``; nothing beyond it appears."""
-    per_record = reclocked.snapshot(as_of).groupBy("partition", "offset").agg(
-        F.sum("diff").alias("count")
-    )
-    ends = F.create_map(*[F.lit(x) for p, o in frontier.offsets.items() for x in (p, o)])
-    bound = F.coalesce(ends[F.col("partition")], F.lit(0)) if frontier.offsets else F.lit(0)
+    """The records reclocked at times in ``[lower, upper)`` are exactly the offsets from
+    ``before`` (the remap at ``lower - 1``, or the configured start offsets) up to ``after``
+    (the remap at ``upper - 1``), each once: nothing outside that interval (which includes
+    an earlier window's record appearing again), no offset twice, none missing unless
+    gaps are allowed. It reads only the range's updates, so a run pays for what it wrote;
+    with every window judged once, every offset appears exactly once overall. Where the
+    range starts below ``since`` it judges everything from the first offset."""
+    since = reclocked.since.time or 0
+    if lower - 1 >= since:
+        rows = reclocked.listen(lower - 1, upper - 1)
+    else:
+        rows = reclocked.snapshot(since).unionByName(reclocked.listen(since, upper - 1))
+        before = OffsetFrontier()
+    per_record = rows.groupBy("partition", "offset").agg(F.sum("diff").alias("count"))
+
+    def bound(frontier: OffsetFrontier) -> Column:
+        ends = F.create_map(*[F.lit(x) for p, o in frontier.offsets.items() for x in (p, o)])
+        return F.coalesce(ends[F.col("partition")], F.lit(0)) if frontier.offsets else F.lit(0)
+
+    outside = (F.col("offset") < bound(before)) | (F.col("offset") >= bound(after))
     summary = per_record.groupBy("partition").agg(
         F.count("*").alias("records"),
         F.sum(F.when(F.col("count") != 1, 1).otherwise(0)).alias("not_once"),
-        F.sum(F.when(F.col("offset") >= bound, 1).otherwise(0)).alias("beyond"),
+        F.sum(F.when(outside, 1).otherwise(0)).alias("outside"),
     )
     problems = []
     figures: dict[str, object] = {}
     seen = {row["partition"]: row for row in summary.collect()}
-    for partition in sorted(set(seen) | set(frontier.partitions)):
+    for partition in sorted(set(seen) | set(after.partitions)):
         row = seen.get(partition)
         records = row["records"] if row else 0
-        expected = max(frontier[partition] - starts.get(partition, 0), 0)
-        figures[f"partition_{partition}"] = {"records": records, "frontier": frontier[partition]}
+        low = max(before[partition], starts.get(partition, 0))
+        high = after[partition]
+        expected = max(high - low, 0)
+        figures[f"partition_{partition}"] = {"records": records, "from": low, "to": high}
         if row and row["not_once"]:
             problems.append(f"partition {partition}: {row['not_once']} offset(s) not exactly once")
-        if row and row["beyond"]:
-            problems.append(f"partition {partition}: {row['beyond']} offset(s) beyond the frontier")
-        below = records - (row["beyond"] if row else 0)
-        if not gaps_allowed and below != expected:
+        if row and row["outside"]:
             problems.append(
-                f"partition {partition}: {below} record(s) below frontier {frontier[partition]},"
-                f" expected {expected}"
+                f"partition {partition}: {row['outside']} offset(s) outside the bindings "
+                f"[{before[partition]}, {high})"
+            )
+        inside = records - (row["outside"] if row else 0)
+        if not gaps_allowed and inside != expected:
+            problems.append(
+                f"partition {partition}: {inside} record(s) between offsets {low} and {high}, "
+                f"expected {expected}"
             )
     return CheckOutcome(not problems, "; ".join(problems) or "exactly once", figures)
 

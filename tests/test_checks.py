@@ -49,25 +49,38 @@ def test_state_is_set_counts_rows_and_keys_that_break_the_upsert_state(
     assert outcome.figures["rows"] == sum(1 for count in live.values() if count)
 
 
-def test_exactly_once_names_duplicates_records_beyond_the_frontier_and_missing_ones(
+def test_exactly_once_names_duplicates_records_outside_the_bindings_and_missing_ones(
     spark, tmp_path
 ):
     names = RECLOCKED.names
 
-    def row(partition: int, offset: int, diff: int = 1) -> tuple:
+    def row(partition: int, offset: int, time: int, diff: int = 1) -> tuple:
         values = {"partition": partition, "offset": offset}
-        return (*(values.get(name) for name in names), 5, diff)
+        return (*(values.get(name) for name in names), time, diff)
 
-    good = shard_with(spark, tmp_path / "good", RECLOCKED, [row(0, 0), row(0, 1), row(1, 0)])
-    frontier = OffsetFrontier({0: 2, 1: 1})
-    assert exactly_once(good, frontier, {}, 9, gaps_allowed=False).passed
+    # Window (0, 5] reclocked offsets [0, 2) of partition 0; window (5, 9] [2, 4) and [0, 1)
+    # of partition 1.
+    first, second = OffsetFrontier({0: 2}), OffsetFrontier({0: 4, 1: 1})
+    good_rows = [row(0, 0, 5), row(0, 1, 5), row(0, 2, 9), row(0, 3, 9), row(1, 0, 9)]
+    good = shard_with(spark, tmp_path / "good", RECLOCKED, good_rows)
+    assert exactly_once(good, OffsetFrontier(), first, {}, 1, 6, gaps_allowed=False).passed
+    assert exactly_once(good, first, second, {}, 6, 10, gaps_allowed=False).passed
 
-    bad = shard_with(spark, tmp_path / "bad", RECLOCKED, [row(0, 0, 2), row(0, 5), row(1, 0)])
-    outcome = exactly_once(bad, frontier, {}, 9, gaps_allowed=False)
+    # In the second window: offset 2 twice, offset 3 missing, and offset 1 of the first
+    # window again (a duplicate across windows, invisible to a per-window count alone).
+    bad_rows = [row(0, 0, 5), row(0, 1, 5), row(0, 2, 9, 2), row(0, 1, 9), row(1, 0, 9)]
+    bad = shard_with(spark, tmp_path / "bad", RECLOCKED, bad_rows)
+    assert exactly_once(bad, OffsetFrontier(), first, {}, 1, 6, gaps_allowed=False).passed
+    outcome = exactly_once(bad, first, second, {}, 6, 10, gaps_allowed=False)
     assert not outcome.passed
     assert "partition 0: 1 offset(s) not exactly once" in outcome.description
-    assert "partition 0: 1 offset(s) beyond the frontier" in outcome.description
-    assert "partition 0: 1 record(s) below frontier 2, expected 2" in outcome.description
+    assert "partition 0: 1 offset(s) outside the bindings [2, 4)" in outcome.description
+    assert "partition 0: 1 record(s) between offsets 2 and 4, expected 2" in outcome.description
+    assert "partition 1" not in outcome.description
+    assert exactly_once(bad, first, second, {}, 6, 10, gaps_allowed=True).description == (
+        "partition 0: 1 offset(s) not exactly once; "
+        "partition 0: 1 offset(s) outside the bindings [2, 4)"
+    )
 
 
 def test_remap_monotone_flags_a_binding_that_moves_backwards(spark, tmp_path):
