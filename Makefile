@@ -24,4 +24,4 @@ test: $(STAMP)
 	$(VENV)/bin/pytest
 
 bench: $(STAMP)
-	$(VENV)/bin/python -m pipelines.bench $(ARGS)
+	$(VENV)/bin/python -m benchmarks.bench $(ARGS)

@@ -15,10 +15,10 @@ from assets.source_assets import source_output_keys
 from cdc_core.config import Config, ConfigError, config_schema_json, load_config
 from cdc_core.frontier import iso
 from cdc_core.pipeline import SourcePipeline, SourceStatus
-from cdc_core.sample import write_sample
 from cdc_core.shard import ShardUsageError
 from cdc_core.spark import get_spark
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
+from pipelines.sample import write_sample
 
 
 def materialize(config: Config, through_ms: int | None = None, *, exports: bool = True) -> bool:

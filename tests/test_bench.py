@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from pipelines.bench import (
+from benchmarks.bench import (
     CONTENDERS,
     FLOOR,
     FLOOR_PARSE,

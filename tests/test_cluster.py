@@ -23,9 +23,9 @@ from deltalake import DeltaTable
 from pyspark.find_spark_home import _find_spark_home
 
 from cdc_core.config import Config, ConfigError, load_config
-from cdc_core.sample import write_sample
 from cdc_core.spark import SparkConnectUnsupported, get_spark
 from pipelines.cli import materialize
+from pipelines.sample import write_sample
 
 TABLES = ("remap", "reclocked", "changes", "errors", "state")
 START_TIMEOUT_S = 90

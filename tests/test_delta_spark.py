@@ -22,10 +22,10 @@ from cdc_core.config import Config, load_config
 from cdc_core.delta_io import UnsupportedTableFeature
 from cdc_core.frontier import TimeFrontier
 from cdc_core.pipeline import SourcePipeline
-from cdc_core.sample import write_sample
 from cdc_core.shard import UPPER, Shard
 from cdc_core.state import STATE_AS_OF, refresh_state
 from pipelines.cli import main, materialize
+from pipelines.sample import write_sample
 
 SHARDS = ("remap", "reclocked", "changes", "errors")
 

@@ -16,8 +16,8 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_core.config import Config, SourceConfig, load_config
-from cdc_core.sample import write_sample
 from pipelines.cli import materialize
+from pipelines.sample import write_sample
 
 
 def dump_records(landing: Path, topic: str) -> list[dict]:

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from cdc_core.config import Config, load_config
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.remap import Windows, mint_bindings
-from cdc_core.sample import write_sample
+from pipelines.sample import write_sample
 
 WINDOWS = 4  # of the sample's eight: enough for history, short enough for a test
 SHARDS = ("remap", "reclocked", "changes", "errors")

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.config import load_config
 from cdc_core.dumps import list_dump_files, read_dumps
-from cdc_core.sample import generate_dumps, write_sample
+from pipelines.sample import generate_dumps, write_sample
 
 START = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 END = START + 8 * 60_000

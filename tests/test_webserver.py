@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from test_dagster_surface import KEYS, SOURCE, deployment_data
 
-from pipelines.screenshot import graphql, running_webserver
+from benchmarks.screenshot import graphql, running_webserver
 
 ASSETS_QUERY = """
 {

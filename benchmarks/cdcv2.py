@@ -5,7 +5,7 @@ Parquet update rows plus JSON-lines progress statements (two tilings and copies)
 then times ``spark_reader.read_stream`` (judging counts, then writing out the
 complete updates to Spark's no-op sink) against counting every column of the same
 files, and against a plain ``dropDuplicates`` of them (the least any deduplicating
-reader must do). Run: ``python -m pipelines.bench_cdcv2 --updates 5000000``.
+reader must do). Run: ``python -m benchmarks.cdcv2 --updates 5000000``.
 """
 
 from __future__ import annotations

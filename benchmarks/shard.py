@@ -1,7 +1,7 @@
 """Benchmark of the shard layer: append throughput, and snapshot/listen time against a
 bare ``spark.read.parquet`` of the same files and against Delta's Spark data source.
 
-    python -m pipelines.bench_shard --rows 5000000 --history 100
+    python -m benchmarks.shard --rows 5000000 --history 100
 
 Every read is forced in full with Spark's ``noop`` sink, so the figures measure reading
 and computing, not collecting. Each read runs ``--repeat`` times; the best run counts.

@@ -1,7 +1,7 @@
 """How an UPSERT window's cost scales with the state: a fixed-size window against prior
 states 10x apart, all read from Parquet as a shard would be.
 
-    .venv/bin/python -m cdc_core.envelopes.bench --states 10000 100000 1000000 --window 1000
+    .venv/bin/python -m benchmarks.envelopes --states 10000 100000 1000000 --window 1000
 
 Half the window's records update existing keys spread over the whole state, half insert
 new keys. Reported: the median wall time to compute and write one window's changes and

@@ -1,7 +1,7 @@
 """reclock against what users would otherwise run, on the same deterministic dumps.
 
-    python -m pipelines.bench --size medium            # 1M records / 100k keys / 20 windows
-    python -m pipelines.bench --size large --repeats 2 # 10M records / 1M keys
+    python -m benchmarks.bench --size medium            # 1M records / 100k keys / 20 windows
+    python -m benchmarks.bench --size large --repeats 2 # 10M records / 1M keys
     make bench ARGS="--size smoke"
 
 Contenders, all in one process on one Spark session, run in a rotating order per repeat:
@@ -59,10 +59,10 @@ from cdc_core.dumps import list_dump_files
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.remap import Windows
-from cdc_core.sample import UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, generate_dumps
 from cdc_core.schemas import DUMP_RECORD
 from cdc_core.spark import get_spark
 from pipelines.cli import materialize
+from pipelines.sample import UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, generate_dumps
 
 TOPIC = "users"
 START = "2026-01-01T00:00:00Z"

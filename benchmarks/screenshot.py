@@ -4,7 +4,7 @@ The webserver serves the ``reclock`` code location (``pipelines.definitions``) f
 config named on the command line, bound to 127.0.0.1 on a free port, and is always
 stopped afterwards. Chromium must be installed (Debian: ``apt-get install chromium``).
 
-    python -m pipelines.screenshot --config demo/reclock.yaml --out ui.png \
+    python -m benchmarks.screenshot --config demo/reclock.yaml --out ui.png \
         [--page /assets/users/changes]
 
 ``running_webserver`` is also what the webserver test uses, so both start it the same way.
@@ -163,7 +163,7 @@ def screenshot(url: str, out: Path, *, size: tuple[int, int] = (1400, 900)) -> P
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.screenshot", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.screenshot", description=__doc__)
     parser.add_argument("--config", type=Path, required=True, help="reclock config (YAML)")
     parser.add_argument("--out", type=Path, default=Path("reclock-ui.png"))
     parser.add_argument("--page", default="/asset-groups", help="UI path, e.g. /assets/users")
