@@ -29,6 +29,7 @@ from assets.source_assets import output_key
 from cdc_core import checks
 from cdc_core.config import Config, SourceConfig
 from cdc_core.expectations import validate
+from cdc_core.phases import phase
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.remap import frontier_at
 from cdc_core.vocabulary import Envelope
@@ -97,7 +98,9 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
             if window is None:
                 return AssetCheckResult(passed=True, description="no complete window yet")
             severity = AssetCheckSeverity.ERROR if blocking else AssetCheckSeverity.WARN
-            return to_result(judge(pipeline, *window), window, severity)
+            with phase(name, f"check {asset}.{check_name}"):
+                outcome = judge(pipeline, *window)
+            return to_result(outcome, window, severity)
 
         return _check
 
