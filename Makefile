@@ -5,7 +5,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint
+.PHONY: demo test bench ui
 
 $(STAMP): pyproject.toml pom.xml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml pom.xml
 
 demo: $(STAMP)
 	$(VENV)/bin/reclock demo --workdir demo
+
+# The Dagster UI on the demo's instance: every window `make demo` ran, with its checks.
+ui: $(STAMP)
+	mkdir -p demo/dagster
+	DAGSTER_HOME=$(CURDIR)/demo/dagster $(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

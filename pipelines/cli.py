@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from datetime import datetime
@@ -44,8 +45,6 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
 
 def _instance() -> DagsterInstance:
     """The instance of DAGSTER_HOME when set (runs show in the UI), else an ephemeral one."""
-    import os
-
     return DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
 
 
@@ -147,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "demo":
             config = load_config(write_sample(args.workdir))
+            home = (args.workdir / "dagster").resolve()
+            home.mkdir(parents=True, exist_ok=True)
+            os.environ.setdefault("DAGSTER_HOME", str(home))  # `make ui` shows these runs
             ok = materialize(config)
             print_summary(config)
             return 0 if ok else 1

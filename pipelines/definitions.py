@@ -1,14 +1,34 @@
 """The code location that ``dagster dev`` loads (see workspace.yaml and [tool.dagster]).
 
-The deployment's config file is named by ``RECLOCK_CONFIG`` (default ``reclock.yaml``
-in the working folder); ``reclock sample`` writes one for the bundled demo.
+The deployment's config file is named by ``RECLOCK_CONFIG``. Without it the location
+shows the bundled demo (``demo/reclock.yaml``, as ``make demo`` writes it), so a fresh
+clone loads and validates before anything was run; its windows show once ``make demo``
+has materialized them.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from cdc_core.config import load_config
+import yaml
+
+from cdc_core.config import Config, load_config, parse_config
 from pipelines.build import build_definitions
+from pipelines.sample import sample_config_yaml
 
-defs = build_definitions(load_config(os.environ.get("RECLOCK_CONFIG", "reclock.yaml")))
+DEMO_CONFIG = Path("demo") / "reclock.yaml"
+
+
+def deployment_config() -> Config:
+    """``RECLOCK_CONFIG``, else the demo's config file, else the config the demo will write
+    (paths resolve against ``demo/`` either way)."""
+    named = os.environ.get("RECLOCK_CONFIG")
+    if named:
+        return load_config(named)
+    if DEMO_CONFIG.exists():
+        return load_config(DEMO_CONFIG)
+    return parse_config(yaml.safe_load(sample_config_yaml()), DEMO_CONFIG.parent.resolve())
+
+
+defs = build_definitions(deployment_config())

@@ -154,8 +154,13 @@ def write_sample(workdir: Path, seed: int = 7) -> Path:
     _write_topic(landing, "clicks", click_messages, clicks, files=3)
 
     config_path = workdir / "reclock.yaml"
-    config_path.write_text(_sample_config_yaml(SAMPLE_START_MS + span_ms), encoding="utf-8")
+    config_path.write_text(sample_config_yaml(), encoding="utf-8")
     return config_path
+
+
+def sample_config_yaml() -> str:
+    """The config ``write_sample`` writes beside the demo's dumps."""
+    return _sample_config_yaml(SAMPLE_START_MS + SAMPLE_WINDOWS * SAMPLE_WINDOW_MS)
 
 
 def generate_dumps(

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
 from cdc_core.config import Config, SourceConfig, load_config
 from pipelines.cli import materialize
-from pipelines.sample import write_sample
 
 
 def dump_records(landing: Path, topic: str) -> list[dict]:
@@ -92,9 +95,40 @@ def state_rows(config: Config, source: SourceConfig) -> Counter:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory, spark) -> Config:
-    config = load_config(write_sample(tmp_path_factory.mktemp("demo")))
-    assert materialize(config)
-    return config
+    """``reclock demo`` as ``make demo`` runs it, in its own process."""
+    workdir = tmp_path_factory.mktemp("demo")
+    env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    run = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "demo", "--workdir", str(workdir)],
+        capture_output=True, text=True, timeout=900, env=env,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return load_config(workdir / "reclock.yaml")
+
+
+def test_the_demo_records_every_window_in_its_own_dagster_instance(
+    demo: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", str(demo.lake.parent / "dagster"))
+    instance = DagsterInstance.get()
+    windows = {
+        record.partition_key
+        for record in instance.fetch_materializations(
+            AssetKey(["users", "changes"]), limit=1000
+        ).records
+    }
+    assert len(windows) == (demo.end_ms - demo.start_ms) // demo.window_ms == 8
+
+
+def test_a_fresh_clone_validates_its_definitions_without_a_config(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RECLOCK_CONFIG", "DAGSTER_HOME")}
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("dagster")), "definitions", "validate",
+         "-m", "pipelines.definitions"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "All code locations passed validation" in run.stderr + run.stdout
 
 
 def test_every_state_equals_the_plain_python_oracle(demo: Config) -> None:
