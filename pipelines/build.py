@@ -38,8 +38,16 @@ def build_definitions(config: Config) -> Definitions:
         selection=AssetSelection.all(),
         partitions_def=partitions,
         executor_def=in_process_executor,
+        description=(
+            "Every source's windows in one in-process run (one Spark session): register new "
+            "dumps, bind, reclock, apply the envelope, publish state, then the checks."
+        ),
     )
-    schedule = build_schedule_from_partitioned_job(job, name="latest_closed_window")
+    schedule = build_schedule_from_partitioned_job(
+        job,
+        name="latest_closed_window",
+        description=f"Materializes each window as it closes (every {config.window}).",
+    )
     return Definitions(
         assets=assets,
         asset_checks=checks,

@@ -29,7 +29,15 @@ from cdc_core.pipeline import SourcePipeline
 
 
 def dump_sensor(config: Config, job: UnresolvedAssetJobDefinition):
-    @sensor(name="new_dumps", job=job, minimum_interval_seconds=30)
+    @sensor(
+        name="new_dumps",
+        job=job,
+        minimum_interval_seconds=30,
+        description=(
+            "Registers dump files that landed since the last tick (with their arrival time) "
+            "and requests the windows that closed since."
+        ),
+    )
     def new_dumps(context: SensorEvaluationContext, pyspark: PySparkResource) -> SensorResult:
         now_ms = int(time.time() * 1000)
         cursor = json.loads(context.cursor) if context.cursor else {}
