@@ -15,6 +15,7 @@ from dagster import (
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
+    MetadataValue,
     asset_check,
 )
 from dagster._core.storage.tags import (
@@ -63,10 +64,10 @@ def to_result(
         severity=severity,
         description=outcome.description,
         metadata={
-            "window_start": to_datetime(start).isoformat(),
-            "window_end": to_datetime(end).isoformat(),
-            "judged_time": end,
-            "figures": outcome.figures,
+            "window_start": MetadataValue.timestamp(to_datetime(start)),
+            "window_end": MetadataValue.timestamp(to_datetime(end)),
+            "judged_time": MetadataValue.timestamp(to_datetime(end)),
+            "figures": MetadataValue.json(outcome.figures),
         },
     )
 

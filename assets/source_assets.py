@@ -28,7 +28,7 @@ from dagster import (
 from dagster_pyspark import PySparkResource
 from pyspark.sql.types import StructType
 
-from assets.partitions import contiguous_windows
+from assets.partitions import contiguous_windows, to_datetime
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.pipeline import OUTPUTS, SourcePipeline, SourceStatus, WindowReport
@@ -135,11 +135,11 @@ def output_metadata(
         "errors_new": sum(r.errors_out for r in reports),
         "lag_offsets": sum(status.lag.values()),
     }
-    # Frontiers are numbers while open; a finished frontier (empty antichain) has none.
+    # Frontiers are IntoTimes while open; a finished frontier (empty antichain) has none.
     if table.upper is not None:
-        metadata["upper"] = table.upper
+        metadata["upper"] = MetadataValue.timestamp(to_datetime(table.upper))
     if table.since is not None:
-        metadata["since"] = table.since
+        metadata["since"] = MetadataValue.timestamp(to_datetime(table.since))
     if output == "remap":
         for partition, offset in status.frontier.offsets.items():
             metadata[f"frontier/partition_{partition}"] = offset

@@ -144,6 +144,7 @@ class Outcome:
     rows_out: int
     window_seconds: tuple[float, ...] = ()
     steps: dict[str, float] = dataclasses.field(default_factory=dict)
+    jobs: dict[str, int] = dataclasses.field(default_factory=dict)  # Spark jobs per step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,10 +286,11 @@ def merge_delta_spark(spark: SparkSession, dataset: Dataset, scratch: Path) -> O
 def reclock_dagster(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
     config = dataset.config_for(scratch / "lake")
     steps: Counter[str] = Counter()
-    with timed_engine_steps(spark, steps):
+    jobs: Counter[str] = Counter()
+    with timed_engine_steps(spark, steps, jobs):
         if not materialize(config, exports=False):
             raise RuntimeError("the reclock backfill failed; see the Dagster log above")
-    return Outcome(rows_out=state_rows(config), steps=dict(steps))
+    return Outcome(rows_out=state_rows(config), steps=dict(steps), jobs=dict(jobs))
 
 
 def reclock_per_window(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
@@ -304,8 +306,9 @@ def reclock_runs(
     per run and per step."""
     config = dataset.config_for(scratch / "lake")
     steps: Counter[str] = Counter()
+    jobs: Counter[str] = Counter()
     seconds = []
-    with timed_engine_steps(spark, steps):
+    with timed_engine_steps(spark, steps, jobs):
         pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
         pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
         for windows in runs:
@@ -313,7 +316,8 @@ def reclock_runs(
             pipeline.run_windows(windows)
             seconds.append(time.perf_counter() - started)
         pipeline.finish()
-    return Outcome(state_rows(config), tuple(seconds) if len(runs) > 1 else (), dict(steps))
+    window_seconds = tuple(seconds) if len(runs) > 1 else ()
+    return Outcome(state_rows(config), window_seconds, dict(steps), dict(jobs))
 
 
 CONTENDERS: dict[str, Contender] = {
@@ -442,7 +446,8 @@ def timed_engine_steps(
     started: dict[str, int] = {}
 
     def job_count() -> int:
-        return len(tracker.getJobIdsForGroup(None))
+        """Jobs started so far: ids are sequential, and the newest is always retained."""
+        return max(tracker.getJobIdsForGroup(None), default=-1) + 1
 
     def record(event: PhaseEvent) -> None:
         if not event.ended:
@@ -654,17 +659,21 @@ def _steps_section(result: BenchResult) -> list[str]:
             step: statistics.median(r.outcome.steps.get(step, 0.0) for r in runs)
             for step in runs[0].outcome.steps
         }
+        jobs = {
+            step: statistics.median(r.outcome.jobs.get(step, 0) for r in runs)
+            for step in runs[0].outcome.steps
+        }
         lines += [
             "",
-            f"## {name}: time per step (median over repeats)",
+            f"## {name}: time and Spark jobs per step (median over repeats)",
             "",
-            "| step | seconds | share |",
-            "|---|---:|---:|",
+            "| step | seconds | share | Spark jobs |",
+            "|---|---:|---:|---:|",
         ]
         for step, seconds in sorted(steps.items(), key=lambda item: -item[1]):
-            lines.append(f"| {step} | {seconds:.2f} | {seconds / total:.0%} |")
+            lines.append(f"| {step} | {seconds:.2f} | {seconds / total:.0%} | {jobs[step]:.0f} |")
         rest = total - sum(steps.values())
-        lines.append(f"| everything else | {rest:.2f} | {rest / total:.0%} |")
+        lines.append(f"| everything else | {rest:.2f} | {rest / total:.0%} | |")
     return lines
 
 
