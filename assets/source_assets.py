@@ -70,7 +70,7 @@ def source_assets(
             deps=[output_key(source.name, upstream[name])] if name in upstream else [],
             group_name=source.name,
             kinds={"spark", "delta"},
-            metadata={"topic": source.topic, "envelope": source.envelope},
+            metadata={"topic": source.topic, "envelope": source.envelope.value},
         )
         for name in OUTPUTS
     ]
