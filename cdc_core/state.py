@@ -19,25 +19,20 @@ from pyspark.sql.types import StructType
 
 from cdc_core.delta_io import (
     DIFF,
+    TIME,
+    DataFile,
     add_action,
     check_table_features,
     delete_batches,
     live_files,
     nullable_delta_schema,
+    read_files,
     remove_action,
     write_files,
 )
-from cdc_core.shard import Shard
+from cdc_core.shard import Shard, consolidate
 
 STATE_AS_OF = "reclock.state_as_of"
-
-
-def state_as_of(path: str) -> int | None:
-    """The IntoTime the state table reflects, or None when it was never written."""
-    try:
-        return DeltaTable(path).transaction_version(STATE_AS_OF)
-    except TableNotFoundError:
-        return None
 
 
 def current_rows(snapshot: DataFrame, schema: StructType) -> DataFrame:
@@ -50,6 +45,10 @@ def current_rows(snapshot: DataFrame, schema: StructType) -> DataFrame:
 def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     """Rewrite ``state`` as the snapshot of ``changes`` at its newest complete time.
 
+    The new contents are the published rows plus the changes since they were published,
+    so a refresh costs the state and the new changes, not the whole history; when the
+    published rows do not number what ``changes`` says they should (someone wrote to the
+    table), or were published before ``since``, the snapshot is rebuilt from ``changes``.
     Returns False (and writes nothing) when the table already reflects that time or
     when ``changes`` has no complete time yet.
     """
@@ -57,13 +56,23 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     if upper.time is None or upper.time == 0 or changes.since.time is None:
         return False
     as_of = upper.time - 1
-    if state_as_of(path) == as_of:
-        return False
-    rows = current_rows(changes.snapshot(as_of), schema)
     table = _open_or_create(path, schema)
+    published = table.transaction_version(STATE_AS_OF)
+    if published == as_of:
+        return False
+    published_files = live_files(table)
+    snapshot = (
+        _published_plus_changes(changes, path, schema, published, published_files, as_of)
+        if published is not None
+        and changes.since.less_equal(published)
+        and published < as_of
+        and sum(f.num_records for f in published_files) == changes.size(published)
+        else changes.snapshot(as_of)
+    )
+    rows = current_rows(snapshot, schema)
     batch_id = uuid.uuid4().hex
     files = write_files(rows, path, batch_id)
-    actions = [remove_action(f) for f in live_files(table)]
+    actions = [remove_action(f) for f in published_files]
     actions += [add_action(f, data_change=True) for f in files]
     try:
         table.create_write_transaction(
@@ -81,6 +90,26 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
         delete_batches(path, [batch_id])
         return False
     return True
+
+
+def _published_plus_changes(
+    changes: Shard,
+    path: str,
+    schema: StructType,
+    published: int,
+    files: list[DataFile],
+    as_of: int,
+) -> DataFrame:
+    """The snapshot at ``as_of`` from the rows published at ``published`` (one update per
+    copy) and the changes after it, all forwarded to ``as_of`` and consolidated."""
+    later = changes.listen(published, as_of).withColumn(TIME, F.lit(as_of).cast("long"))
+    rows = read_files(later.sparkSession, path, files, schema)
+    prior = rows.select(
+        *schema.fieldNames(),
+        F.lit(as_of).cast("long").alias(TIME),
+        F.lit(1).cast("long").alias(DIFF),
+    )
+    return consolidate(prior.unionByName(later), schema.fieldNames())
 
 
 def _open_or_create(path: str, schema: StructType) -> DeltaTable:
