@@ -184,10 +184,17 @@ class SourcePipeline:
         lower = self.outputs_upper()
         if lower > windows.end:
             return self._reused(windows)
+        done: list[WindowReport] = []
+        if lower - 1 > windows.start:
+            # Windows the outputs already hold are not bound or read again: their
+            # bindings may lie below the remap's since, compacted by a retire.
+            done = self._reused(Windows(windows.start, lower - 1, windows.width))
+            windows = windows.from_end(lower - 1)
         reads = CanonicalReads(self.spark, self.registry)
         try:
             run = reclock_windows(
-                self.spark, self.source, self.registry, self.remap, lower, windows, reads
+                self.spark, self.source, self.registry, self.remap, lower, windows, reads,
+                reported=self._reported_files(lower),
             )
             upper = windows.end + 1
             records_in = append_new(  # one row per (partition, offset) by construction
@@ -209,7 +216,7 @@ class SourcePipeline:
                 records.unpersist()
         finally:
             reads.release()
-        return [
+        return done + [
             WindowReport(
                 source=self.source.name,
                 start=end - windows.width,
@@ -237,6 +244,21 @@ class SourcePipeline:
             temporary = path.with_suffix(".tmp")
             temporary.write_text(current)
             temporary.replace(path)
+
+    def _reported_files(self, lower: int) -> frozenset[str]:
+        """Registered files without records whose error rows the errors shard holds
+        before ``lower``: an earlier run reported them, so this one must not again."""
+        paths = [f.path for f in self.registry.files() if not f.partitions and not f.retired]
+        if not paths or lower <= 0:
+            return frozenset()
+        reported = (
+            self.errors.snapshot(lower - 1)
+            .where(F.col("partition").isNull() & F.col("file").isin(paths))
+            .select("file")
+            .distinct()
+            .collect()
+        )
+        return frozenset(row["file"] for row in reported)
 
     def _reused(self, windows: Windows) -> list[WindowReport]:
         frontier = self.inspect().frontier
