@@ -50,6 +50,10 @@ _REQUIRED_FIELDS = {
     "ts": "a 64-bit integer",
 }
 _SNIPPET_CHARS = 120
+# Java regexes: a JSON string literal (possessive: linear), and a ``}`` followed by
+# something JSON does not allow after an object's end.
+_STRING_LITERAL = r'"(?:[^"\\]++|\\.)*+"'
+_AFTER_BRACE = r'\}\s*[^\s,}\]"]'
 
 SCAN_SCHEMA = pa.schema(
     [
@@ -351,6 +355,15 @@ def _problem(topic: str | None) -> Column:
         (
             F.col(_CORRUPT).isNotNull() & F.json_object_keys("value").isNull(),
             F.concat(F.lit("not a JSON object: "), snippet),
+        ),
+        (
+            # Spark's JSON parsers take the first object of ``{..}{..}`` or ``{..} x`` and
+            # ignore the rest. In JSON, a ``}`` outside strings is followed only by ``,``,
+            # ``}``, ``]`` or the end: the cheap test on the raw line picks the few lines
+            # worth the test with string literals blanked out.
+            F.col("value").rlike(_AFTER_BRACE)
+            & F.regexp_replace("value", _STRING_LITERAL, '""').rlike(_AFTER_BRACE),
+            F.concat(F.lit("text after the JSON object (two records on one line?): "), snippet),
         ),
     ]
     for name, kind in _REQUIRED_FIELDS.items():
