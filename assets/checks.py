@@ -70,8 +70,9 @@ def to_result(
 
 
 def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefinition]:
-    """Completeness of every shard, monotone remap, exactly-once reclocking, upsert state
-    is a set, and the source's data expectations."""
+    """Completeness of every shard, monotone remap, exactly-once reclocking, every
+    registered record accounted for, upsert state is a set, and the source's data
+    expectations."""
     name = source.name
 
     def make(
@@ -114,6 +115,16 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
             pipeline.reclocked, frontier, starts, end, gaps_allowed=source.allow_offset_gaps
         )
 
+    def accounted(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
+        return checks.accounted(
+            pipeline.reclocked,
+            pipeline.errors,
+            pipeline.registry.files(),
+            frontier_at(pipeline.remap, end),
+            dict(source.start_offsets.offsets),
+            end,
+        )
+
     def state_set(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
         key_columns = list(source.key_schema.fieldNames())
         return checks.state_is_set(pipeline.changes, key_columns, end)
@@ -150,6 +161,15 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
             "exactly_once",
             exactly_once,
             description="Every offset below the binding appears exactly once.",
+        )
+    )
+    definitions.append(
+        make(
+            "errors",
+            "accounted",
+            accounted,
+            description="Every registered dump record is in reclocked (or beyond the "
+            "frontier, as lag), and every damaged or record-less dump file is in errors.",
         )
     )
     if source.envelope in ("upsert", "debezium-upsert"):
