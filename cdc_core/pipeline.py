@@ -16,6 +16,7 @@ its windows one after another inside the run.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -241,7 +242,8 @@ class SourcePipeline:
         stored = path.read_text() if path.exists() else None
         check_fingerprint(stored, current)
         if stored is None:
-            temporary = path.with_suffix(".tmp")
+            # A name of its own: a concurrent first run writes the same fingerprint.
+            temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
             temporary.write_text(current)
             temporary.replace(path)
 
