@@ -169,7 +169,8 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
             "accounted",
             accounted,
             description="Every registered dump record is in reclocked (or beyond the "
-            "frontier, as lag), and every damaged or record-less dump file is in errors.",
+            "frontier, as lag), and every dump file read with bad lines, damage or no "
+            "record is in errors.",
         )
     )
     if source.envelope in ("upsert", "debezium-upsert"):

@@ -165,9 +165,20 @@ def accounted(
       between the partition's start and ``frontier`` (the remap at ``as_of``), are in
       ``reclocked``: at least the file's count of records in that range (records above
       the frontier are lag, which ``inspect`` shows);
-    - every live dump file that is damaged or yields no record has an ``errors`` row
-      naming it, since its records are counted nowhere else.
+    - every live dump file a run has read that is damaged, has bad lines or yields no
+      record has an ``errors`` row naming it, since what it lost is counted nowhere else.
     One Spark job per table, over a broadcast list of ranges; only counts return."""
+
+    def read(registered: RegisteredFile) -> bool:
+        """Whether a run has read the file: its first record of the source is below the
+        frontier (a file without one is reported by the first run after it lands)."""
+        lowest = [
+            max(s.min_offset, starts.get(s.partition, 0)) < frontier[s.partition]
+            for s in registered.partitions
+            if s.max_offset >= starts.get(s.partition, 0)
+        ]
+        return not lowest or any(lowest)
+
     ranges = [
         (index, s.partition, s.min_offset, s.max_offset, s.records, f.path)
         for index, (f, s) in enumerate((f, s) for f in files for s in f.partitions)
@@ -198,7 +209,7 @@ def accounted(
         for index, p, low, high, n, path in ranges
         if found.get(index, 0) < n
     ]  # fmt: skip
-    flagged = [f.path for f in files if not f.retired and (f.problem or not f.partitions)]
+    flagged = [f.path for f in files if not f.retired and f.has_errors and read(f)]
     reported: set[str] = set()
     if flagged:
         rows = errors.snapshot(as_of).where(F.col("file").isin(flagged)).select("file")
@@ -213,7 +224,8 @@ def accounted(
         )
     if unreported:
         problems.append(
-            f"{len(unreported)} damaged or record-less dump file(s) without an errors row: "
+            f"{len(unreported)} dump file(s) with bad lines, damage or no record, "
+            "without an errors row: "
             + ", ".join(unreported[:MAX_EXAMPLES])
         )
     return CheckOutcome(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
@@ -212,30 +213,34 @@ def read_dumps(spark: SparkSession, files: Sequence[str], *, topic: str | None =
 @dataclass(frozen=True)
 class DumpScan:
     """``summary``: per (file, partition) the ``SCAN_SCHEMA`` statistics of the records;
+    ``bad_lines``: per file with any, how many of its lines are no record;
     ``damaged``: ``path -> reason`` of the gzip files that do not decompress to their end."""
 
     summary: pa.Table
+    bad_lines: dict[str, int]
     damaged: dict[str, str]
 
 
 def scan_dump_files(
     spark: SparkSession, files: Sequence[str], *, topic: str | None = None
 ) -> DumpScan:
-    """Per (file, partition): offset and timestamp ranges and the record count.
+    """Per (file, partition): offset and timestamp ranges and the record count; per file,
+    the count of lines that are no record.
 
     Tiny metadata for a registry of dumps, so a window reads only the files that can
-    hold its offsets. Aggregated in Spark; only the summary reaches the driver. A line
-    counts exactly when ``read_dumps`` would keep it as a record (the same lines, parsed
-    against the position fields only, judged by the same rule).
+    hold its offsets, and knows which files have errors to report. Aggregated in Spark
+    (one job); only the summary reaches the driver. A line counts as a record exactly
+    when ``read_dumps`` would keep it as one (the same lines, parsed against the
+    position fields only, judged by the same rule).
     """
     readable, damaged = _readable(spark, files)
     reasons = {path: d.reason for path, d in damaged.items()}
     if not readable and not any(d.truncated for d in damaged.values()):
-        return DumpScan(SCAN_SCHEMA.empty_table(), reasons)
+        return DumpScan(SCAN_SCHEMA.empty_table(), {}, reasons)
     lines = _parse(_read_lines(spark, readable, damaged), _SCAN_LINE, topic)
-    summary = (
-        lines.where(F.col("reason").isNull())
-        .groupBy("file", "partition")
+    bad = F.col("reason").isNotNull()
+    grouped = (
+        lines.groupBy("file", F.when(~bad, F.col("partition")).alias("partition"), bad.alias("bad"))
         .agg(
             F.min("offset").alias("min_offset"),
             F.max("offset").alias("max_offset"),
@@ -243,10 +248,13 @@ def scan_dump_files(
             F.max("ts").alias("max_ts"),
             F.count(F.lit(1)).alias("records"),
         )
-        .select(*SCAN_SCHEMA.names)
         .orderBy("file", "partition")
+        .toArrow()
     )
-    return DumpScan(summary.toArrow().cast(SCAN_SCHEMA), reasons)
+    is_bad = grouped.column("bad")
+    summary = grouped.filter(pc.invert(is_bad)).select(SCAN_SCHEMA.names).cast(SCAN_SCHEMA)
+    failed = grouped.filter(is_bad).to_pylist()
+    return DumpScan(summary, {row["file"]: row["records"] for row in failed}, reasons)
 
 
 def _parse(lines: DataFrame, schema: StructType, topic: str | None) -> DataFrame:

@@ -248,14 +248,14 @@ class SourcePipeline:
             temporary.replace(path)
 
     def _reported_files(self, lower: int) -> frozenset[str]:
-        """Registered files without records whose error rows the errors shard holds
-        before ``lower``: an earlier run reported them, so this one must not again."""
-        paths = [f.path for f in self.registry.files() if not f.partitions and not f.retired]
+        """Registered files with errors to report whose rows the errors shard holds before
+        ``lower``: an earlier run reported them, so this one must not again."""
+        paths = [f.path for f in self.registry.files() if f.has_errors and not f.retired]
         if not paths or lower <= 0:
             return frozenset()
         reported = (
             self.errors.snapshot(lower - 1)
-            .where(F.col("partition").isNull() & F.col("file").isin(paths))
+            .where(F.col("file").isin(paths))
             .select("file")
             .distinct()
             .collect()

@@ -12,8 +12,9 @@ errors shard together with its own errors (one writer per window for that shard)
 - malformed lines and damage of a dump file, at the first binding that covers any of
   its records;
 - a file without any valid record (empty, unreadable, damaged beyond its first line),
-  at the first binding of the first range reclocked after it was registered, unless the
-  caller says an earlier range already reported it.
+  or landed after all its records were bound, at the first binding of the first range
+  reclocked after it was registered, unless the caller says an earlier range already
+  reported it.
 """
 
 from __future__ import annotations
@@ -96,23 +97,25 @@ def first_read_times(
 
     A file with records was read before iff one of its offsets at or above the
     partition's start lies below ``base``; otherwise its errors belong to the first
-    binding covering its lowest such offset. A file with no valid record belongs to the
-    range's first binding (``upper - 1`` when nothing moves), unless it is ``reported``.
+    binding covering its lowest such offset. A file whose errors are still to report
+    though no binding of the range covers it (it has no record, or it landed after all
+    its records were bound) belongs to the range's first binding (``upper - 1`` when
+    nothing moves), unless it is ``reported`` already.
     """
     starts = configured_starts(source)
     first_binding = min((t for _, _, t in bindings), default=upper - 1)
     times: dict[str, int] = {}
     for registered in files:
-        if not registered.partitions:
-            if not registered.retired and registered.path not in reported:
-                times[registered.path] = first_binding
-            continue
+        due = registered.has_errors and not registered.retired
         lowest = {
             s.partition: max(s.min_offset, starts.get(s.partition, 0))
             for s in registered.partitions
             if s.max_offset >= starts.get(s.partition, 0)
         }
-        if any(base.contains(p, o) for p, o in lowest.items()):
+        read_before = any(base.contains(p, o) for p, o in lowest.items())
+        if not lowest or read_before:
+            if due and registered.path not in reported:
+                times[registered.path] = first_binding
             continue
         covered = [first_covering(bindings, p, o) for p, o in lowest.items()]
         covered = [t for t in covered if t >= 0]

@@ -35,6 +35,7 @@ FILES_SCHEMA = pa.schema(
         ("arrival_ms", pa.int64()),
         *(field for field in SCAN_SCHEMA if field.name != "file"),
         ("problem", pa.string()),
+        ("bad_lines", pa.int64()),
     ]
 )
 RETIRED_SCHEMA = pa.schema(
@@ -66,7 +67,8 @@ class PartitionStats:
 class RegisteredFile:
     """One registered dump file; ``partitions`` is empty for a file without valid records.
     ``problem`` says why the file is damaged (a gzip stream cut short or corrupt) or
-    cannot be read at all (``unreadable``); null for a sound file."""
+    cannot be read at all (``unreadable``); null for a sound file. ``bad_lines``: how
+    many of its lines are no record."""
 
     path: str
     size: int
@@ -76,6 +78,12 @@ class RegisteredFile:
     archived_to: str | None = None
     retired: bool = False
     problem: str | None = None
+    bad_lines: int = 0
+
+    @property
+    def has_errors(self) -> bool:
+        """Reading it yields error rows: it is damaged, has bad lines, or has no record."""
+        return bool(self.problem or self.bad_lines or not self.partitions)
 
     @property
     def unreadable(self) -> bool:
@@ -228,6 +236,7 @@ class Registry:
                 archived_to=retired.get(path),
                 retired=path in retired,
                 problem=row.get("problem"),
+                bad_lines=row.get("bad_lines") or 0,
             )
             for path, row in first.items()
         ]
@@ -257,7 +266,8 @@ class Registry:
         if not new:
             return []
         rows = _registration_rows(spark, new, arrival_ms, self.topic)
-        # ``merge``: registries written before the ``problem`` column gain it.
+        # ``merge``: registries written before the ``problem`` and ``bad_lines`` columns
+        # gain them.
         write_deltalake(self.files_path, rows, mode="append", schema_mode="merge")
         paths = {str(d.path) for d in new}
         return [f for f in self.files() if f.path in paths]
@@ -294,7 +304,7 @@ def _registration_rows(
 ) -> pa.Table:
     """One row per (file, partition) from the scan, plus one partition-less row per file
     whose scan found no valid record, so that such files are registered too; each row
-    carries the file's problem (unreadable path, damaged gzip stream)."""
+    carries the file's problem (unreadable path, damaged gzip stream) and bad lines."""
     scan = scan_dump_files(spark, [d.path for d in new if d.problem is None], topic=topic)
     by_path: dict[str, list[dict]] = {}
     for row in scan.summary.to_pylist():
@@ -302,7 +312,8 @@ def _registration_rows(
     rows = []
     for dump in new:
         base = {"path": str(dump.path), "size": dump.size, "mtime_ms": dump.mtime_ms,
-                "arrival_ms": arrival_ms, "problem": dump.problem or scan.damaged.get(dump.path)}
+                "arrival_ms": arrival_ms, "problem": dump.problem or scan.damaged.get(dump.path),
+                "bad_lines": scan.bad_lines.get(dump.path, 0)}
         stats = by_path.get(str(dump.path)) or [{"partition": None, "records": 0}]
         for s in stats:
             rows.append({**base, **{k: s.get(k) for k in SCAN_SCHEMA.names[1:]}})

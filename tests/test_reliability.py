@@ -8,6 +8,7 @@ every dump at once and materializes once. Both must hold the same rows.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ from cdc_core.cdcv2.reference import read_all
 from cdc_core.config import Config, load_config
 from cdc_core.frontier import TimeFrontier
 from cdc_core.pipeline import SourcePipeline
+from cdc_core.remap import Windows
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.cli import main, materialize
 
@@ -232,3 +234,38 @@ def test_the_accounted_check_goes_red_when_a_record_or_a_damaged_file_is_lost(
     assert "early.json partition 1 offsets 0..1" in description
     assert str(config.landing / "users" / "broken.json") in description
     assert checks_of(lakes.second_run)["errors.accounted"] is True
+
+
+def test_a_late_redelivery_with_bad_lines_and_damage_is_reported_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Copies of records already bound land later, in a gzip file cut short and in a file
+    with a malformed line: nothing is read twice, and their errors are reported by the
+    next run, once (a run after that writes nothing new)."""
+    config = load_config(write_config(tmp_path))
+    pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
+    landing = config.landing / "users"
+    (landing / "early.json").write_text(dump(EARLY))
+    pipeline.register_dumps(arrival_ms=T0)
+    pipeline.run_windows(Windows(T0, T0 + 2 * WINDOW, WINDOW))
+    cut = gzip.compress(dump(EARLY * 20).encode(), compresslevel=1)
+    (landing / "again.json.gz").write_bytes(cut[: len(cut) // 2])
+    (landing / "again-bad.json").write_text(dump(EARLY[:2]) + "{not json\n")
+    (landing / "late.json").write_text(dump(LATE))
+    pipeline.register_dumps(arrival_ms=T0 + 10 * WINDOW)
+
+    pipeline.run_windows(Windows(T0 + 2 * WINDOW, T0 + 4 * WINDOW, WINDOW))
+    pipeline.run_windows(Windows(T0 + 2 * WINDOW, T0 + 4 * WINDOW, WINDOW))
+
+    errors = DeltaTable(str(config.lake / "users" / "errors")).to_pyarrow_table().to_pylist()
+    found = sorted((Path(e["file"]).name, e["reason"].split(" (")[0].split(":")[0], e["time"],
+                    e["diff"]) for e in errors)  # fmt: skip
+    first_binding = T0 + 3 * WINDOW  # the run's first window with records
+    assert found == [
+        ("again-bad.json", "not a JSON object", first_binding, 1),
+        ("again.json.gz", "truncated gzip file", first_binding, 1),
+    ]
+    reclocked = DeltaTable(str(config.lake / "users" / "reclocked")).to_pyarrow_table()
+    assert reclocked.num_rows == len(EARLY) + len(LATE), "no record was read twice"
+    pipeline.finish()
+    assert state(config) == FINAL_STATE
