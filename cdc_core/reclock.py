@@ -133,12 +133,14 @@ def reclock_range(
     upper: int,
     known: RangeBindings | None = None,
     reads: CanonicalReads | None = None,
-    reported: Collection[str] = (),
+    *,
+    reported: Collection[str],
 ) -> ReclockedRange:
     """Reclocked records and errors for binding times ``[lower, upper)`` (``upper`` must
     not exceed the remap's upper); ``known`` saves reading the remap when the caller has
     the range's bindings at hand, ``reads`` re-reading dumps the run has read already;
-    ``reported``: files without records whose errors an earlier range wrote."""
+    ``reported``: the files with errors whose rows an earlier range wrote (a file due to
+    be reported though no binding covers it is reported again unless listed)."""
     remap_bindings = known or RangeBindings.read(remap, lower, upper)
     base, top, bindings = remap_bindings.base, remap_bindings.top, remap_bindings.bindings
     starts = effective_starts(source, base)
@@ -195,19 +197,20 @@ def reclock_windows(
     lower: int,
     windows: Windows,
     reads: CanonicalReads | None = None,
-    reported: Collection[str] = (),
+    *,
+    reported: Collection[str],
 ) -> ReclockedWindows:
     """Bind ``windows`` (or read their bindings back) and reclock the binding times
     ``[lower, windows.end + 1)``, where ``lower`` is where the caller's output shards stand
     (their meet of uppers, at most ``windows.end``). Pass the run's ``reads`` to parse the
     dumps once for both, and release them once the reclocked range is written;
-    ``reported``: files without records whose errors the caller's outputs hold already."""
+    ``reported``: the files whose error rows the caller's outputs hold already."""
     if lower > windows.end:
         raise ShardUsageError(f"outputs at {lower} are already past {windows.end}")
     bindings = mint_bindings(spark, source, registry, remap, windows, reads)
     known = bindings if lower == windows.start + 1 else None
     reclocked = reclock_range(
-        spark, source, registry, remap, lower, windows.end + 1, known, reads, reported
+        spark, source, registry, remap, lower, windows.end + 1, known, reads, reported=reported
     )
     return ReclockedWindows(bindings, reclocked)
 

@@ -187,7 +187,7 @@ def retire(
             continue
         target = Path(archive) / _relative_to(source, Path(landing))
         target.parent.mkdir(parents=True, exist_ok=True)
-        if source.exists():
+        if os.path.lexists(source):  # a dangling or looping link moves as a link
             shutil.move(source, target)
         archived[registry_path] = str(target)
     registry.mark_retired({**archived, **dict.fromkeys(deleted)}, now_ms)
