@@ -100,9 +100,10 @@ class GzipDamage:
 @dataclass(frozen=True)
 class DumpRead:
     """Parsed dump lines: ``lines`` holds the ``DUMP_RECORD`` columns plus ``reason`` (null
-    for a good record, else why the line failed); ``unreadable`` holds ``ERROR`` rows of
-    files that could not be read at all. One frame for good and bad lines, so a caller
-    that persists it parses every line once."""
+    for a good record, else why the line failed) and ``dropped`` (for a good record whose
+    line goes on after its JSON object, why that text is lost); ``unreadable`` holds
+    ``ERROR`` rows of files that could not be read at all. One frame for good and bad
+    lines, so a caller that persists it parses every line once."""
 
     lines: DataFrame
     unreadable: DataFrame
@@ -114,7 +115,10 @@ class DumpRead:
     @property
     def errors(self) -> DataFrame:
         failed = self.lines.where(F.col("reason").isNotNull()).select(*ERROR.names)
-        return failed.unionByName(self.unreadable)
+        dropped = self.lines.where(F.col("dropped").isNotNull()).select(
+            *(F.col("dropped" if name == "reason" else name).alias(name) for name in ERROR.names)
+        )
+        return failed.unionByName(dropped).unionByName(self.unreadable)
 
 
 def is_dump_name(name: str) -> bool:
@@ -204,7 +208,9 @@ def read_dumps(spark: SparkSession, files: Sequence[str], *, topic: str | None =
     )
     return DumpRead(
         lines=parsed.select(
-            *(F.col(field.name).cast(field.dataType) for field in DUMP_RECORD.fields), "reason"
+            *(F.col(field.name).cast(field.dataType) for field in DUMP_RECORD.fields),
+            "reason",
+            "dropped",
         ),
         unreadable=unreadable,
     )
@@ -230,17 +236,37 @@ def scan_dump_files(
     Tiny metadata for a registry of dumps, so a window reads only the files that can
     hold its offsets, and knows which files have errors to report. Aggregated in Spark
     (one job); only the summary reaches the driver. A line counts as a record exactly
-    when ``read_dumps`` would keep it as one (the same lines, parsed against the
-    position fields only, judged by the same rule).
+    when ``read_dumps`` would keep it as one.
     """
     readable, damaged = _readable(spark, files)
     reasons = {path: d.reason for path, d in damaged.items()}
-    if not readable and not any(d.truncated for d in damaged.values()):
+    frames = []
+    if readable:
+        # Spark's JSON reader with only the position fields: it checks every line is
+        # well formed UTF-8 and JSON, but builds no key or payload.
+        lines = (
+            spark.read.schema(_SCAN_LINE)
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", _CORRUPT)
+            .json(readable)
+        )
+        valid = F.col(_CORRUPT).isNull() & (F.col("partition") >= 0) & (F.col("offset") >= 0)
+        for name in _REQUIRED_FIELDS:
+            valid &= F.col(name).isNotNull()
+        if topic is not None:
+            valid &= F.col("topic") == F.lit(topic)
+        file = _local_path(F.col("_metadata.file_path")).alias("file")
+        frames.append(lines.select(file, "partition", "offset", "ts", (~valid).alias("bad")))
+    truncated = sorted(path for path, damage in damaged.items() if damage.truncated)
+    if truncated:  # lines no file reader can give: judged as ``read_dumps`` judges them
+        salvaged = _parse(_salvaged_lines(spark, truncated), _SCAN_LINE, topic)
+        bad = F.col("reason").isNotNull().alias("bad")
+        frames.append(salvaged.select("file", "partition", "offset", "ts", bad))
+    if not frames:
         return DumpScan(SCAN_SCHEMA.empty_table(), {}, reasons)
-    lines = _parse(_read_lines(spark, readable, damaged), _SCAN_LINE, topic)
-    bad = F.col("reason").isNotNull()
+    lines = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
     grouped = (
-        lines.groupBy("file", F.when(~bad, F.col("partition")).alias("partition"), bad.alias("bad"))
+        lines.groupBy("file", F.when(~F.col("bad"), F.col("partition")).alias("partition"), "bad")
         .agg(
             F.min("offset").alias("min_offset"),
             F.max("offset").alias("max_offset"),
@@ -258,11 +284,12 @@ def scan_dump_files(
 
 
 def _parse(lines: DataFrame, schema: StructType, topic: str | None) -> DataFrame:
-    """``value``, ``file``, the fields of ``schema`` and ``reason`` (null for a record)."""
+    """``value``, ``file``, the fields of ``schema``, ``reason`` (null for a record) and
+    ``dropped`` (for a record followed by more text on its line: that text is lost)."""
     parsed = F.from_json("value", schema, {"mode": "PERMISSIVE"}).alias("j")
     return lines.select("value", "file", parsed).select(
         "value", "file", "j.*", _problem(topic).alias("reason")
-    )
+    ).withColumn("dropped", F.when(F.col("reason").isNull(), _dropped_text()))
 
 
 def _readable(
@@ -329,16 +356,22 @@ def _read_lines(
         frames.append(text.select("value", _local_path(F.col("_metadata.file_path")).alias("file")))
     truncated = sorted(path for path, damage in damaged.items() if damage.truncated)
     if truncated:
-        context = spark.sparkContext
-        batches = context.parallelize(truncated, min(len(truncated), context.defaultParallelism))
-        salvaged = batches.flatMap(lambda path: ((ln, path) for ln in truncated_gzip_lines(path)))
-        schema = StructType([StructField("value", BinaryType()), StructField("file", StringType())])
-        frame = spark.createDataFrame(salvaged, schema)
-        frames.append(frame.select(F.col("value").cast("string").alias("value"), "file"))
+        frames.append(_salvaged_lines(spark, truncated))
     if not frames:
         return local_frame(spark, [], "value string, file string")
     lines = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
     return lines.where(F.trim("value") != "")
+
+
+def _salvaged_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """``value``, ``file``: the complete lines of truncated gzip files, decompressed on the
+    executors; bytes become text unchanged (invalid UTF-8 stays invalid, to be judged)."""
+    context = spark.sparkContext
+    batches = context.parallelize(list(paths), min(len(paths), context.defaultParallelism))
+    salvaged = batches.flatMap(lambda path: ((ln, path) for ln in truncated_gzip_lines(path)))
+    schema = StructType([StructField("value", BinaryType()), StructField("file", StringType())])
+    frame = spark.createDataFrame(salvaged, schema)
+    return frame.select(F.col("value").cast("string").alias("value"), "file")
 
 
 def _local_path(uri: Column) -> Column:
@@ -350,11 +383,36 @@ def _local_path(uri: Column) -> Column:
     return F.url_decode(F.replace(without_scheme, F.lit("+"), F.lit("%2B")))
 
 
+def _snippet() -> Column:
+    """The start of the line as valid UTF-8 (invalid bytes shown as U+FFFD)."""
+    return F.substring(F.make_valid_utf8("value"), 1, _SNIPPET_CHARS)
+
+
+def _dropped_text() -> Column:
+    """Why the rest of a line after its JSON object is lost, or null when there is none.
+
+    Spark's JSON parsers take the first object of ``{..}{..}`` or ``{..} x`` and ignore
+    the rest (the scan counts that object, so it stays the line's record). In JSON, a
+    ``}`` outside strings is followed only by ``,``, ``}``, ``]`` or the end: byte tests
+    pick the few lines worth the regex test with string literals blanked out."""
+    suspect = (
+        ~F.rtrim("value").endswith("}")
+        | F.col("value").contains("}{")
+        | F.col("value").contains("} {")
+    )
+    trailing = F.regexp_replace("value", _STRING_LITERAL, '""').rlike(_AFTER_BRACE)
+    return F.when(
+        suspect & trailing,
+        F.concat(F.lit("text after the JSON object is lost (two records on one line?): "),
+                 _snippet()),
+    )
+
+
 def _problem(topic: str | None) -> Column:
     """The first thing wrong with a parsed line (null when the line is a good record).
     Every reason is valid UTF-8: a snippet of a line that is not shows its invalid bytes
     as U+FFFD, so the errors table stays readable by any reader."""
-    snippet = F.substring(F.make_valid_utf8("value"), 1, _SNIPPET_CHARS)
+    snippet = _snippet()
     checks = [
         (
             ~F.is_valid_utf8("value"),
@@ -363,15 +421,6 @@ def _problem(topic: str | None) -> Column:
         (
             F.col(_CORRUPT).isNotNull() & F.json_object_keys("value").isNull(),
             F.concat(F.lit("not a JSON object: "), snippet),
-        ),
-        (
-            # Spark's JSON parsers take the first object of ``{..}{..}`` or ``{..} x`` and
-            # ignore the rest. In JSON, a ``}`` outside strings is followed only by ``,``,
-            # ``}``, ``]`` or the end: the cheap test on the raw line picks the few lines
-            # worth the test with string literals blanked out.
-            F.col("value").rlike(_AFTER_BRACE)
-            & F.regexp_replace("value", _STRING_LITERAL, '""').rlike(_AFTER_BRACE),
-            F.concat(F.lit("text after the JSON object (two records on one line?): "), snippet),
         ),
     ]
     for name, kind in _REQUIRED_FIELDS.items():

@@ -229,9 +229,14 @@ def test_scan_counts_exactly_the_lines_read_dumps_keeps(
         f'{{"topic":"users","partition":1,"offset":4,"ts":{T0 + 9},"key":{{"id":4}}}}\n',
         *BAD_LINES,
         line(2, 0, T0 + 1, None, None),
+        # Two records on one line: the first is kept, the lost rest is an error.
+        line(2, 1, T0 + 2, None, None)[:-1] + line(2, 2, T0 + 3, None, None),
     ])  # fmt: skip
 
-    kept = read_dumps(spark, [dump], topic="users").records.collect()
+    read = read_dumps(spark, [dump], topic="users")
+    kept = read.records.collect()
+    lost = [e for e in read.errors.collect() if e.reason.startswith("text after the JSON")]
+    assert [(e.partition, e.offset) for e in lost] == [(2, 1)]
     expected: dict[int, list[tuple[int, int]]] = {}
     for record in kept:
         expected.setdefault(record.partition, []).append((record.offset, record.ts))
