@@ -91,7 +91,7 @@ def first_read_times(
     base: OffsetFrontier,
     bindings: Sequence[tuple[int, int, int]],
     upper: int,
-    reported: Collection[str] = (),
+    reported: Collection[str],
 ) -> dict[str, int]:
     """Files first read in this range -> the binding time at which their errors belong.
 

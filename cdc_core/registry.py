@@ -90,11 +90,6 @@ class RegisteredFile:
         """A path that could not be read when it was listed: there is nothing to parse."""
         return self.size < 0
 
-    @property
-    def records(self) -> int:
-        """The records the scan found (the count an accounting of the source must match)."""
-        return sum(s.records for s in self.partitions)
-
     def no_record_reason(self) -> str:
         """The error reported for a file that yields no record."""
         if self.unreadable and self.problem:
