@@ -10,8 +10,11 @@ The encoding is a constant (JSON lines) rather than a per-run choice: consumers 
 window folders as one stream with one decoder, so every folder must share an encoding.
 """
 
+import contextlib
+import errno
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +42,10 @@ from cdc_core.shard import Shard
 
 EXPORT_ENCODING = Encoding.JSON
 EXPORT_FOLDER = "cdcv2"
+# A hidden staging folder this old belongs to no live export (an export writes its
+# folder in seconds to minutes); a younger one may be a concurrent run's.
+ABANDONED_AFTER_S = 6 * 3600
+PUBLISH_ATTEMPTS = 20
 
 
 def export_key(source: str) -> AssetKey:
@@ -63,41 +70,75 @@ class WindowExport:
         )
 
 
+class ExportConflict(RuntimeError):
+    """Other exports of the same window kept replacing its folder while this one tried to
+    publish: the window's folder holds one complete export, perhaps not this run's."""
+
+
 def export_window(shard: Shard, root: Path, key: str, start: int, end: int) -> WindowExport:
     """Write the stream of window ``[start, end)`` (times ``[start + 1, end + 1)``) into
     ``root/key``, replacing any earlier export of it as a whole folder.
 
-    The stream is written into a hidden staging folder and renamed into place, so a
-    reader never sees a half-written stream, nor the files of two exports of the window
-    side by side (``write_stream`` alone would add a second, differently named copy).
+    The stream is written into a hidden staging folder owned by this export and renamed
+    into place, so a reader never sees a half-written stream, nor the files of two exports
+    of the window side by side (``write_stream`` alone would add a second, differently
+    named copy). Concurrent exports of one window (two runs of one config) each publish
+    a complete folder; the stream is a function of the committed shard, so whichever
+    lands last holds the same updates.
     """
     stream = export_shard(shard.refresh(), start + 1, TimeFrontier.at(end + 1))
     target = root / key
-    _discard_leftovers(root, key)
+    _discard_abandoned(root, key)
     staging = root / f".{key}.{uuid.uuid4().hex}.staging"
-    written = write_stream(stream, staging, EXPORT_ENCODING)
-    _publish(staging, target)
+    try:
+        written = write_stream(stream, staging, EXPORT_ENCODING)
+        _publish(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already once published
     return WindowExport(key, start, end, target, written.updates, len(stream.progress))
 
 
-def _discard_leftovers(root: Path, key: str) -> None:
-    """Hidden staging or retired folders of this window left by an interrupted export."""
-    if root.is_dir():
-        for leftover in root.glob(f".{key}.*"):
+def _discard_abandoned(root: Path, key: str) -> None:
+    """Hidden staging or retired folders of this window that an interrupted export left
+    behind. Only folders untouched for ``ABANDONED_AFTER_S`` go: a younger one may be a
+    concurrent export's live staging folder."""
+    if not root.is_dir():
+        return
+    oldest = time.time() - ABANDONED_AFTER_S
+    for leftover in root.glob(f".{key}.*"):
+        try:
+            abandoned = leftover.stat().st_mtime < oldest
+        except FileNotFoundError:  # another export removed it meanwhile
+            continue
+        if abandoned:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _publish(staging: Path, target: Path) -> None:
     """Move the complete ``staging`` folder to ``target``. An earlier export is renamed
     away first: a reader listing at that instant finds no folder, i.e. a stream complete
-    through nothing new, which CDCv2 readers treat as not yet complete, never as wrong."""
-    if target.exists():
+    through nothing new, which CDCv2 readers treat as not yet complete, never as wrong.
+
+    Another export of the window may rename the folder away, or publish its own, between
+    these steps: both are retried; ``ExportConflict`` after ``PUBLISH_ATTEMPTS`` tries."""
+    for _ in range(PUBLISH_ATTEMPTS):
         retired = target.with_name(f".{target.name}.{uuid.uuid4().hex}.retired")
-        os.rename(target, retired)
-        os.rename(staging, target)
-        shutil.rmtree(retired, ignore_errors=True)  # hidden; the next export retries
-    else:
-        os.rename(staging, target)
+        # No earlier export, or another export moved it away just now: nothing to move.
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(target, retired)
+        try:
+            os.rename(staging, target)
+        except OSError as error:
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            continue  # another export published in between: replace that one
+        finally:
+            shutil.rmtree(retired, ignore_errors=True)  # hidden; the next export retries
+        return
+    raise ExportConflict(
+        f"could not publish {target}: other exports of the window replaced it "
+        f"{PUBLISH_ATTEMPTS} times in a row; it holds one of their complete exports"
+    )
 
 
 def export_metadata(exports: list[WindowExport]) -> dict[str, object]:

@@ -73,8 +73,9 @@ def to_result(
 
 
 def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefinition]:
-    """Completeness of every shard, monotone remap, exactly-once reclocking, upsert state
-    is a set, and the source's data expectations."""
+    """Completeness of every shard, monotone remap, exactly-once reclocking, every
+    registered record accounted for, upsert state is a set, and the source's data
+    expectations."""
     name = source.name
 
     def make(
@@ -125,6 +126,16 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
             gaps_allowed=source.allow_offset_gaps,
         )
 
+    def accounted(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
+        return checks.accounted(
+            pipeline.reclocked,
+            pipeline.errors,
+            pipeline.registry.files(),
+            frontier_at(pipeline.remap, end),
+            dict(source.start_offsets.offsets),
+            end,
+        )
+
     def state_set(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
         key_columns = list(source.key_schema.fieldNames())
         return checks.state_is_set(pipeline.changes, key_columns, end)
@@ -164,6 +175,16 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
                 "The run's windows reclocked exactly the offsets between their bindings, each "
                 "once (judged per run: every window once means every offset once)."
             ),
+        )
+    )
+    definitions.append(
+        make(
+            "errors",
+            "accounted",
+            accounted,
+            description="Every registered dump record is in reclocked (or beyond the "
+            "frontier, as lag), and every dump file read with bad lines, damage or no "
+            "record is in errors.",
         )
     )
     if source.envelope in (Envelope.UPSERT, Envelope.DEBEZIUM_UPSERT):

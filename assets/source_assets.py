@@ -134,6 +134,8 @@ def output_metadata(
         "updates_out": sum(r.updates_out for r in reports),
         "errors_new": sum(r.errors_out for r in reports),
         "lag_offsets": sum(status.lag.values()),
+        "damaged_files": len(status.inspection.damaged),
+        "caught_up": status.inspection.caught_up,
     }
     # Frontiers are IntoTimes while open; a finished frontier (empty antichain) has none.
     if table.upper is not None:

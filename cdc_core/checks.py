@@ -16,8 +16,10 @@ from pyspark.sql import functions as F
 
 from cdc_core.cdcv2.completeness import check_completeness
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.registry import RegisteredFile
 from cdc_core.remap import frontier_of, remap_updates
 from cdc_core.shard import Shard
+from cdc_core.spark import local_frame
 
 MAX_EXAMPLES = 10
 
@@ -43,7 +45,12 @@ def completeness(shard: Shard, lower: int, upper: int) -> CheckOutcome:
     """Distinct ``(data, time)`` updates per time in ``[lower, upper)`` equal the counts
     announced by the progress statements committed with them. ``listen`` returns the
     stored rows unconsolidated, so a double write shows up too (``lower`` >= 1). Rows are
-    told apart by their fingerprint."""
+    told apart by their fingerprint. Times at or before the shard's since are compacted (a
+    retire folds them into the since) and can no longer be recounted, so the judged range
+    starts after it."""
+    lower = max(lower, (shard.refresh().since.time or 0) + 1)
+    if lower >= upper:
+        return CheckOutcome(True, f"[.., {upper}) is compacted: nothing left to recount")
     updates = shard.listen(lower - 1, upper - 1)
     fingerprinted = updates.select(
         fingerprint(shard.data_schema.names).alias("fingerprint"), "time", "diff"
@@ -173,6 +180,93 @@ def exactly_once(
                 f"expected {expected}"
             )
     return CheckOutcome(not problems, "; ".join(problems) or "exactly once", figures)
+
+
+def accounted(
+    reclocked: Shard,
+    errors: Shard,
+    files: Sequence[RegisteredFile],
+    frontier: OffsetFrontier,
+    starts: Mapping[int, int],
+    as_of: int,
+) -> CheckOutcome:
+    """Nothing registered is in neither the outputs nor ``errors``, judged at ``as_of``:
+
+    - every registered file's records of a partition, when its whole offset range lies
+      between the partition's start and ``frontier`` (the remap at ``as_of``), are in
+      ``reclocked``: at least the file's count of records in that range (records above
+      the frontier are lag, which ``inspect`` shows);
+    - every live dump file a run has read that is damaged, has bad lines or yields no
+      record has an ``errors`` row naming it, since what it lost is counted nowhere else.
+    One Spark job per table, over a broadcast list of ranges; only counts return."""
+
+    def read(registered: RegisteredFile) -> bool:
+        """Whether a run has read the file: its first record of the source is below the
+        frontier (a file without one is reported by the first run after it lands)."""
+        lowest = [
+            max(s.min_offset, starts.get(s.partition, 0)) < frontier[s.partition]
+            for s in registered.partitions
+            if s.max_offset >= starts.get(s.partition, 0)
+        ]
+        return not lowest or any(lowest)
+
+    ranges = [
+        (index, s.partition, s.min_offset, s.max_offset, s.records, f.path)
+        for index, (f, s) in enumerate((f, s) for f in files for s in f.partitions)
+        if starts.get(s.partition, 0) <= s.min_offset and s.max_offset < frontier[s.partition]
+    ]
+    found: dict[int, int] = {}
+    if ranges:
+        records = reclocked.snapshot(as_of).select("partition", "offset", "diff")
+        wanted = local_frame(
+            records.sparkSession,
+            [r[:4] for r in ranges],
+            "range int, partition int, low long, high long",
+        )
+        counted = (
+            records.join(
+                F.broadcast(wanted),
+                (records["partition"] == wanted["partition"])
+                & records["offset"].between(wanted["low"], wanted["high"]),
+            )
+            .groupBy("range")
+            .agg(F.sum("diff").alias("count"))
+            .collect()
+        )
+        found = {row["range"]: row["count"] for row in counted}
+    short = [
+        {"file": path, "partition": p, "offsets": f"{low}..{high}", "registered": n,
+         "reclocked": found.get(index, 0)}
+        for index, p, low, high, n, path in ranges
+        if found.get(index, 0) < n
+    ]  # fmt: skip
+    flagged = [f.path for f in files if not f.retired and f.has_errors and read(f)]
+    reported: set[str] = set()
+    if flagged:
+        rows = errors.snapshot(as_of).where(F.col("file").isin(flagged)).select("file")
+        reported = {row["file"] for row in rows.distinct().collect()}
+    unreported = [path for path in flagged if path not in reported]
+    problems = []
+    if short:
+        problems.append(
+            f"{len(short)} registered range(s) below the frontier miss records in reclocked: "
+            + "; ".join(f"{s['file']} partition {s['partition']} offsets {s['offsets']}"
+                        for s in short[:MAX_EXAMPLES])
+        )
+    if unreported:
+        problems.append(
+            f"{len(unreported)} dump file(s) with bad lines, damage or no record, "
+            "without an errors row: "
+            + ", ".join(unreported[:MAX_EXAMPLES])
+        )
+    return CheckOutcome(
+        not problems,
+        "; ".join(problems)
+        or f"{len(ranges)} registered range(s) in reclocked, {len(flagged)} flagged file(s) "
+        "in errors",
+        {"ranges": len(ranges), "short": short[:MAX_EXAMPLES], "flagged_files": len(flagged),
+         "unreported": unreported[:MAX_EXAMPLES]},
+    )
 
 
 def state_is_set(changes: Shard, key_columns: Sequence[str], as_of: int) -> CheckOutcome:

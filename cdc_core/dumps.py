@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from cdc_core.schemas import DUMP_RECORD, ERROR
 from cdc_core.spark import local_frame
@@ -49,6 +51,10 @@ _REQUIRED_FIELDS = {
     "ts": "a 64-bit integer",
 }
 _SNIPPET_CHARS = 120
+# Java regexes: a JSON string literal (possessive: linear), and a ``}`` followed by
+# something JSON does not allow after an object's end.
+_STRING_LITERAL = r'"(?:[^"\\]++|\\.)*+"'
+_AFTER_BRACE = r'\}\s*[^\s,}\]"]'
 
 SCAN_SCHEMA = pa.schema(
     [
@@ -65,19 +71,39 @@ SCAN_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class DumpFile:
-    """A dump file as listed: absolute path, size in bytes, modification time (epoch ms)."""
+    """A dump file as listed: absolute path, size in bytes, modification time (epoch ms).
+
+    ``problem`` says why a path under the landing folder cannot be read at all (a symlink
+    loop, a dangling link, a folder that cannot be listed, a pipe); such a path has size
+    and mtime -1 and is registered anyway, so that it is reported, never skipped.
+    """
 
     path: str
     size: int
     mtime_ms: int
+    problem: str | None = None
+
+    @classmethod
+    def unreadable(cls, path: str, problem: str) -> DumpFile:
+        return cls(path, -1, -1, problem)
+
+
+@dataclass(frozen=True)
+class GzipDamage:
+    """Why a gzip file does not decompress to its end; ``truncated``: it is a complete
+    stream cut short, so every line before the cut is exactly what was written."""
+
+    reason: str
+    truncated: bool
 
 
 @dataclass(frozen=True)
 class DumpRead:
     """Parsed dump lines: ``lines`` holds the ``DUMP_RECORD`` columns plus ``reason`` (null
-    for a good record, else why the line failed); ``unreadable`` holds ``ERROR`` rows of
-    files that could not be read at all. One frame for good and bad lines, so a caller
-    that persists it parses every line once."""
+    for a good record, else why the line failed) and ``dropped`` (for a good record whose
+    line goes on after its JSON object, why that text is lost); ``unreadable`` holds
+    ``ERROR`` rows of files that could not be read at all. One frame for good and bad
+    lines, so a caller that persists it parses every line once."""
 
     lines: DataFrame
     unreadable: DataFrame
@@ -89,7 +115,10 @@ class DumpRead:
     @property
     def errors(self) -> DataFrame:
         failed = self.lines.where(F.col("reason").isNotNull()).select(*ERROR.names)
-        return failed.unionByName(self.unreadable)
+        dropped = self.lines.where(F.col("dropped").isNotNull()).select(
+            *(F.col("dropped" if name == "reason" else name).alias(name) for name in ERROR.names)
+        )
+        return failed.unionByName(dropped).unionByName(self.unreadable)
 
 
 def is_dump_name(name: str) -> bool:
@@ -101,83 +130,143 @@ def list_dump_files(landing: Path, topic: str) -> list[DumpFile]:
     """Every dump of ``topic`` under ``<landing>/<topic>/``, recursively, sorted by path.
 
     Hidden folders (``.x``, ``_x``) are skipped along with hidden files, so archives and
-    writers' staging areas can live inside the landing zone.
+    writers' staging areas can live inside the landing zone. Symlinked folders are
+    followed once; a path that cannot be read (a folder that cannot be listed, a link
+    loop, a dangling link, a folder reached twice, anything but a regular file) is
+    listed with its ``problem`` instead of failing the listing or being skipped.
     """
     root = os.path.abspath(Path(landing) / topic)
-    found = []
-    for folder, subfolders, names in os.walk(root):
-        subfolders[:] = [name for name in subfolders if not name.startswith((".", "_"))]
-        for name in names:
-            if is_dump_name(name):
-                path = os.path.join(folder, name)
-                status = os.stat(path)
-                found.append(DumpFile(path, status.st_size, status.st_mtime_ns // 1_000_000))
+    found: list[DumpFile] = []
+
+    def unlisted(error: OSError) -> None:
+        if error.filename != root or not isinstance(error, FileNotFoundError):
+            found.append(DumpFile.unreadable(error.filename, _os_problem(error)))
+
+    visited = {os.path.realpath(root)}
+    for folder, subfolders, names in os.walk(root, onerror=unlisted, followlinks=True):
+        kept = []
+        for name in subfolders:
+            if name.startswith((".", "_")):
+                continue
+            path = os.path.join(folder, name)
+            real = os.path.realpath(path)
+            if real in visited:
+                found.append(
+                    DumpFile.unreadable(path, f"folder already listed as {real} (symlink loop)")
+                )
+            else:
+                visited.add(real)
+                kept.append(name)
+        subfolders[:] = kept
+        found.extend(
+            _listed(os.path.join(folder, name)) for name in names if is_dump_name(name)
+        )
     return sorted(found, key=lambda dump: dump.path)
+
+
+def _listed(path: str) -> DumpFile:
+    """The listing entry of one file name: its size and mtime, or why it cannot be read."""
+    try:
+        status = os.stat(path)
+    except OSError as error:
+        return DumpFile.unreadable(path, _os_problem(error))
+    if not stat.S_ISREG(status.st_mode):
+        return DumpFile.unreadable(path, "unreadable path: not a regular file")
+    if not os.access(path, os.R_OK):
+        return DumpFile.unreadable(path, "unreadable path: permission denied")
+    return DumpFile(path, status.st_size, status.st_mtime_ns // 1_000_000)
+
+
+def _os_problem(error: OSError) -> str:
+    return f"unreadable path: {error.strerror or error}"
 
 
 def read_dumps(spark: SparkSession, files: Sequence[str], *, topic: str | None = None) -> DumpRead:
     """Parse dump files into records and errors, data-parallel.
 
     Lines are read with ``spark.read.text`` (gzip by the ``.gz`` suffix) and parsed with
-    ``from_json`` against an explicit schema. A line that is not a JSON object, lacks or
-    mistypes ``topic``/``partition``/``offset``/``ts``, has a negative partition or offset,
-    or (when ``topic`` is given) names another topic becomes an error row with its file,
-    whatever position could be parsed, and the reason; blank lines carry nothing and are
-    skipped. ``file`` is the dump's absolute path (as ``list_dump_files`` spells it).
+    ``from_json`` against an explicit schema. A line that is not valid UTF-8, is not a
+    JSON object, lacks or mistypes ``topic``/``partition``/``offset``/``ts``, has a
+    negative partition or offset, or (when ``topic`` is given) names another topic
+    becomes an error row with its file, whatever position could be parsed, and the
+    reason; blank lines carry nothing and are skipped. ``file`` is the dump's absolute
+    path (as ``list_dump_files`` spells it).
 
-    A corrupt gzip file would fail the whole Spark read, so gzip files are first checked
+    A damaged gzip file would fail the whole Spark read, so gzip files are first checked
     by a Spark job that decompresses each one on an executor (one task per file batch,
-    streaming, nothing but the verdict returns to the driver). Corrupt files become one
-    error row each and are left out of the read; the other files parse normally.
+    streaming, nothing but the verdict returns to the driver). Each damaged file becomes
+    one error row; of a truncated one, the complete lines before the cut are still read
+    (the same lines on every read), of any other damaged one nothing is.
     Files that do not exist raise ``FileNotFoundError``.
     """
-    readable, corrupt = _readable(spark, files)
-    lines = _read_lines(spark, readable)
-    parsed = lines.select(
-        "value", "file", F.from_json("value", _LINE_SCHEMA, {"mode": "PERMISSIVE"}).alias("j")
-    ).select("value", "file", "j.*", _problem(topic).alias("reason"))
+    readable, damaged = _readable(spark, files)
+    parsed = _parse(_read_lines(spark, readable, damaged), _LINE_SCHEMA, topic)
     unreadable = local_frame(
         spark,
-        [(None, None, None, None, reason, path) for path, reason in sorted(corrupt.items())],
+        [(None, None, None, None, d.reason, path) for path, d in sorted(damaged.items())],
         ERROR,
     )
     return DumpRead(
         lines=parsed.select(
-            *(F.col(field.name).cast(field.dataType) for field in DUMP_RECORD.fields), "reason"
+            *(F.col(field.name).cast(field.dataType) for field in DUMP_RECORD.fields),
+            "reason",
+            "dropped",
         ),
         unreadable=unreadable,
     )
 
 
+@dataclass(frozen=True)
+class DumpScan:
+    """``summary``: per (file, partition) the ``SCAN_SCHEMA`` statistics of the records;
+    ``bad_lines``: per file with any, how many of its lines are no record;
+    ``damaged``: ``path -> reason`` of the gzip files that do not decompress to their end."""
+
+    summary: pa.Table
+    bad_lines: dict[str, int]
+    damaged: dict[str, str]
+
+
 def scan_dump_files(
     spark: SparkSession, files: Sequence[str], *, topic: str | None = None
-) -> pa.Table:
-    """Per (file, partition): offset and timestamp ranges and the record count.
+) -> DumpScan:
+    """Per (file, partition): offset and timestamp ranges and the record count; per file,
+    the count of lines that are no record.
 
     Tiny metadata for a registry of dumps, so a window reads only the files that can
-    hold its offsets. Aggregated in Spark; only the summary reaches the driver. Lines
-    and files that fail to parse are not counted (``read_dumps`` reports them).
+    hold its offsets, and knows which files have errors to report. Aggregated in Spark
+    (one job); only the summary reaches the driver. A line counts as a record exactly
+    when ``read_dumps`` would keep it as one.
     """
-    readable, _ = _readable(spark, files)
-    if not readable:
-        return SCAN_SCHEMA.empty_table()
-    # Spark's JSON reader with only the position fields: it still checks every line is
-    # well formed, but builds no key or payload. A line counts exactly when
-    # ``read_dumps`` would keep it as a record.
-    lines = (
-        spark.read.schema(_SCAN_LINE)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", _CORRUPT)
-        .json(readable)
-    )
-    valid = F.col(_CORRUPT).isNull() & (F.col("partition") >= 0) & (F.col("offset") >= 0)
-    for name in _REQUIRED_FIELDS:
-        valid &= F.col(name).isNotNull()
-    if topic is not None:
-        valid &= F.col("topic") == F.lit(topic)
-    summary = (
-        lines.where(valid)
-        .groupBy(F.col("_metadata.file_path").alias("uri"), "partition")
+    readable, damaged = _readable(spark, files)
+    reasons = {path: d.reason for path, d in damaged.items()}
+    frames = []
+    if readable:
+        # Spark's JSON reader with only the position fields: it checks every line is
+        # well formed UTF-8 and JSON, but builds no key or payload.
+        lines = (
+            spark.read.schema(_SCAN_LINE)
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", _CORRUPT)
+            .json(readable)
+        )
+        valid = F.col(_CORRUPT).isNull() & (F.col("partition") >= 0) & (F.col("offset") >= 0)
+        for name in _REQUIRED_FIELDS:
+            valid &= F.col(name).isNotNull()
+        if topic is not None:
+            valid &= F.col("topic") == F.lit(topic)
+        file = _local_path(F.col("_metadata.file_path")).alias("file")
+        frames.append(lines.select(file, "partition", "offset", "ts", (~valid).alias("bad")))
+    truncated = sorted(path for path, damage in damaged.items() if damage.truncated)
+    if truncated:  # lines no file reader can give: judged as ``read_dumps`` judges them
+        salvaged = _parse(_salvaged_lines(spark, truncated), _SCAN_LINE, topic)
+        bad = F.col("reason").isNotNull().alias("bad")
+        frames.append(salvaged.select("file", "partition", "offset", "ts", bad))
+    if not frames:
+        return DumpScan(SCAN_SCHEMA.empty_table(), {}, reasons)
+    lines = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    grouped = (
+        lines.groupBy("file", F.when(~F.col("bad"), F.col("partition")).alias("partition"), "bad")
         .agg(
             F.min("offset").alias("min_offset"),
             F.max("offset").alias("max_offset"),
@@ -185,53 +274,104 @@ def scan_dump_files(
             F.max("ts").alias("max_ts"),
             F.count(F.lit(1)).alias("records"),
         )
-        .select(_local_path(F.col("uri")).alias("file"), *SCAN_SCHEMA.names[1:])
         .orderBy("file", "partition")
+        .toArrow()
     )
-    return summary.toArrow().cast(SCAN_SCHEMA)
+    is_bad = grouped.column("bad")
+    summary = grouped.filter(pc.invert(is_bad)).select(SCAN_SCHEMA.names).cast(SCAN_SCHEMA)
+    failed = grouped.filter(is_bad).to_pylist()
+    return DumpScan(summary, {row["file"]: row["records"] for row in failed}, reasons)
 
 
-def _readable(spark: SparkSession, files: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """The paths that can be read, and ``path -> reason`` for corrupt gzip files (left
-    out). Files that do not exist raise ``FileNotFoundError``."""
+def _parse(lines: DataFrame, schema: StructType, topic: str | None) -> DataFrame:
+    """``value``, ``file``, the fields of ``schema``, ``reason`` (null for a record) and
+    ``dropped`` (for a record followed by more text on its line: that text is lost)."""
+    parsed = F.from_json("value", schema, {"mode": "PERMISSIVE"}).alias("j")
+    return lines.select("value", "file", parsed).select(
+        "value", "file", "j.*", _problem(topic).alias("reason")
+    ).withColumn("dropped", F.when(F.col("reason").isNull(), _dropped_text()))
+
+
+def _readable(
+    spark: SparkSession, files: Sequence[str]
+) -> tuple[list[str], dict[str, GzipDamage]]:
+    """The paths Spark's text reader can read, and the damaged gzip files (left out of
+    them). Files that do not exist raise ``FileNotFoundError``."""
     paths = [os.fspath(file) for file in files]
     missing = [path for path in paths if "://" not in path and not os.path.exists(path)]
     if missing:
         raise FileNotFoundError(f"dump files not found: {', '.join(missing)}")
-    corrupt = find_corrupt_gzip_files(spark, [p for p in paths if p.endswith(GZIP_SUFFIX)])
-    return [path for path in paths if path not in corrupt], corrupt
+    damaged = find_damaged_gzip_files(spark, [p for p in paths if p.endswith(GZIP_SUFFIX)])
+    return [path for path in paths if path not in damaged], damaged
 
 
-def find_corrupt_gzip_files(spark: SparkSession, paths: Sequence[str]) -> dict[str, str]:
-    """``path -> reason`` for every gzip file that does not decompress to its end."""
+def find_damaged_gzip_files(spark: SparkSession, paths: Sequence[str]) -> dict[str, GzipDamage]:
+    """``path -> damage`` for every gzip file that does not decompress to its end."""
     if not paths:
         return {}
     context = spark.sparkContext
     batches = context.parallelize(list(paths), min(len(paths), context.defaultParallelism))
-    verdicts = batches.map(lambda path: (path, gzip_problem(path))).filter(lambda v: v[1])
+    verdicts = batches.map(lambda path: (path, gzip_damage(path))).filter(lambda v: v[1])
     return dict(verdicts.collect())
 
 
-def gzip_problem(path: str) -> str | None:
+def gzip_damage(path: str) -> GzipDamage | None:
     """Why ``path`` is not a complete gzip stream, or None when it is (streams, O(1) memory)."""
     try:
         with gzip.open(path, "rb") as stream:
-            while stream.read(1 << 20):
+            while stream.read1(1 << 20):
                 pass
-    except (OSError, EOFError, zlib.error) as error:
-        return f"corrupt gzip file: {error}"
+    except EOFError as error:
+        return GzipDamage(
+            f"truncated gzip file ({error}): the complete lines before the cut are read, "
+            "the rest of the file is lost",
+            truncated=True,
+        )
+    except (OSError, zlib.error) as error:
+        return GzipDamage(f"corrupt gzip file: {error}; no line of it is read", truncated=False)
     return None
 
 
-def _read_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
-    """Non-blank lines with the absolute path of their file."""
-    if not paths:
+def truncated_gzip_lines(path: str) -> Iterator[bytes]:
+    """The complete lines of a gzip file cut short, up to the cut (the line the cut
+    falls in is dropped): a pure function of the file's bytes, so every read agrees."""
+    pending = b""
+    with gzip.open(path, "rb") as stream:
+        try:
+            while chunk := stream.read1(1 << 20):
+                *complete, pending = (pending + chunk).split(b"\n")
+                yield from (line.rstrip(b"\r") for line in complete)
+        except EOFError:
+            return
+
+
+def _read_lines(
+    spark: SparkSession, paths: Sequence[str], damaged: dict[str, GzipDamage]
+) -> DataFrame:
+    """Non-blank lines with the absolute path of their file: every line of ``paths`` and
+    the complete lines of the truncated gzip files among ``damaged``."""
+    frames = []
+    if paths:
+        text = spark.read.text(list(paths))
+        frames.append(text.select("value", _local_path(F.col("_metadata.file_path")).alias("file")))
+    truncated = sorted(path for path, damage in damaged.items() if damage.truncated)
+    if truncated:
+        frames.append(_salvaged_lines(spark, truncated))
+    if not frames:
         return local_frame(spark, [], "value string, file string")
-    return (
-        spark.read.text(list(paths))
-        .select("value", _local_path(F.col("_metadata.file_path")).alias("file"))
-        .where(F.trim("value") != "")
-    )
+    lines = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    return lines.where(F.trim("value") != "")
+
+
+def _salvaged_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """``value``, ``file``: the complete lines of truncated gzip files, decompressed on the
+    executors; bytes become text unchanged (invalid UTF-8 stays invalid, to be judged)."""
+    context = spark.sparkContext
+    batches = context.parallelize(list(paths), min(len(paths), context.defaultParallelism))
+    salvaged = batches.flatMap(lambda path: ((ln, path) for ln in truncated_gzip_lines(path)))
+    schema = StructType([StructField("value", BinaryType()), StructField("file", StringType())])
+    frame = spark.createDataFrame(salvaged, schema)
+    return frame.select(F.col("value").cast("string").alias("value"), "file")
 
 
 def _local_path(uri: Column) -> Column:
@@ -243,14 +383,45 @@ def _local_path(uri: Column) -> Column:
     return F.url_decode(F.replace(without_scheme, F.lit("+"), F.lit("%2B")))
 
 
+def _snippet() -> Column:
+    """The start of the line as valid UTF-8 (invalid bytes shown as U+FFFD)."""
+    return F.substring(F.make_valid_utf8("value"), 1, _SNIPPET_CHARS)
+
+
+def _dropped_text() -> Column:
+    """Why the rest of a line after its JSON object is lost, or null when there is none.
+
+    Spark's JSON parsers take the first object of ``{..}{..}`` or ``{..} x`` and ignore
+    the rest (the scan counts that object, so it stays the line's record). In JSON, a
+    ``}`` outside strings is followed only by ``,``, ``}``, ``]`` or the end: byte tests
+    pick the few lines worth the regex test with string literals blanked out."""
+    suspect = (
+        ~F.rtrim("value").endswith("}")
+        | F.col("value").contains("}{")
+        | F.col("value").contains("} {")
+    )
+    trailing = F.regexp_replace("value", _STRING_LITERAL, '""').rlike(_AFTER_BRACE)
+    return F.when(
+        suspect & trailing,
+        F.concat(F.lit("text after the JSON object is lost (two records on one line?): "),
+                 _snippet()),
+    )
+
+
 def _problem(topic: str | None) -> Column:
-    """The first thing wrong with a parsed line (null when the line is a good record)."""
-    snippet = F.substring("value", 1, _SNIPPET_CHARS)
+    """The first thing wrong with a parsed line (null when the line is a good record).
+    Every reason is valid UTF-8: a snippet of a line that is not shows its invalid bytes
+    as U+FFFD, so the errors table stays readable by any reader."""
+    snippet = _snippet()
     checks = [
+        (
+            ~F.is_valid_utf8("value"),
+            F.concat(F.lit("dump line is not valid UTF-8 (bad bytes shown as \ufffd): "), snippet),
+        ),
         (
             F.col(_CORRUPT).isNotNull() & F.json_object_keys("value").isNull(),
             F.concat(F.lit("not a JSON object: "), snippet),
-        )
+        ),
     ]
     for name, kind in _REQUIRED_FIELDS.items():
         raw = F.try_variant_get(F.try_parse_json("value"), f"$.{name}", "variant")

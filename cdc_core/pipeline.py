@@ -16,6 +16,7 @@ its windows one after another inside the run.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,11 +189,18 @@ class SourcePipeline:
         lower = self.outputs_upper()
         if lower > windows.end:
             return self._reused(windows)
+        done: list[WindowReport] = []
+        if lower - 1 > windows.start:
+            # Windows the outputs already hold are not bound or read again: their
+            # bindings may lie below the remap's since, compacted by a retire.
+            done = self._reused(Windows(windows.start, lower - 1, windows.width))
+            windows = windows.from_end(lower - 1)
         reads = CanonicalReads(self.spark, self.registry)
         try:
             with phase(self.source.name, "bind windows"):
                 run = reclock_windows(
-                    self.spark, self.source, self.registry, self.remap, lower, windows, reads
+                    self.spark, self.source, self.registry, self.remap, lower, windows, reads,
+                    reported=self._reported_files(lower),
                 )
             upper = windows.end + 1
             with phase(self.source.name, "append reclocked") as figures:
@@ -216,7 +224,7 @@ class SourcePipeline:
                 records.unpersist()
         finally:
             reads.release()
-        return [
+        return done + [
             WindowReport(
                 source=self.source.name,
                 start=end - windows.width,
@@ -241,9 +249,25 @@ class SourcePipeline:
         stored = path.read_text() if path.exists() else None
         check_fingerprint(stored, current)
         if stored is None:
-            temporary = path.with_suffix(".tmp")
+            # A name of its own: a concurrent first run writes the same fingerprint.
+            temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
             temporary.write_text(current)
             temporary.replace(path)
+
+    def _reported_files(self, lower: int) -> frozenset[str]:
+        """Registered files with errors to report whose rows the errors shard holds before
+        ``lower``: an earlier run reported them, so this one must not again."""
+        paths = [f.path for f in self.registry.files() if f.has_errors and not f.retired]
+        if not paths or lower <= 0:
+            return frozenset()
+        reported = (
+            self.errors.snapshot(lower - 1)
+            .where(F.col("file").isin(paths))
+            .select("file")
+            .distinct()
+            .collect()
+        )
+        return frozenset(row["file"] for row in reported)
 
     def _reused(self, windows: Windows) -> list[WindowReport]:
         frontier = self.inspect().frontier

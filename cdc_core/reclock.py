@@ -9,13 +9,17 @@ Errors of the range come back as a DataFrame for the caller to append to the sou
 errors shard together with its own errors (one writer per window for that shard):
 - a copy of an offset whose ts/key/payload differ from the kept copy, at the time the
   offset is reclocked;
-- malformed lines of a dump file, at the first binding that covers any of its records;
-- a file without any valid record, at the first binding after its arrival.
+- malformed lines and damage of a dump file, at the first binding that covers any of
+  its records;
+- a file without any valid record (empty, unreadable, damaged beyond its first line),
+  or landed after all its records were bound, at the first binding of the first range
+  reclocked after it was registered, unless the caller says an earlier range already
+  reported it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -35,6 +39,12 @@ from cdc_core.remap import (
 from cdc_core.schemas import ERROR, RECLOCKED
 from cdc_core.shard import Shard, ShardUsageError
 from cdc_core.spark import local_frame
+
+# The error row of a file without records, with its binding time.
+_FILE_ERROR = pa.schema(
+    [("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+     ("key", pa.string()), ("reason", pa.string()), ("file", pa.string()), ("time", pa.int64())]
+)
 
 
 @dataclass(frozen=True)
@@ -80,30 +90,32 @@ def first_read_times(
     files: Sequence[RegisteredFile],
     base: OffsetFrontier,
     bindings: Sequence[tuple[int, int, int]],
-    lower: int,
     upper: int,
+    reported: Collection[str],
 ) -> dict[str, int]:
     """Files first read in this range -> the binding time at which their errors belong.
 
     A file with records was read before iff one of its offsets at or above the
     partition's start lies below ``base``; otherwise its errors belong to the first
-    binding covering its lowest such offset. A file with no valid record belongs to the
-    first binding after its arrival, when it arrived during this range.
+    binding covering its lowest such offset. A file whose errors are still to report
+    though no binding of the range covers it (it has no record, or it landed after all
+    its records were bound) belongs to the range's first binding (``upper - 1`` when
+    nothing moves), unless it is ``reported`` already.
     """
     starts = configured_starts(source)
+    first_binding = min((t for _, _, t in bindings), default=upper - 1)
     times: dict[str, int] = {}
     for registered in files:
-        if not registered.partitions:
-            if lower - 1 <= registered.arrival_ms < upper - 1:
-                later = [t for _, _, t in bindings if t > registered.arrival_ms]
-                times[registered.path] = min(later, default=upper - 1)
-            continue
+        due = registered.has_errors and not registered.retired
         lowest = {
             s.partition: max(s.min_offset, starts.get(s.partition, 0))
             for s in registered.partitions
             if s.max_offset >= starts.get(s.partition, 0)
         }
-        if any(base.contains(p, o) for p, o in lowest.items()):
+        read_before = any(base.contains(p, o) for p, o in lowest.items())
+        if not lowest or read_before:
+            if due and registered.path not in reported:
+                times[registered.path] = first_binding
             continue
         covered = [first_covering(bindings, p, o) for p, o in lowest.items()]
         covered = [t for t in covered if t >= 0]
@@ -121,15 +133,19 @@ def reclock_range(
     upper: int,
     known: RangeBindings | None = None,
     reads: CanonicalReads | None = None,
+    *,
+    reported: Collection[str],
 ) -> ReclockedRange:
     """Reclocked records and errors for binding times ``[lower, upper)`` (``upper`` must
     not exceed the remap's upper); ``known`` saves reading the remap when the caller has
-    the range's bindings at hand, ``reads`` re-reading dumps the run has read already."""
+    the range's bindings at hand, ``reads`` re-reading dumps the run has read already;
+    ``reported``: the files with errors whose rows an earlier range wrote (a file due to
+    be reported though no binding covers it is reported again unless listed)."""
     remap_bindings = known or RangeBindings.read(remap, lower, upper)
     base, top, bindings = remap_bindings.base, remap_bindings.top, remap_bindings.bindings
     starts = effective_starts(source, base)
     files = registry.files()
-    error_times = first_read_times(source, files, base, bindings, lower, upper)
+    error_times = first_read_times(source, files, base, bindings, upper, reported)
     needed = [f for f in files if f.overlaps(starts, top) or f.path in error_times]
     # Rows outside the range's offsets drop out in the interval join below.
     canonical = (reads or CanonicalReads(spark, registry, persist=False)).read(needed, starts)
@@ -149,21 +165,20 @@ def reclock_range(
     records = timed(canonical.records.select(*RECLOCKED.fieldNames())).withColumn(
         "diff", F.lit(1).cast("bigint")
     )
+    empty = [f for f in needed if not f.partitions]
     file_errors = canonical.read_errors.join(
         F.broadcast(_frame(spark, sorted(error_times.items()), ("file", "time"))), "file"
     )
-    empty_files = _frame(
+    empty_files = local_frame(
         spark,
-        [(f.path, error_times[f.path]) for f in needed if not f.partitions],
-        ("file", "time"),
-    ).select(
-        F.lit(source.topic).alias("topic"),
-        F.lit(None).cast("int").alias("partition"),
-        F.lit(None).cast("bigint").alias("offset"),
-        F.lit(None).cast("string").alias("key"),
-        F.lit("dump file holds no valid record").alias("reason"),
-        "file",
-        "time",
+        pa.Table.from_pylist(
+            [
+                {"topic": source.topic, "reason": f.no_record_reason(), "file": f.path,
+                 "time": error_times[f.path]}
+                for f in empty
+            ],
+            _FILE_ERROR,
+        ),
     )
     errors = (
         timed(canonical.conflicts)
@@ -182,17 +197,20 @@ def reclock_windows(
     lower: int,
     windows: Windows,
     reads: CanonicalReads | None = None,
+    *,
+    reported: Collection[str],
 ) -> ReclockedWindows:
     """Bind ``windows`` (or read their bindings back) and reclock the binding times
     ``[lower, windows.end + 1)``, where ``lower`` is where the caller's output shards stand
     (their meet of uppers, at most ``windows.end``). Pass the run's ``reads`` to parse the
-    dumps once for both, and release them once the reclocked range is written."""
+    dumps once for both, and release them once the reclocked range is written;
+    ``reported``: the files whose error rows the caller's outputs hold already."""
     if lower > windows.end:
         raise ShardUsageError(f"outputs at {lower} are already past {windows.end}")
     bindings = mint_bindings(spark, source, registry, remap, windows, reads)
     known = bindings if lower == windows.start + 1 else None
     reclocked = reclock_range(
-        spark, source, registry, remap, lower, windows.end + 1, known, reads
+        spark, source, registry, remap, lower, windows.end + 1, known, reads, reported=reported
     )
     return ReclockedWindows(bindings, reclocked)
 

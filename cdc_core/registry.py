@@ -34,6 +34,8 @@ FILES_SCHEMA = pa.schema(
         ("mtime_ms", pa.int64()),
         ("arrival_ms", pa.int64()),
         *(field for field in SCAN_SCHEMA if field.name != "file"),
+        ("problem", pa.string()),
+        ("bad_lines", pa.int64()),
     ]
 )
 RETIRED_SCHEMA = pa.schema(
@@ -63,7 +65,10 @@ class PartitionStats:
 
 @dataclass(frozen=True)
 class RegisteredFile:
-    """One registered dump file; ``partitions`` is empty for a file without valid records."""
+    """One registered dump file; ``partitions`` is empty for a file without valid records.
+    ``problem`` says why the file is damaged (a gzip stream cut short or corrupt) or
+    cannot be read at all (``unreadable``); null for a sound file. ``bad_lines``: how
+    many of its lines are no record."""
 
     path: str
     size: int
@@ -72,6 +77,26 @@ class RegisteredFile:
     partitions: tuple[PartitionStats, ...]
     archived_to: str | None = None
     retired: bool = False
+    problem: str | None = None
+    bad_lines: int = 0
+
+    @property
+    def has_errors(self) -> bool:
+        """Reading it yields error rows: it is damaged, has bad lines, or has no record."""
+        return bool(self.problem or self.bad_lines or not self.partitions)
+
+    @property
+    def unreadable(self) -> bool:
+        """A path that could not be read when it was listed: there is nothing to parse."""
+        return self.size < 0
+
+    def no_record_reason(self) -> str:
+        """The error reported for a file that yields no record."""
+        if self.unreadable and self.problem:
+            return self.problem
+        if self.size == 0:
+            return "empty dump file (0 bytes)"
+        return "dump file holds no valid record"
 
     def overlaps(self, low: Mapping[int, int], high: OffsetFrontier | None) -> bool:
         """True iff some partition range meets ``[low[p], high[p])`` (``high=None``: unbounded)."""
@@ -205,6 +230,8 @@ class Registry:
                 partitions=tuple(sorted(partitions[path].values(), key=lambda s: s.partition)),
                 archived_to=retired.get(path),
                 retired=path in retired,
+                problem=row.get("problem"),
+                bad_lines=row.get("bad_lines") or 0,
             )
             for path, row in first.items()
         ]
@@ -222,16 +249,21 @@ class Registry:
             seen = known.get(str(dump.path))
             if seen is None:
                 new.append(dump)
-            elif (seen.size, seen.mtime_ms) != (dump.size, dump.mtime_ms):
+            elif dump.problem is None and (seen.size, seen.mtime_ms) != (
+                dump.size, dump.mtime_ms
+            ):
+                was = f" (registered as unreadable: {seen.problem})" if seen.unreadable else ""
                 raise DumpFileChanged(
-                    f"dump file {dump.path} changed after registration "
+                    f"dump file {dump.path} changed after registration{was} "
                     f"(size {seen.size} -> {dump.size}, mtime {seen.mtime_ms} -> {dump.mtime_ms});"
                     " dumps must be immutable: land new data as a new file"
                 )
         if not new:
             return []
         rows = _registration_rows(spark, new, arrival_ms, self.topic)
-        write_deltalake(self.files_path, rows, mode="append")
+        # ``merge``: registries written before the ``problem`` and ``bad_lines`` columns
+        # gain them.
+        write_deltalake(self.files_path, rows, mode="append", schema_mode="merge")
         paths = {str(d.path) for d in new}
         return [f for f in self.files() if f.path in paths]
 
@@ -246,10 +278,11 @@ class Registry:
                 self.retired_path, pa.Table.from_pylist(rows, RETIRED_SCHEMA), mode="append"
             )
 
-    def end_offsets(self) -> OffsetFrontier:
-        """Per partition, the highest registered offset + 1 (retired files included)."""
+    def end_offsets(self, files: Sequence[RegisteredFile] | None = None) -> OffsetFrontier:
+        """Per partition, the highest registered offset + 1 (retired files included);
+        ``files``: the registry's files when the caller has read them already."""
         ends: dict[int, int] = {}
-        for registered in self.files():
+        for registered in self.files() if files is None else files:
             for s in registered.partitions:
                 ends[s.partition] = max(ends.get(s.partition, 0), s.max_offset + 1)
         return OffsetFrontier(ends)
@@ -265,18 +298,20 @@ def _registration_rows(
     spark: SparkSession, new: Sequence[DumpFile], arrival_ms: int, topic: str
 ) -> pa.Table:
     """One row per (file, partition) from the scan, plus one partition-less row per file
-    whose scan found no valid record, so that such files are registered too."""
-    scanned = scan_dump_files(spark, [d.path for d in new], topic=topic).to_pylist()
+    whose scan found no valid record, so that such files are registered too; each row
+    carries the file's problem (unreadable path, damaged gzip stream) and bad lines."""
+    scan = scan_dump_files(spark, [d.path for d in new if d.problem is None], topic=topic)
     by_path: dict[str, list[dict]] = {}
-    for row in scanned:
+    for row in scan.summary.to_pylist():
         by_path.setdefault(str(row["file"]), []).append(row)
     rows = []
     for dump in new:
         base = {"path": str(dump.path), "size": dump.size, "mtime_ms": dump.mtime_ms,
-                "arrival_ms": arrival_ms}
+                "arrival_ms": arrival_ms, "problem": dump.problem or scan.damaged.get(dump.path),
+                "bad_lines": scan.bad_lines.get(dump.path, 0)}
         stats = by_path.get(str(dump.path)) or [{"partition": None, "records": 0}]
         for s in stats:
-            rows.append({**base, **{k: s.get(k) for k in FILES_SCHEMA.names[4:]}})
+            rows.append({**base, **{k: s.get(k) for k in SCAN_SCHEMA.names[1:]}})
     return pa.Table.from_pylist(rows, FILES_SCHEMA)
 
 
@@ -302,6 +337,7 @@ def read_canonical(
     once, by Kafka partition, and sorted by offset: the copy ranking and every later
     per-partition pass in offset order (the binding times) reuse that layout.
     """
+    files = [f for f in files if not f.unreadable]  # reported from the registry alone
     require_present(files)
     dumps = read_dumps(spark, [f.path for f in files], topic=registry.topic)
     arrivals = local_frame(

@@ -188,7 +188,7 @@ def retire(
             continue
         target = Path(archive) / _relative_to(source, Path(landing))
         target.parent.mkdir(parents=True, exist_ok=True)
-        if source.exists():
+        if os.path.lexists(source):  # a dangling or looping link moves as a link
             shutil.move(source, target)
         archived[registry_path] = str(target)
     registry.mark_retired({**archived, **dict.fromkeys(deleted)}, now_ms)
@@ -216,6 +216,13 @@ class SourceInspection:
     lag: dict[int, int]
     resumption: ResumptionFrontiers
     committed: ResumptionFrontiers | None
+    damaged: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def caught_up(self) -> bool:
+        """No registered record is waiting, and no live dump file is damaged or empty:
+        a file whose records cannot be read has records no lag figure can count."""
+        return not any(self.lag.values()) and not self.damaged
 
     def describe(self) -> str:
         lines = [
@@ -233,6 +240,12 @@ class SourceInspection:
                 f"  committed upstream: time {self.committed.timestamp}, "
                 f"offsets {self.committed.offsets}"
             )
+        if self.damaged:
+            lines.append(
+                f"  NOT caught up: {len(self.damaged)} dump file(s) damaged or without "
+                "records (each reported in errors):"
+            )
+            lines.extend(f"    {path}: {problem}" for path, problem in self.damaged)
         return "\n".join(lines)
 
 
@@ -240,10 +253,17 @@ def inspect_source(
     name: str, remap: Shard, shards: Sequence[Shard], registry: Registry, upstream: UpstreamCommit
 ) -> SourceInspection:
     """Per partition: remap frontier at its latest binding, registered end, lag
-    (registered end minus frontier); plus both resumption frontiers and the commit."""
+    (registered end minus frontier); both resumption frontiers and the commit; and the
+    live dump files that are damaged or hold no record (lag cannot count those)."""
     frontier = offsets_for(remap, TimeFrontier.empty())
-    ends = registry.end_offsets()
+    files = registry.files()
+    ends = registry.end_offsets(files)
     lag = {p: max(ends[p] - frontier[p], 0) for p in ends.partitions}
+    damaged = tuple(
+        (f.path, f.problem or f.no_record_reason())
+        for f in files
+        if not f.retired and (f.problem or not f.partitions)
+    )
     return SourceInspection(
         source=name,
         remap_upper=remap.upper,
@@ -253,4 +273,5 @@ def inspect_source(
         lag=lag,
         resumption=resumption_frontiers(remap, shards),
         committed=upstream.read(),
+        damaged=damaged,
     )

@@ -185,6 +185,7 @@ EXPECTED_CHECKS = {
     "changes.state_is_set",
     "changes.expectations",
     "errors.complete",
+    "errors.accounted",
 }
 
 

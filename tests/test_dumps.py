@@ -145,27 +145,45 @@ def test_malformed_lines_become_errors_while_good_lines_parse(
     )  # fmt: skip
 
 
-def test_corrupt_gzip_files_become_errors_and_other_files_still_parse(
+def test_damaged_gzip_files_become_errors_and_other_files_still_parse(
     spark: SparkSession, tmp_path: Path
 ) -> None:
+    """A truncated gzip file keeps the complete lines before the cut (a pure function of
+    its bytes); a corrupt one yields nothing; both are an error row naming the file."""
     good = write(tmp_path / "users" / "good.json.gz", [line(0, 0, T0, '{"id":1}', "{}")], gz=True)
-    whole = gzip.compress(line(0, 1, T0, '{"id":2}', "{}").encode() * 50)
+    records = [line(0, offset, T0, '{"id":2}', "{}") for offset in range(1, 2001)]
+    whole = gzip.compress("".join(records).encode(), compresslevel=1)
     truncated = tmp_path / "users" / "truncated.json.gz"
     truncated.write_bytes(whole[: len(whole) // 2])
     garbage = tmp_path / "users" / "garbage.json.gz"
     garbage.write_bytes(b"definitely not gzip\n")
     plain = write(tmp_path / "users" / "plain.json", [line(1, 0, T0, '{"id":3}', "{}")])
+    # Oracle: the complete lines Python's own decompressor gets out of the cut file.
+    with gzip.open(truncated, "rb") as stream:
+        readable = b""
+        with pytest.raises(EOFError):
+            while chunk := stream.read1(1 << 16):
+                readable += chunk
+    salvaged = readable.count(b"\n")
+    assert 0 < salvaged < len(records)
 
     read = read_dumps(spark, [good, str(truncated), str(garbage), plain])
 
-    assert rows(read.records.select("partition", "offset", "file")) == [
-        (0, 0, good),
-        (1, 0, plain),
-    ]
+    assert rows(read.records.select("partition", "offset", "file")) == sorted(
+        [(0, 0, good), (1, 0, plain)]
+        + [(0, offset, str(truncated)) for offset in range(1, salvaged + 1)],
+        key=repr,
+    )
     errors = {row.file: row.reason for row in read.errors.collect()}
     assert set(errors) == {str(truncated), str(garbage)}
-    assert all(reason.startswith("corrupt gzip file: ") for reason in errors.values())
+    assert errors[str(garbage)].startswith("corrupt gzip file: ")
+    assert errors[str(truncated)].startswith("truncated gzip file")
     assert "ended before the end-of-stream marker" in errors[str(truncated)]
+    scan = scan_dump_files(spark, [str(truncated), str(garbage)])
+    assert scan.damaged == errors
+    assert [(r["file"], r["records"]) for r in scan.summary.to_pylist()] == [
+        (str(truncated), salvaged)
+    ]
 
 
 def test_missing_files_raise_and_no_files_read_empty(spark: SparkSession, tmp_path: Path) -> None:
@@ -189,7 +207,7 @@ def test_scan_summarises_each_file_and_partition(spark: SparkSession, tmp_path: 
         line(0, 13, T0 + 60, '{"id":1}', "{}"),
     ], gz=True)  # fmt: skip
 
-    table = scan_dump_files(spark, [second, first])
+    table = scan_dump_files(spark, [second, first]).summary
 
     assert table.schema.field("partition").type == pa.int32()
     assert table.to_pylist() == [
@@ -211,13 +229,18 @@ def test_scan_counts_exactly_the_lines_read_dumps_keeps(
         f'{{"topic":"users","partition":1,"offset":4,"ts":{T0 + 9},"key":{{"id":4}}}}\n',
         *BAD_LINES,
         line(2, 0, T0 + 1, None, None),
+        # Two records on one line: the first is kept, the lost rest is an error.
+        line(2, 1, T0 + 2, None, None)[:-1] + line(2, 2, T0 + 3, None, None),
     ])  # fmt: skip
 
-    kept = read_dumps(spark, [dump], topic="users").records.collect()
+    read = read_dumps(spark, [dump], topic="users")
+    kept = read.records.collect()
+    lost = [e for e in read.errors.collect() if e.reason.startswith("text after the JSON")]
+    assert [(e.partition, e.offset) for e in lost] == [(2, 1)]
     expected: dict[int, list[tuple[int, int]]] = {}
     for record in kept:
         expected.setdefault(record.partition, []).append((record.offset, record.ts))
-    scanned = scan_dump_files(spark, [dump], topic="users").to_pylist()
+    scanned = scan_dump_files(spark, [dump], topic="users").summary.to_pylist()
 
     assert sorted(expected) == [1, 2]  # the oracle itself kept what it should
     assert scanned == [

@@ -34,7 +34,7 @@ def test_every_decodable_record_is_plus_one_and_tombstones_are_skipped(spark) ->
     assert updates(result.changes, 10) == [(1, "a", 1, 2), (None, "b", None, 1)]
     assert updates(result.errors, 10) == [
         error(0, 3, "zz", "key decode error: key is neither a JSON object nor a JSON scalar", 1),
-        error(0, 4, 2, "value decode error: value not a JSON object", 1),
+        error(0, 4, 2, "value decode error: value is not a JSON object", 1),
     ]
 
 
@@ -82,9 +82,9 @@ def test_what_not_matching_the_declared_schema_means(spark) -> None:
             mismatch + "field 'n' is not a valid int; field 'tags' is not a valid array<string>",
             1,
         ),
-        error(0, 3, 4, "value decode error: value missing required field(s): name", 1),
-        error(0, 4, 5, "value decode error: value not a JSON object", 1),
-        error(0, 5, 6, "value decode error: value not a JSON object", 1),
+        error(0, 3, 4, "value decode error: value is missing required field(s): name", 1),
+        error(0, 4, 5, "value decode error: value is not a JSON object", 1),
+        error(0, 5, 6, "value decode error: value is not a JSON object", 1),
         error(0, 6, 7, mismatch + "field 'n' is not a valid int", 1),
     ]
 

@@ -96,7 +96,7 @@ CASES = {
             [error(0, 1, 1, BAD_N, 1)],
             [
                 error(0, 1, 1, BAD_N, -1),
-                error(0, 2, 1, "value decode error: value not a JSON object", 1),
+                error(0, 2, 1, "value decode error: value is not a JSON object", 1),
             ],
         ],
     ),

@@ -120,10 +120,14 @@ def run_windows(
         Windows.one(end - width, end) for end in ends
     ]
     done = []
+    reported: set[str] = set()  # what an errors shard would hold
     for windows in runs:
         lower = reclocked.refresh().upper.time or 0
-        run = reclock_windows(spark, source, registry, remap, lower, windows)
+        run = reclock_windows(
+            spark, source, registry, remap, lower, windows, reported=frozenset(reported)
+        )
         append_new(reclocked, run.reclocked.records, lower, windows.end + 1)
+        reported |= {row["file"] for row in run.reclocked.errors.select("file").collect()}
         done.append(run)
     return done
 

@@ -1,10 +1,12 @@
 """Raw JSON text of a dump record -> typed columns, with a reason when that fails.
 
 What "does not match the declared schema" means (Spark's JSON reader, made explicit):
+- the text is not valid UTF-8;
 - the text is not a JSON object: malformed JSON, an array, a scalar, the literal ``null``;
 - a present field's JSON value cannot be read as the field's declared type, e.g. a string
   or ``1.5`` for an ``int`` column, an out-of-range number, a string for a struct
-  (a ``string`` column takes any JSON value, as its JSON text);
+  (a ``string`` column takes any JSON value, as its JSON text), or a non-finite number
+  (``NaN``, ``Infinity``) where the JSON standard has none;
 - a required field is missing or null: a non-nullable field of the schema, and every key
   column (a key with a missing column identifies nothing).
 Missing optional fields become null and unknown fields are ignored.
@@ -27,7 +29,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 CORRUPT_FIELD = "__reclock_corrupt_record__"
 CONNECT_WRAPPER_FIELDS = ("schema", "payload")
-NOT_AN_OBJECT = "not a JSON object"
+NOT_AN_OBJECT = "is not a JSON object"
+NOT_UTF8 = "is not valid UTF-8"
 
 
 def error_column(name: str) -> str:
@@ -66,7 +69,12 @@ def decode_json(
     typed = f"_{into}_typed"
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_FIELD}
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT_FIELD, StringType())])
-    all_text = StructType([StructField(f.name, StringType()) for f in schema.fields])
+    # Every field as text, read leniently (``Infinity``, ``NaN`` pass): tells a text that
+    # is no object at all from an object with a field of the wrong type.
+    all_text = StructType(
+        [*(StructField(f.name, StringType()) for f in schema.fields),
+         StructField(CORRUPT_FIELD, StringType())]
+    )
     parsed = df.select("*", F.from_json(F.col(text), with_corrupt, options).alias(typed))
     # A text that parses without a corrupt record and with every required field is a
     # good object (anything else that is not an object sets the corrupt record), so the
@@ -74,7 +82,7 @@ def decode_json(
     decoded = F.col(typed)[CORRUPT_FIELD].isNull()
     for name in required:
         decoded &= F.col(typed)[name].isNotNull()
-    as_text = F.from_json(F.col(text), all_text)
+    as_text = F.from_json(F.col(text), all_text, options)
     wrong_types = F.concat_ws(
         "; ",
         *[
@@ -93,9 +101,15 @@ def decode_json(
             for name in required
         ],
     )
+    # Strictly no object, and not even leniently an object (``{"n": Infinity}`` is one,
+    # with a field of the wrong type).
+    not_object = F.json_object_keys(F.col(text)).isNull() & (
+        as_text.isNull() | as_text[CORRUPT_FIELD].isNotNull() | ~F.col(text).rlike(r"^\s*\{")
+    )
     error = (
         F.when(F.col(text).isNull() | decoded, F.lit(None))
-        .when(F.json_object_keys(F.col(text)).isNull(), F.lit(NOT_AN_OBJECT))
+        .when(~F.is_valid_utf8(F.col(text)), F.lit(NOT_UTF8))
+        .when(not_object, F.lit(NOT_AN_OBJECT))
         .when(
             F.col(typed)[CORRUPT_FIELD].isNotNull(),
             F.concat(
@@ -105,7 +119,7 @@ def decode_json(
                 ),
             ),
         )
-        .when(missing != "", F.concat(F.lit("missing required field(s): "), missing))
+        .when(missing != "", F.concat(F.lit("is missing required field(s): "), missing))
     )
     value = F.struct(*[F.col(typed)[f.name].alias(f.name) for f in schema.fields])
     return parsed.select("*", error.alias(error_column(into)), value.alias(into)).drop(typed)
@@ -127,7 +141,7 @@ def decode_key(df: DataFrame, raw: str, key_schema: StructType, into: str) -> Da
     df = decode_json(df, text, key_schema, into, required=key_schema.names).drop(text)
     if len(key_schema.fields) == 1:
         error = F.col(error_column(into))
-        not_json = F.lit("neither a JSON object nor a JSON scalar")
+        not_json = F.lit("is neither a JSON object nor a JSON scalar")
         df = df.withColumn(
             error_column(into), F.when(error == NOT_AN_OBJECT, not_json).otherwise(error)
         )

@@ -67,7 +67,7 @@ def key_problem() -> Column:
     from ``decode_key``)."""
     return F.when(F.col("key").isNull(), reason(NULL_KEY, NULL_KEY_DETAIL)).when(
         F.col("key_value_error").isNotNull(),
-        reason(KEY_DECODE, F.concat(F.lit("key is "), F.col("key_value_error"))),
+        reason(KEY_DECODE, F.concat(F.lit("key "), F.col("key_value_error"))),
     )
 
 
