@@ -3,7 +3,7 @@ leave in a landing folder) through one ``reclock materialize`` of three sources.
 
 Every case must surface as a row of its source's ``errors`` table naming its file or its
 Kafka position; every good record must reach ``state``; the clean source must not notice;
-every output table must stay readable by pyarrow; ``inspect`` must not claim the
+every output table must stay readable by pyarrow and by delta-spark; ``inspect`` must not claim the
 source is caught up. One pipeline run serves all cases, so the corpus costs one run.
 """
 
@@ -342,10 +342,13 @@ def test_the_clean_source_is_unaffected(corpus: Config) -> None:
     assert table(corpus, "orders", "errors") == []
 
 
-def test_every_output_table_is_readable_and_errors_are_valid_text(corpus: Config) -> None:
+def test_every_output_table_is_readable_and_errors_are_valid_text(corpus: Config, spark) -> None:
     for source in corpus.sources:
         for name in OUTPUTS:
             rows = table(corpus, source.name, name)
+            path = str(corpus.lake / source.name / name)
+            by_delta_spark = spark.read.format("delta").load(path).toArrow().to_pylist()
+            assert sorted(map(repr, by_delta_spark)) == sorted(map(repr, rows)), path
             if name == "errors":
                 assert all(isinstance(r["reason"], str) and r["reason"] for r in rows)
 
