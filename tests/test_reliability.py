@@ -274,22 +274,29 @@ def test_a_late_redelivery_with_bad_lines_and_damage_is_reported_once(
     assert state(config) == FINAL_STATE
 
 
-def test_two_materialize_processes_of_one_config_both_succeed_with_exact_outputs(
-    lakes: Lakes, tmp_path: Path
+@pytest.mark.parametrize("second", ["reclock materialize", "dagster job execute"])
+def test_two_runs_of_one_config_at_once_both_succeed_with_exact_outputs(
+    lakes: Lakes, tmp_path: Path, second: str
 ) -> None:
-    """Two real ``reclock materialize`` processes (exports included) started together on
-    one config: each succeeds, or fails naming the conflict; the lake equals the
-    reference lake, which one run built."""
+    """A real ``reclock materialize`` process and, started together with it, another one
+    or a Dagster run of the job over the same windows (exports included): each succeeds,
+    or fails naming the conflict; the lake equals the reference lake, which one run built."""
     config_path = write_config(tmp_path)
     config = load_config(config_path)
     (config.landing / "users" / "early.json").write_text(dump(EARLY))
     (config.landing / "users" / "late.json").write_text(dump(LATE))
     command = [sys.executable, "-m", "pipelines.cli", "materialize", "--config", str(config_path)]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    job = [
+        str(Path(sys.executable).with_name("dagster")), "job", "execute",
+        "-m", "pipelines.definitions", "-j", ALL_WINDOWS_JOB,
+        "--tags", json.dumps(range_tags(KEYS[0], KEYS[-1])),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "RECLOCK_CONFIG": str(config_path)}
     env.pop("DAGSTER_HOME", None)
     runs = [
-        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for _ in range(2)
+        subprocess.Popen(other, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for other in (command, command if second == "reclock materialize" else job)
     ]
     outputs = [run.communicate(timeout=600)[0].decode(errors="replace") for run in runs]
 
