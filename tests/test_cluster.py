@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deltalake import DeltaTable
+from lake_rows import table_rows
 from pyspark.find_spark_home import _find_spark_home
 
 from cdc_core.config import Config, ConfigError, load_config
@@ -96,18 +96,8 @@ def _run_cli(config_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _contents(config: Config) -> dict[str, Counter]:
-    """Every table's rows, with the run's own folder (in error file names) left out."""
-    root = str(config.lake.parent)
-
-    def portable(value: object) -> object:
-        return value.replace(root, "<root>") if isinstance(value, str) else value
-
     return {
-        f"{source.name}/{table}": Counter(
-            tuple((name, portable(value)) for name, value in sorted(row.items()))
-            for row in DeltaTable(str(config.lake / source.name / table))
-            .to_pyarrow_table().to_pylist()
-        )
+        f"{source.name}/{table}": table_rows(config, source.name, table)
         for source in config.sources
         for table in TABLES
     }

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deltalake import DeltaTable
+from lake_rows import table_rows
 
 from cdc_core.config import Config, load_config
 from cdc_core.pipeline import OUTPUTS, SourcePipeline
@@ -50,19 +50,7 @@ def one_source_sample(workdir: Path) -> Path:
 
 
 def contents(config: Config) -> dict[str, Counter]:
-    """Every table's rows, with the run's own folder (in error file names) left out."""
-    root = str(config.lake.parent)
-
-    def portable(value: object) -> object:
-        return value.replace(root, "<root>") if isinstance(value, str) else value
-
-    return {
-        table: Counter(
-            tuple((name, portable(value)) for name, value in sorted(row.items()))
-            for row in DeltaTable(str(config.lake / SOURCE / table)).to_pyarrow_table().to_pylist()
-        )
-        for table in OUTPUTS
-    }
+    return {table: table_rows(config, SOURCE, table) for table in OUTPUTS}
 
 
 @pytest.fixture(scope="module")
