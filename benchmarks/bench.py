@@ -265,22 +265,20 @@ def merge_delta_spark(spark: SparkSession, dataset: Dataset, scratch: Path) -> O
     columns = {name: f"s.{name}" for name in MERGE_TARGET.fieldNames()}
     on = " AND ".join(f"t.{name} = s.{name}" for name in KEY.fieldNames())
     newer = "s.kafka_offset > t.kafka_offset"
-    steps: Counter[str] = Counter()
-    seconds = []
-    for files in dataset.window_files:
-        started = time.perf_counter()
-        if files:
-            with _timed(steps, "DeltaTable.merge (delta-spark)"):
-                (
-                    target.alias("t")
-                    .merge(spark_latest(spark, files).alias("s"), on)
-                    .whenMatchedDelete(f"s.{DELETED} AND {newer}")
-                    .whenMatchedUpdate(f"NOT s.{DELETED} AND {newer}", set=columns)
-                    .whenNotMatchedInsert(f"NOT s.{DELETED}", values=columns)
-                    .execute()
-                )
-        seconds.append(time.perf_counter() - started)
-    return Outcome(_delta_rows(path), tuple(seconds), dict(steps))
+
+    def merge(files: Sequence[str], steps: Counter[str]) -> None:
+        with _timed(steps, "DeltaTable.merge (delta-spark)"):
+            (
+                target.alias("t")
+                .merge(spark_latest(spark, files).alias("s"), on)
+                .whenMatchedDelete(f"s.{DELETED} AND {newer}")
+                .whenMatchedUpdate(f"NOT s.{DELETED} AND {newer}", set=columns)
+                .whenNotMatchedInsert(f"NOT s.{DELETED}", values=columns)
+                .execute()
+            )
+
+    seconds, steps = timed_windows(dataset, merge)
+    return Outcome(_delta_rows(path), seconds, steps)
 
 
 def reclock_dagster(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
@@ -382,17 +380,30 @@ def merge_windows(
     a Delta table; a position guard keeps an older redelivered record from winning."""
     path = str(scratch / "merged")
     target = DeltaTable.create(path, to_arrow_schema(MERGE_TARGET))
+
+    def merge(files: Sequence[str], steps: Counter[str]) -> None:
+        with _timed(steps, "prepare batch"):
+            batch = prepare(files)
+        with _timed(steps, "DeltaTable.merge"):
+            merge_batch(target, batch)
+
+    seconds, steps = timed_windows(dataset, merge)
+    return Outcome(_delta_rows(path), seconds, steps)
+
+
+def timed_windows(
+    dataset: Dataset, merge: Callable[[Sequence[str], Counter[str]], None]
+) -> tuple[tuple[float, ...], dict[str, float]]:
+    """Merge each window's dumps (a window without any costs nothing), timing every window
+    and the steps ``merge`` records."""
     steps: Counter[str] = Counter()
     seconds = []
     for files in dataset.window_files:
         started = time.perf_counter()
         if files:
-            with _timed(steps, "prepare batch"):
-                batch = prepare(files)
-            with _timed(steps, "DeltaTable.merge"):
-                merge_batch(target, batch)
+            merge(files, steps)
         seconds.append(time.perf_counter() - started)
-    return Outcome(_delta_rows(path), tuple(seconds), dict(steps))
+    return tuple(seconds), dict(steps)
 
 
 def merge_batch(target: DeltaTable, batch: pa.Table) -> None:
