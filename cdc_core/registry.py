@@ -349,7 +349,10 @@ def read_canonical(
     )
     good = F.col("reason").isNull()
     lines = (
-        dumps.lines.where(~good | keep)
+        # ``keep`` first: a filter on ``reason`` alone makes Spark evaluate every check of
+        # the line (JSON re-parses included) for every line; here only lines outside
+        # ``keep`` (rare) pay for it.
+        dumps.lines.where(keep | ~good)
         .join(F.broadcast(arrivals), "file")
         .repartition("partition")
     )
