@@ -25,7 +25,7 @@ from dagster._core.storage.tags import (
 )
 from dagster_pyspark import PySparkResource
 
-from assets.partitions import to_datetime, window_bounds, window_partitions
+from assets.partitions import to_datetime, window_bounds, window_key, window_partitions
 from assets.source_assets import output_key
 from cdc_core import checks
 from cdc_core.config import Config, SourceConfig
@@ -55,8 +55,22 @@ def judged_range(
     return upper - 1 - config.window_ms, upper - 1
 
 
+def judged_partitions(config: Config, window: tuple[int, int]) -> str:
+    """The partition key(s) judged, as text: ``K`` for one window, ``K1 .. Kn`` for a range.
+
+    Dagster attaches a partition to a check result only when its run has exactly one
+    partition; a range run records one result per check, so the keys go in its metadata.
+    """
+    start, end = window
+    first, last = window_key(config, start + config.window_ms), window_key(config, end)
+    return first if first == last else f"{first} .. {last}"
+
+
 def to_result(
-    outcome: checks.CheckOutcome, window: tuple[int, int], severity: AssetCheckSeverity
+    outcome: checks.CheckOutcome,
+    window: tuple[int, int],
+    severity: AssetCheckSeverity,
+    config: Config,
 ) -> AssetCheckResult:
     start, end = window
     return AssetCheckResult(
@@ -64,6 +78,8 @@ def to_result(
         severity=severity,
         description=outcome.description,
         metadata={
+            "partition": judged_partitions(config, window),
+            "windows": (end - start) // config.window_ms,
             "window_start": MetadataValue.timestamp(to_datetime(start)),
             "window_end": MetadataValue.timestamp(to_datetime(end)),
             "judged_time": MetadataValue.timestamp(to_datetime(end)),
@@ -102,7 +118,7 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
             severity = AssetCheckSeverity.ERROR if blocking else AssetCheckSeverity.WARN
             with phase(name, f"check {asset}.{check_name}"):
                 outcome = judge(pipeline, *window)
-            return to_result(outcome, window, severity)
+            return to_result(outcome, window, severity, config)
 
         return _check
 

@@ -55,6 +55,11 @@ def contiguous_windows(
     return runs
 
 
+def window_key(config: Config, end_ms: int) -> str:
+    """The partition key of the window that binds at ``end_ms`` (keys name window starts)."""
+    return to_datetime(end_ms - config.window_ms).strftime(PARTITION_FORMAT)
+
+
 def range_tags(first_key: str, last_key: str) -> dict[str, str]:
     """Run tags that make one run cover the windows ``first_key .. last_key``."""
     return {ASSET_PARTITION_RANGE_START_TAG: first_key, ASSET_PARTITION_RANGE_END_TAG: last_key}
@@ -72,6 +77,6 @@ def closed_windows(config: Config, after_ms: int, through_ms: int) -> list[tuple
     first = max(1, (after_ms - config.start_ms) // width + 1)
     last = (last_end - config.start_ms) // width
     return [
-        (to_datetime(end - width).strftime(PARTITION_FORMAT), end)
+        (window_key(config, end), end)
         for end in (config.start_ms + index * width for index in range(first, last + 1))
     ]

@@ -12,6 +12,7 @@ bindings.
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from dagster import (
     AssetExecutionContext,
@@ -21,6 +22,7 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     TableColumn,
+    TableRecord,
     TableSchema,
     TimeWindowPartitionsDefinition,
     multi_asset,
@@ -28,10 +30,12 @@ from dagster import (
 from dagster_pyspark import PySparkResource
 from pyspark.sql.types import StructType
 
-from assets.partitions import contiguous_windows, to_datetime
+from assets.partitions import contiguous_windows, to_datetime, window_key
 from cdc_core.config import Config, SourceConfig
+from cdc_core.frontier import OffsetFrontier
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.pipeline import OUTPUTS, SourcePipeline, SourceStatus, WindowReport
+from cdc_core.registry import Registry
 from resources.lake import LakeResource
 from resources.landing import LandingZone
 
@@ -91,49 +95,101 @@ def source_assets(
         pipeline = SourcePipeline(
             pyspark.spark_session, config, source, lake.source_root(source.name), landing.root
         )
-        with observing(lambda event: log_phase(context, event)):
+        keys = list(context.partition_keys)
+        with observing(lambda event: log_phase(context, config, event)):
             pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
-            runs = contiguous_windows(partitions, list(context.partition_keys), config.window_ms)
             reports: list[WindowReport] = []
-            for windows in runs:
-                reports.extend(pipeline.run_windows(windows))
-            for index, report in enumerate(reports, start=1):
-                context.log.info(f"[{index}/{len(reports)}] {report.summary()}")
+            for windows in contiguous_windows(partitions, keys, config.window_ms):
+                for report in pipeline.run_windows(windows):
+                    reports.append(report)
+                    context.log.info(f"[{len(reports)}/{len(keys)}] {report.summary()}")
             status = pipeline.finish()
+        backlog = Backlog.of(pipeline.registry)
         for name in OUTPUTS:
-            yield MaterializeResult(
-                asset_key=output_key(source.name, name),
-                metadata=output_metadata(name, status, reports),
-            )
+            key = output_key(source.name, name)
+            for report in reports:  # each partition its own window's figures
+                context.add_asset_metadata(
+                    window_metadata(report, backlog),
+                    asset_key=key,
+                    partition_key=window_key(config, report.end),
+                )
+            yield MaterializeResult(asset_key=key, metadata=output_metadata(name, status))
 
     return materialize_windows
 
 
-def log_phase(context: AssetExecutionContext, event: PhaseEvent) -> None:
-    """A step log line as each engine phase starts and ends, so a long step is never silent."""
+def log_phase(context: AssetExecutionContext, config: Config, event: PhaseEvent) -> None:
+    """A step log line as each engine phase starts and ends, with its counts, and one line
+    per window for the phases that count rows per window: a long step is never silent."""
     if not event.ended:
-        context.log.debug(f"{event.source}: {event.name} ...")
+        context.log.info(f"{event.source}: {event.name} ...")
         return
-    figures = "".join(f"; {name}: {value}" for name, value in event.figures.items())
+    per_time = event.figures.get("rows_per_time") or {}
+    figures = "".join(
+        f"; {name}: {value}" for name, value in event.figures.items() if name != "rows_per_time"
+    )
     context.log.info(f"{event.source}: {event.name} done in {event.seconds:.1f} s{figures}")
+    for end, rows in sorted(per_time.items()):
+        context.log.info(
+            f"{event.source}: {event.name}: window {window_key(config, end)}: {rows} row(s)"
+        )
 
 
-def output_metadata(
-    output: str, status: SourceStatus, reports: list[WindowReport]
-) -> dict[str, object]:
-    """Stable numeric keys so the UI can plot them per partition."""
+@dataclass(frozen=True)
+class Backlog:
+    """What the landing zone has registered: the end offset per Kafka partition and the
+    newest record's Kafka timestamp; a window's lag is measured against it."""
+
+    ends: OffsetFrontier
+    newest_ms: int | None
+
+    @classmethod
+    def of(cls, registry: Registry) -> "Backlog":
+        files = registry.files()
+        newest = max((s.max_ts for f in files for s in f.partitions), default=None)
+        return cls(registry.end_offsets(files), newest)
+
+    def offsets_behind(self, frontier: OffsetFrontier) -> int:
+        return sum(max(self.ends[p] - frontier[p], 0) for p in self.ends.partitions)
+
+    def seconds_behind(self, end_ms: int) -> float:
+        """How far the newest registered record lies beyond ``end_ms`` (0 when it does not)."""
+        return max((self.newest_ms or end_ms) - end_ms, 0) / 1000
+
+    def coverage(self, frontier: OffsetFrontier) -> float:
+        """The fraction of registered offsets that ``frontier`` has bound (1.0 when none)."""
+        registered = sum(self.ends[p] for p in self.ends.partitions)
+        bound = sum(min(frontier[p], self.ends[p]) for p in self.ends.partitions)
+        return bound / registered if registered else 1.0
+
+
+def window_metadata(report: WindowReport, backlog: Backlog) -> dict[str, object]:
+    """One window's own figures, under stable keys the Partitions view plots per window."""
+    return {
+        "window_start": MetadataValue.timestamp(to_datetime(report.start)),
+        "window_end": MetadataValue.timestamp(to_datetime(report.end)),
+        "bound_here": report.minted,
+        "records_in": report.records_in,
+        "updates_out": report.updates_out,
+        "errors_new": report.errors_out,
+        "lag_offsets": backlog.offsets_behind(report.frontier),
+        "lag_seconds": backlog.seconds_behind(report.end),
+        "coverage": backlog.coverage(report.frontier),
+        "frontier": MetadataValue.json(
+            {str(partition): offset for partition, offset in report.frontier.offsets.items()}
+        ),
+    }
+
+
+def output_metadata(output: str, status: SourceStatus) -> dict[str, object]:
+    """The table as it stands after the run (the same for every window of the run)."""
     table = status.tables[output]
     metadata: dict[str, object] = {
         "dagster/row_count": table.rows,
-        "dagster/column_schema": column_schema(table.schema),
+        "dagster/column_schema": column_schema(table.schema, shard=output != "state"),
         "path": MetadataValue.path(str(table.path)),
         "delta_version": table.version,
         "finished": table.upper is None,
-        "windows": len(reports),
-        "records_in": sum(r.records_in for r in reports),
-        "updates_out": sum(r.updates_out for r in reports),
-        "errors_new": sum(r.errors_out for r in reports),
-        "lag_offsets": sum(status.lag.values()),
         "damaged_files": len(status.inspection.damaged),
         "caught_up": status.inspection.caught_up,
     }
@@ -143,16 +199,31 @@ def output_metadata(
     if table.since is not None:
         metadata["since"] = MetadataValue.timestamp(to_datetime(table.since))
     if output == "remap":
-        for partition, offset in status.frontier.offsets.items():
-            metadata[f"frontier/partition_{partition}"] = offset
-        for partition, lag in status.lag.items():
-            metadata[f"lag/partition_{partition}"] = lag
+        metadata["source_frontier"] = MetadataValue.table(
+            [
+                TableRecord(
+                    {"partition": p, "frontier": status.frontier[p], "lag": status.lag.get(p, 0)}
+                )
+                for p in sorted(set(status.frontier.partitions) | set(status.lag))
+            ],
+            schema=TableSchema(
+                columns=[
+                    TableColumn("partition", "int", description="Kafka partition"),
+                    TableColumn("frontier", "int", description="next offset to bind"),
+                    TableColumn("lag", "int", description="registered offsets not bound yet"),
+                ]
+            ),
+        )
     return metadata
 
 
-def column_schema(schema: StructType) -> TableSchema:
-    return TableSchema(
-        columns=[
-            TableColumn(name=field.name, type=field.dataType.simpleString()) for field in schema
-        ]
-    )
+# Every shard row carries its IntoTime and its multiplicity next to the data columns.
+SHARD_COLUMNS = (
+    TableColumn("time", "bigint", description="IntoTime: the binding time (epoch ms)"),
+    TableColumn("diff", "bigint", description="multiplicity: +1 insert, -1 retraction"),
+)
+
+
+def column_schema(schema: StructType, *, shard: bool) -> TableSchema:
+    columns = [TableColumn(name=f.name, type=f.dataType.simpleString()) for f in schema]
+    return TableSchema(columns=columns + (list(SHARD_COLUMNS) if shard else []))

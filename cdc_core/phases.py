@@ -22,7 +22,8 @@ __all__ = ["PhaseEvent", "observing", "phase"]
 @dataclass(frozen=True)
 class PhaseEvent:
     """A phase starting (``seconds is None``) or ending (its wall time in ``seconds``).
-    ``figures`` holds what the phase reports at its end (e.g. rows written per time)."""
+    ``figures`` holds what the phase reports at its end (e.g. ``rows`` written, and
+    ``rows_per_time``: rows per binding time, i.e. per window, for the appends)."""
 
     source: str
     name: str

@@ -208,6 +208,7 @@ class SourcePipeline:
                     self.reclocked, run.reclocked.records, lower, upper, consolidated=True
                 ) or {}
                 figures["rows"] = sum(records_in.values())
+                figures["rows_per_time"] = records_in
             # Read back from the committed shard (cheap Parquet, not the dumps again) and
             # cached: the envelope's outputs (changes, errors, dedup state) each read them.
             records = self.reclocked.listen(max(lower - 1, 0), windows.end).cache()
@@ -301,9 +302,11 @@ class SourcePipeline:
                     self.changes, result.changes, lower, upper, consolidated=True
                 ) or {}
                 figures["rows"] = sum(changes.values())
+                figures["rows_per_time"] = changes
             with phase(self.source.name, "append errors") as figures:
                 written_errors = append_new(self.errors, errors, lower, upper) or {}
                 figures["rows"] = sum(written_errors.values())
+                figures["rows_per_time"] = written_errors
             if self.dedup is not None and result.dedup_state is not None:
                 with phase(self.source.name, "append dedup state"):
                     append_new(self.dedup, result.dedup_state, lower, upper)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dagster import (
     AssetSelection,
     Definitions,
-    build_schedule_from_partitioned_job,
     define_asset_job,
     in_process_executor,
 )
@@ -15,7 +14,7 @@ from assets.checks import source_checks
 from assets.partitions import window_partitions
 from assets.source_assets import source_assets
 from cdc_core.config import Config
-from pipelines.sensors import dump_sensor
+from pipelines.sensors import dump_sensor, window_schedule
 from resources.lake import LakeResource
 from resources.landing import LandingZone
 from resources.spark import spark_resource
@@ -43,11 +42,7 @@ def build_definitions(config: Config) -> Definitions:
             "dumps, bind, reclock, apply the envelope, publish state, then the checks."
         ),
     )
-    schedule = build_schedule_from_partitioned_job(
-        job,
-        name="latest_closed_window",
-        description=f"Materializes each window as it closes (every {config.window}).",
-    )
+    schedule = window_schedule(config, job)
     return Definitions(
         assets=assets,
         asset_checks=checks,

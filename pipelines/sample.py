@@ -602,6 +602,14 @@ def _sample_config_yaml(end_ms: int) -> str:
             "reclock": "event-time",
         }
 
+    users = source("users", UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, "upsert")
+    # The great-expectations check runs on each window's new rows (non-blocking).
+    users["expectations"] = [
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}},
+        {"type": "expect_column_values_to_be_in_set",
+         "kwargs": {"column": "tier", "value_set": list(TIERS)}},
+    ]
+
     config = {
         "lake": "lake",
         "landing": "landing",
@@ -609,7 +617,7 @@ def _sample_config_yaml(end_ms: int) -> str:
         "start": _iso(SAMPLE_START_MS),
         "end": _iso(end_ms),
         "sources": [
-            source("users", UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, "upsert"),
+            users,
             source("orders", {"id": "bigint"}, ORDERS_VALUE_SCHEMA, "debezium-upsert"),
             source("clicks", {}, CLICKS_VALUE_SCHEMA, "none"),
         ],

@@ -1,4 +1,10 @@
-"""The landing-zone sensor: registers new dumps durably, then asks for closed windows.
+"""The window schedule, and the landing-zone sensor.
+
+The schedule ticks at every window boundary (its cron follows the config's ``window``)
+and requests the window that just closed; once the config's ``end`` has passed it
+requests nothing more.
+
+The landing-zone sensor registers new dumps durably, then asks for closed windows.
 
 Registration records each file with its arrival time (the ``arrival`` reclock policy
 binds exactly what had arrived before a window closed), so it happens at every tick,
@@ -13,9 +19,11 @@ import time
 
 from dagster import (
     RunRequest,
+    ScheduleEvaluationContext,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    schedule,
     sensor,
 )
 from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -23,8 +31,9 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
 )
 from dagster_pyspark import PySparkResource
 
-from assets.partitions import closed_windows, range_tags
+from assets.partitions import closed_windows, range_tags, to_ms
 from cdc_core.config import Config
+from cdc_core.frontier import iso
 from cdc_core.pipeline import SourcePipeline
 
 
@@ -60,3 +69,27 @@ def dump_sensor(config: Config, job: UnresolvedAssetJobDefinition):
         return SensorResult(run_requests=[request], cursor=new_cursor)
 
     return new_dumps
+
+
+def window_schedule(config: Config, job: UnresolvedAssetJobDefinition):
+    @schedule(
+        name="latest_closed_window",
+        job=job,
+        cron_schedule=config.cron,
+        execution_timezone="UTC",
+        description=(
+            f"At every window boundary (every {config.window}, cron {config.cron!r} UTC), "
+            "materializes the window that just closed; requests nothing after the config's end."
+        ),
+    )
+    def latest_closed_window(context: ScheduleEvaluationContext) -> RunRequest | SkipReason:
+        moment = context.scheduled_execution_time
+        now_ms = to_ms(moment) if moment is not None else int(time.time() * 1000)
+        closed = closed_windows(config, now_ms - config.window_ms, now_ms)
+        if not closed:
+            end = "" if config.end_ms is None else f"; the config ends at {iso(config.end_ms)}"
+            return SkipReason(f"no window closed in the last {config.window} at {iso(now_ms)}{end}")
+        key, _ = closed[-1]
+        return RunRequest(run_key=f"window:{key}", partition_key=key)
+
+    return latest_closed_window
