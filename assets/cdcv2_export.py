@@ -141,30 +141,17 @@ def _publish(staging: Path, target: Path) -> None:
     )
 
 
-def export_metadata(exports: list[WindowExport]) -> dict[str, object]:
-    """Totals of the run's windows plus the range judged; stable keys for UI plots."""
-    first, last = exports[0], exports[-1]
+def window_export_metadata(export: WindowExport) -> dict[str, object]:
+    """One window's own export, under stable keys the Partitions view plots per window."""
     return {
-        "updates": sum(e.updates for e in exports),
-        "progress_statements": sum(e.progress_statements for e in exports),
-        "windows": len(exports),
-        "folder": MetadataValue.path(str(last.folder.parent)),
-        "window_start": to_datetime(first.start).isoformat(),
-        "window_end": to_datetime(last.end).isoformat(),
-        "judged_time": last.end,
-        "upper": last.end + 1,
-        "encoding": EXPORT_ENCODING.name,
-        "per_window": MetadataValue.json(
-            [
-                {
-                    "window": e.key,
-                    "folder": str(e.folder),
-                    "updates": e.updates,
-                    "progress_statements": e.progress_statements,
-                }
-                for e in exports
-            ]
-        ),
+        "updates": export.updates,
+        "progress_statements": export.progress_statements,
+        "window_folder": MetadataValue.path(str(export.folder)),
+        "window_start": MetadataValue.timestamp(to_datetime(export.start)),
+        "window_end": MetadataValue.timestamp(to_datetime(export.end)),
+        # The window binds at its end; its stream is complete through end + 1.
+        "judged_time": MetadataValue.timestamp(to_datetime(export.end)),
+        "upper": MetadataValue.timestamp(to_datetime(export.end + 1)),
     }
 
 
@@ -194,11 +181,18 @@ def cdcv2_export_asset(
         pipeline = SourcePipeline.from_config(pyspark.spark_session, config, source)
         root = pipeline.root / EXPORT_FOLDER
         root.mkdir(parents=True, exist_ok=True)
-        exports = []
-        for key in sorted(context.partition_keys):
+        keys = sorted(context.partition_keys)
+        for index, key in enumerate(keys, start=1):
             start, end = window_bounds(partitions.time_window_for_partition_key(key))
-            exports.append(export_window(pipeline.changes, root, key, start, end))
-            context.log.info(f"{source.name}: exported {exports[-1].summary()}")
-        return MaterializeResult(metadata=export_metadata(exports))
+            export = export_window(pipeline.changes, root, key, start, end)
+            context.log.info(f"[{index}/{len(keys)}] {source.name}: exported {export.summary()}")
+            context.add_asset_metadata(window_export_metadata(export), partition_key=key)
+        return MaterializeResult(
+            metadata={
+                "folder": MetadataValue.path(str(root)),
+                "encoding": EXPORT_ENCODING.name,
+                "windows": len(keys),
+            }
+        )
 
     return changes_cdcv2

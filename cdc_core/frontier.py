@@ -65,6 +65,10 @@ class TimeFrontier:
     def __str__(self) -> str:
         return "[]" if self.time is None else f"[{self.time}]"
 
+    def iso(self) -> str:
+        """As people read it: ``[2026-01-01T00:01:00Z]``, ``[]`` once finished."""
+        return "[]" if self.time is None else f"[{iso(self.time)}]"
+
 
 @dataclass(frozen=True)
 class OffsetFrontier:

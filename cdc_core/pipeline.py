@@ -115,16 +115,12 @@ class SourceStatus:
             return 0
         return (upper - 1 - self.start_ms) // self.window_ms
 
-    @property
-    def upper_text(self) -> str:
-        return str(self.upper)
-
     def describe(self) -> str:
         lines = [self.inspection.describe(), "  tables:"]
         for name, table in self.tables.items():
             lines.append(
                 f"    {name:<10} version {table.version:>4}  rows {table.rows:>9}  "
-                f"upper {table.upper}  since {table.since}"
+                f"upper {_iso_or_none(table.upper)}  since {_iso_or_none(table.since)}"
             )
         lines.append(f"  current errors: {self.current_errors}")
         return "\n".join(lines)
@@ -407,6 +403,10 @@ class SourcePipeline:
             archive=self.root / "archive",
             now_ms=int(time.time() * 1000),
         )
+
+
+def _iso_or_none(time: int | None) -> str:
+    return "-" if time is None else iso(time)
 
 
 def _table_status(shard: Shard) -> TableStatus:

@@ -139,9 +139,9 @@ class RetireReport:
 
     def __str__(self) -> str:
         return (
-            f"committed {self.committed.timestamp} offsets {self.committed.offsets}; "
+            f"committed {self.committed.timestamp.iso()} offsets {self.committed.offsets}; "
             f"archived {len(self.archived)}, deleted {len(self.deleted)} dump file(s); "
-            f"remap since {self.remap_since}"
+            f"remap since {self.remap_since.iso()}"
         )
 
 
@@ -226,18 +226,20 @@ class SourceInspection:
 
     def describe(self) -> str:
         lines = [
-            f"source {self.source}: remap upper {self.remap_upper}, since {self.remap_since}",
+            f"source {self.source}: remap upper {self.remap_upper.iso()}, "
+            f"since {self.remap_since.iso()}",
             f"  {'partition':>9} {'frontier':>12} {'registered end':>15} {'lag':>10}",
         ]
         for p in sorted(set(self.frontier.partitions) | set(self.end_offsets.partitions)):
             lag = self.lag.get(p, 0)
             lines.append(f"  {p:>9} {self.frontier[p]:>12} {self.end_offsets[p]:>15} {lag:>10}")
         lines.append(
-            f"  resumption: time {self.resumption.timestamp}, offsets {self.resumption.offsets}"
+            f"  resumption: time {self.resumption.timestamp.iso()}, "
+            f"offsets {self.resumption.offsets}"
         )
         if self.committed is not None:
             lines.append(
-                f"  committed upstream: time {self.committed.timestamp}, "
+                f"  committed upstream: time {self.committed.timestamp.iso()}, "
                 f"offsets {self.committed.offsets}"
             )
         if self.damaged:

@@ -630,3 +630,11 @@ def _open_or_create(location: str, schema: DeltaSchema) -> DeltaTable:
                 if not DeltaTable.is_deltatable(location):
                     raise
         return DeltaTable(location)
+
+
+def stored_upper(path: str) -> TimeFrontier:
+    """The upper committed at ``path``, read from its Delta log alone: no Spark, nothing
+    created (a sensor's look must change nothing). ``[0]`` where no shard exists yet."""
+    if not DeltaTable.is_deltatable(path):
+        return TimeFrontier.at(0)
+    return _read_frontier(DeltaTable(path), UPPER)

@@ -6,16 +6,22 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 from dagster import DagsterInstance
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from assets.partitions import closed_windows, range_tags, to_ms
 from assets.source_assets import source_output_keys
 from cdc_core.config import Config, ConfigError, config_schema_json, load_config
 from cdc_core.frontier import iso
+from cdc_core.phases import PhaseEvent, observing
 from cdc_core.pipeline import SourcePipeline, SourceStatus
+from cdc_core.resumption import RetireReport
 from cdc_core.shard import ShardUsageError
 from cdc_core.spark import get_spark
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
@@ -24,14 +30,22 @@ from pipelines.sample import write_sample
 
 def materialize(config: Config, through_ms: int | None = None, *, exports: bool = True) -> bool:
     """Every closed window of every source, in order, in one in-process Dagster run, with
-    the asset checks; ``exports=False`` leaves out the CDCv2 export of each source."""
+    the asset checks; ``exports=False`` leaves out the CDCv2 export of each source.
+
+    When every source's outputs already hold the last closed window, it says so in one
+    line and runs nothing (a rerun would write nothing either)."""
     now_ms = int(time.time() * 1000)
-    keys = [key for key, _ in closed_windows(config, -1, min(through_ms or now_ms, now_ms))]
-    if not keys:
-        print("No closed window to materialize.")
+    closed = closed_windows(config, -1, min(through_ms or now_ms, now_ms))
+    if not closed:
+        print("Nothing to materialize: no window has closed yet.")
         return True
+    last_end = closed[-1][1]
+    if all(upper > last_end for upper in outputs_uppers(config)):
+        print(f"Nothing to materialize: every source is complete through {iso(last_end)}.")
+        return True
+    keys = [key for key, _ in closed]
     job = build_definitions(config).resolve_job_def(ALL_WINDOWS_JOB)
-    with _instance() as instance:
+    with _instance() as instance, progress_bar(config, len(keys)):
         result = job.execute_in_process(
             instance=instance,
             tags=range_tags(keys[0], keys[-1]),
@@ -41,6 +55,40 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
     print(f"Materialized windows {keys[0]} .. {keys[-1]} ({len(keys)} windows): "
           f"{'success' if result.success else 'FAILED'}")
     return result.success
+
+
+def outputs_uppers(config: Config) -> list[int]:
+    """Where each source's outputs stand (the meet of their uppers)."""
+    spark = get_spark(config.spark.master, config.spark.conf)
+    return [
+        SourcePipeline.from_config(spark, config, source).outputs_upper()
+        for source in config.sources
+    ]
+
+
+@contextmanager
+def progress_bar(config: Config, windows: int, console: Console | None = None) -> Iterator[None]:
+    """A bar per source over the run's windows, naming the engine phase under way; quiet
+    (nothing drawn) when the console is not a terminal, e.g. output piped to a file."""
+    console = console or Console()
+    if not console.is_terminal:
+        yield
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        tasks = {s.name: bar.add_task(f"{s.name}: waiting", total=windows) for s in config.sources}
+
+        def show(event: PhaseEvent) -> None:
+            task = tasks.get(event.source)
+            if task is None:
+                return
+            bar.update(task, description=f"{event.source}: {event.name}")
+            if event.ended and event.name == "publish state":  # every window is written
+                bar.update(task, completed=windows)
+
+        with observing(show):
+            yield
 
 
 def _instance() -> DagsterInstance:
@@ -58,12 +106,21 @@ def statuses(config: Config, only: str | None = None) -> list[SourceStatus]:
 
 
 def print_summary(config: Config) -> None:
-    print(f"{'source':<12}{'windows':>9}  {'upper':<22}{'state rows':>11}{'errors':>8}")
+    print(f"{'source':<12}{'windows':>9}  {'upper':<26}{'state rows':>11}{'errors':>8}")
     for status in statuses(config):
         print(
-            f"{status.source:<12}{status.windows_done:>9}  {status.upper_text:<22}"
+            f"{status.source:<12}{status.windows_done:>9}  {status.upper.iso():<26}"
             f"{status.tables['state'].rows:>11}{status.current_errors:>8}"
         )
+
+
+def print_retired(source: str, report: RetireReport) -> None:
+    """What ``retire`` did to one source: the frontier committed, each file and where it went."""
+    print(f"{source}: {report}")
+    for path, target in sorted(report.archived.items()):
+        print(f"  archived {path} -> {target}")
+    for path in report.deleted:
+        print(f"  deleted {path}")
 
 
 def print_inspection(config: Config, source: str | None) -> None:
@@ -91,6 +148,10 @@ def print_snapshot(
     print(f"{source} as of {iso(as_of)}: written to {out} ({fmt})")
 
 
+CONFIG_HELP = "the reclock config file (YAML), e.g. demo/reclock.yaml"
+WORKDIR_HELP = "folder for the demo's dumps, config, lake and Dagster instance (default: demo)"
+
+
 def parse_time(text: str) -> int:
     return to_ms(datetime.fromisoformat(text.replace("Z", "+00:00")))
 
@@ -99,20 +160,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="reclock", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     sample = commands.add_parser("sample", help="write the demo dumps and config")
-    sample.add_argument("--workdir", type=Path, default=Path("demo"))
+    sample.add_argument("--workdir", type=Path, default=Path("demo"), help=WORKDIR_HELP)
     run = commands.add_parser("materialize", help="materialize every closed window")
-    run.add_argument("--config", type=Path, required=True)
-    run.add_argument("--through", type=parse_time, help="ISO-8601 UTC: last window end")
+    run.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
+    run.add_argument(
+        "--through", type=parse_time, help="ISO-8601 UTC: the last window end to materialize"
+    )
     inspect = commands.add_parser("inspect", help="frontiers, versions, row counts, errors")
-    inspect.add_argument("--config", type=Path, required=True)
-    inspect.add_argument("--source")
+    inspect.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
+    inspect.add_argument("--source", help="only this source (default: every source)")
     retire = commands.add_parser("retire", help="archive dumps below the resumption frontier")
-    retire.add_argument("--config", type=Path, required=True)
-    retire.add_argument("--source")
+    retire.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
+    retire.add_argument("--source", help="only this source (default: every source)")
     snapshot = commands.add_parser(
         "snapshot", help="a source's rows as they stood at an IntoTime (time travel)"
     )
-    snapshot.add_argument("--config", type=Path, required=True, help="the reclock YAML file")
+    snapshot.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
     snapshot.add_argument("--source", required=True, help="the source's name in the config")
     snapshot.add_argument(
         "--as-of", type=parse_time, required=True, help="ISO-8601 UTC, e.g. 2026-01-01T00:05:00Z"
@@ -125,12 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     snapshot.add_argument("--limit", type=int, default=50, help="rows printed (default 50)")
     demo = commands.add_parser("demo", help="sample + materialize + summary")
-    demo.add_argument("--workdir", type=Path, default=Path("demo"))
+    demo.add_argument("--workdir", type=Path, default=Path("demo"), help=WORKDIR_HELP)
     config_file = commands.add_parser("config", help="the config file: its JSON Schema, checks")
     config_actions = config_file.add_subparsers(dest="action", required=True)
     config_actions.add_parser("schema", help="print the JSON Schema of the config file")
     check = config_actions.add_parser("check", help="validate a config file (starts no Spark)")
-    check.add_argument("file", type=Path)
+    check.add_argument("file", type=Path, help="the reclock YAML file to validate")
     args = parser.parse_args(argv)
 
     try:
@@ -170,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
             spark = get_spark(config.spark.master, config.spark.conf)
             for source in config.sources:
                 if args.source in (None, source.name):
-                    print(SourcePipeline.from_config(spark, config, source).retire())
+                    report = SourcePipeline.from_config(spark, config, source).retire()
+                    print_retired(source.name, report)
             return 0
     except ConfigError as error:
         print(f"reclock: invalid config:\n{error}", file=sys.stderr)

@@ -171,20 +171,24 @@ def test_each_window_folder_holds_just_its_own_times(materialized) -> None:
     assert second_frontier == TimeFrontier.at(END_2 + 1)
 
 
-def test_materialization_metadata_counts_the_run(materialized) -> None:
-    """One materialization per window of the range run, each with the run's figures."""
+def test_each_window_materialization_carries_its_own_export(materialized) -> None:
+    """One materialization per window of the range run, each with that window's figures
+    (by hand: every expected fact lies at one window end, one progress statement each)."""
     config, result = materialized
     events = [
         e for e in result.get_asset_materialization_events() if e.asset_key == export_key("users")
     ]
     assert sorted(e.partition for e in events) == [KEY_1, KEY_2]
+    ends = {KEY_1: END_1, KEY_2: END_2}
     for event in events:
         metadata = {k: v.value for k, v in event.materialization.metadata.items()}
-        assert metadata["updates"] == len(EXPECTED)
-        assert metadata["progress_statements"] == 2  # one time per window
+        end = ends[event.partition]
+        assert metadata["updates"] == sum(1 for fact in EXPECTED if fact[1] == end)
+        assert metadata["progress_statements"] == 1
         assert metadata["windows"] == 2
-        assert metadata["judged_time"] == END_2
-        assert metadata["upper"] == END_2 + 1
+        assert metadata["judged_time"] == end / 1000  # a timestamp, in seconds
+        assert metadata["upper"] == (end + 1) / 1000
+        assert metadata["window_folder"] == str(config.lake / "users" / "cdcv2" / event.partition)
         assert metadata["folder"] == str(config.lake / "users" / "cdcv2")
 
 

@@ -224,6 +224,9 @@ def test_two_windows_in_order_advance_outputs_with_metadata(two_runs: TwoRuns) -
         assert value(remap.metadata, "upper") == (binding + 1) / 1000  # a timestamp, seconds
         (changes,) = materializations(run, "changes")
         columns = [c.name for c in value(changes.metadata, "dagster/column_schema").columns]
+        assert columns == ["id", "name", "time", "diff"]
+        (state,) = materializations(run, "state")
+        columns = [c.name for c in value(state.metadata, "dagster/column_schema").columns]
         assert columns == ["id", "name"]
 
         evaluations = check_evaluations(run)
@@ -233,6 +236,7 @@ def test_two_windows_in_order_advance_outputs_with_metadata(two_runs: TwoRuns) -
         }
         judged = evaluations["changes.complete"].metadata
         assert value(judged, "window_end") == binding / 1000  # a timestamp, in seconds
+        assert value(judged, "partition") == key
 
     first, second = (materializations(run, "remap")[0].metadata for run in two_runs.runs)
     # Frontier per Kafka partition: next offset after the binding (hand-derived above).
@@ -269,6 +273,48 @@ def test_backfill_of_a_range_runs_once_and_equals_runs_in_order(
     (remap,) = {event.metadata["upper"].value for event in materializations(result, "remap")}
     assert remap == (BINDING_TIMES[1] + 1) / 1000  # a timestamp, in seconds
     assert all(e.passed for e in check_evaluations(result).values())
+    judged = check_evaluations(result)["changes.complete"].metadata
+    assert value(judged, "partition") == f"{KEYS[0]} .. {KEYS[1]}"
+    assert value(judged, "windows") == 2
+
+    # Each window's materialization carries that window's own figures, by hand: window 1
+    # binds offset 0 of both partitions, window 2 offset 1; the dumps end at offsets 3 and
+    # 4 (7 registered), the newest record at 150 s.
+    by_window = {
+        output: {e.partition: e.metadata for e in materializations(result, output)}
+        for output in ("reclocked", "changes")
+    }
+    assert set(by_window["changes"]) == set(KEYS[:2])
+    figures = {
+        key: (
+            value(by_window["reclocked"][key], "records_in"),
+            value(by_window["changes"][key], "updates_out"),
+            value(by_window["changes"][key], "lag_offsets"),
+            value(by_window["changes"][key], "lag_seconds"),
+            value(by_window["changes"][key], "coverage"),
+            value(by_window["changes"][key], "window_end"),
+        )
+        for key in KEYS[:2]
+    }
+    assert figures == {
+        KEYS[0]: (2, 2, 5, 90.0, 2 / 7, BINDING_TIMES[0] / 1000),
+        KEYS[1]: (2, CHANGES_AT_WINDOW_2, 3, 30.0, 4 / 7, BINDING_TIMES[1] / 1000),
+    }
+
+    # Per phase and per window as it happens: each window's rows are logged when the
+    # append that wrote them ends, before state is published.
+    messages = [event.user_message for event in instance.all_logs(result.run_id)]
+    appended = [
+        i for i, m in enumerate(messages) if m.startswith(f"{SOURCE}: append changes: window ")
+    ]
+    assert [messages[i] for i in appended] == [
+        f"{SOURCE}: append changes: window {KEYS[0]}: 2 row(s)",
+        f"{SOURCE}: append changes: window {KEYS[1]}: {CHANGES_AT_WINDOW_2} row(s)",
+    ]
+    published = messages.index(next(m for m in messages if m.startswith(
+        f"{SOURCE}: publish state done"
+    )))
+    assert max(appended) < published
 
 
 def sorted_rows(config: Config, output: str) -> list[tuple]:
@@ -399,6 +445,33 @@ def test_schedule_requests_the_latest_closed_window(
     )
     (request,) = schedule.evaluate_tick(context).run_requests
     assert request.partition_key == expected_key
+
+
+def test_schedule_cron_follows_the_window_and_stops_after_the_end(tmp_path: Path) -> None:
+    five_minutes = parse_config({**deployment_data(), "window": "5m"}, tmp_path)
+    schedule = build_definitions(five_minutes).resolve_schedule_def("latest_closed_window")
+    assert schedule.cron_schedule == "*/5 * * * *"
+    assert schedule.description
+
+    definitions = build_definitions(deployment(tmp_path))
+    schedule = definitions.resolve_schedule_def("latest_closed_window")
+    after_end = build_schedule_context(
+        scheduled_execution_time=START + timedelta(minutes=4),
+        repository_def=definitions.get_repository_def(),
+    )
+    result = schedule.evaluate_tick(after_end)
+    assert result.run_requests == []
+    assert "2026-01-01T00:03:00Z" in (result.skip_message or "")
+
+
+def test_job_sensor_schedule_and_every_check_have_a_description(tmp_path: Path) -> None:
+    definitions = build_definitions(deployment(tmp_path))
+    assert definitions.resolve_job_def(ALL_WINDOWS_JOB).description
+    assert definitions.resolve_sensor_def("new_dumps").description
+    assert definitions.resolve_schedule_def("latest_closed_window").description
+    specs = [spec for checks in definitions.asset_checks for spec in checks.check_specs]
+    assert {f"{s.asset_key.path[-1]}.{s.name}" for s in specs} == EXPECTED_CHECKS
+    assert all(spec.description for spec in specs)
 
 
 def test_completeness_check_names_the_window_and_times_of_rows_dropped_behind_its_back(
