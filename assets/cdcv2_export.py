@@ -36,7 +36,7 @@ from assets.source_assets import output_key
 from cdc_core.cdcv2.export import export_shard
 from cdc_core.cdcv2.stream_files import Encoding, write_stream
 from cdc_core.config import Config, SourceConfig
-from cdc_core.frontier import TimeFrontier
+from cdc_core.frontier import TimeFrontier, iso
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.shard import Shard
 
@@ -66,7 +66,8 @@ class WindowExport:
     def summary(self) -> str:
         return (
             f"window {self.key}: {self.updates} update(s), {self.progress_statements} "
-            f"progress statement(s), times [{self.start + 1}, {self.end + 1}) -> {self.folder}"
+            f"progress statement(s), times [{iso(self.start + 1)}, {iso(self.end + 1)}) "
+            f"-> {self.folder}"
         )
 
 

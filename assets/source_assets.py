@@ -10,6 +10,7 @@ bindings.
 """
 
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ from cdc_core.pipeline import OUTPUTS, SourcePipeline, SourceStatus, WindowRepor
 from cdc_core.registry import Registry
 from resources.lake import LakeResource
 from resources.landing import LandingZone
+
+# Run tag: JSON ``{path: arrival_ms}`` of dump files a sensor saw land before the run.
+ARRIVALS_TAG = "reclock/arrivals"
 
 DESCRIPTIONS = {
     "remap": "Durable bindings: at each window end, the Kafka offset frontier per partition.",
@@ -97,7 +101,8 @@ def source_assets(
         )
         keys = list(context.partition_keys)
         with observing(lambda event: log_phase(context, config, event)):
-            pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
+            arrived = json.loads(context.run.tags.get(ARRIVALS_TAG, "{}"))
+            pipeline.register_dumps(arrival_ms=int(time.time() * 1000), arrived=arrived)
             reports: list[WindowReport] = []
             for windows in contiguous_windows(partitions, keys, config.window_ms):
                 for report in pipeline.run_windows(windows):
@@ -165,7 +170,7 @@ class Backlog:
 
 def window_metadata(report: WindowReport, backlog: Backlog) -> dict[str, object]:
     """One window's own figures, under stable keys the Partitions view plots per window."""
-    return {
+    metadata: dict[str, object] = {
         "window_start": MetadataValue.timestamp(to_datetime(report.start)),
         "window_end": MetadataValue.timestamp(to_datetime(report.end)),
         "bound_here": report.minted,
@@ -175,10 +180,11 @@ def window_metadata(report: WindowReport, backlog: Backlog) -> dict[str, object]
         "lag_offsets": backlog.offsets_behind(report.frontier),
         "lag_seconds": backlog.seconds_behind(report.end),
         "coverage": backlog.coverage(report.frontier),
-        "frontier": MetadataValue.json(
-            {str(partition): offset for partition, offset in report.frontier.offsets.items()}
-        ),
     }
+    # The window's binding per Kafka partition: the next offset after it.
+    for partition, offset in report.frontier.offsets.items():
+        metadata[f"frontier/partition_{partition}"] = offset
+    return metadata
 
 
 def output_metadata(output: str, status: SourceStatus) -> dict[str, object]:

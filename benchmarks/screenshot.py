@@ -139,27 +139,43 @@ def stop(process: subprocess.Popen) -> None:
         process.wait(STOP_TIMEOUT_S)
 
 
-def screenshot(url: str, out: Path, *, size: tuple[int, int] = (1400, 900)) -> Path:
-    """A headless Chromium screenshot of ``url`` into ``out`` (PNG)."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+def find_chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def run_chromium(url: str, *options: str, size: tuple[int, int] = (1400, 900)) -> str:
+    """Headless Chromium on ``url`` with ``options`` (e.g. ``--dump-dom``), after the page's
+    scripts ran for up to 15 s of virtual time; returns what it printed."""
+    chromium = find_chromium()
     if chromium is None:
         raise FileNotFoundError("chromium is not installed (Debian: apt-get install chromium)")
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="reclock-chromium-") as profile:
-        subprocess.run(
+        done = subprocess.run(
             [
                 chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
-                f"--screenshot={out}", f"--window-size={size[0]},{size[1]}",
-                "--virtual-time-budget=15000", url,
+                f"--window-size={size[0]},{size[1]}", "--virtual-time-budget=15000",
+                *options, url,
             ],
-            check=True, capture_output=True, timeout=CHROMIUM_TIMEOUT_S,
+            check=True, capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S,
         )
+    return done.stdout
+
+
+def screenshot(url: str, out: Path, *, size: tuple[int, int] = (1400, 900)) -> Path:
+    """A headless Chromium screenshot of ``url`` into ``out`` (PNG)."""
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run_chromium(url, f"--screenshot={out}", size=size)
     if not out.exists():
         raise RuntimeError(f"chromium wrote no screenshot to {out}")
     return out
+
+
+def rendered_text(url: str) -> str:
+    """The page's DOM after its scripts ran, as Chromium serialises it (HTML)."""
+    return run_chromium(url, "--dump-dom")
 
 
 def main(argv: list[str] | None = None) -> int:

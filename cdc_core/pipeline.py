@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from cdc_core.config import Config, SourceConfig
 from cdc_core.delta_io import live_files
-from cdc_core.dumps import list_dump_files
+from cdc_core.dumps import DumpFile, list_dump_files
 from cdc_core.envelopes import (
     DEDUP_STATE,
     apply_envelope,
@@ -71,7 +72,7 @@ class WindowReport:
     def summary(self) -> str:
         verb = "bound" if self.minted else "reused binding"
         return (
-            f"{self.source} window [{self.start}, {self.end}): {verb} {self.frontier}; "
+            f"{self.source} window [{iso(self.start)}, {iso(self.end)}): {verb} {self.frontier}; "
             f"{self.records_in} record(s) in, {self.updates_out} change(s), "
             f"{self.errors_out} error update(s)"
         )
@@ -161,11 +162,17 @@ class SourcePipeline:
         shards = [self.reclocked, self.changes, self.errors]
         return shards + ([self.dedup] if self.dedup is not None else [])
 
-    def register_dumps(self, arrival_ms: int) -> int:
-        """Register dump files not seen before, stamped with their arrival time."""
+    def register_dumps(self, arrival_ms: int, arrived: Mapping[str, int] | None = None) -> int:
+        """Register dump files not seen before, stamped with their arrival time: the time
+        in ``arrived`` (by path) for a file seen landing earlier, else ``arrival_ms``."""
         with phase(self.source.name, "register dumps") as figures:
-            files = list_dump_files(self.landing, self.source.topic)
-            figures["files"] = len(self.registry.register(self.spark, files, arrival_ms))
+            by_arrival: dict[int, list[DumpFile]] = {}
+            for dump in list_dump_files(self.landing, self.source.topic):
+                by_arrival.setdefault((arrived or {}).get(dump.path, arrival_ms), []).append(dump)
+            figures["files"] = sum(
+                len(self.registry.register(self.spark, files, moment))
+                for moment, files in sorted(by_arrival.items())
+            )
         return figures["files"]
 
     def outputs_upper(self) -> int:

@@ -4,15 +4,15 @@ The schedule ticks at every window boundary (its cron follows the config's ``win
 and requests the window that just closed; once the config's ``end`` has passed it
 requests nothing more.
 
-The landing-zone sensor registers new dumps durably, then asks for closed windows.
-
-Registration records each file with its arrival time (the ``arrival`` reclock policy
-binds exactly what had arrived before a window closed), so it happens at every tick,
-run or no run. The cursor remembers the last window end requested; the durable
-registry, not the cursor, decides what is new, so a lost cursor repeats no work and
-a restarted sensor requests nothing twice (run keys name the window range).
+The sensor only looks: it lists dump files not registered yet and reads where each
+source's outputs stand from the Delta logs, writing nothing, so a preview or a dry run
+changes nothing durable. Each new file's first sighting (its arrival time, which the
+``arrival`` reclock policy binds by) is kept in the cursor and handed to the run in a
+tag; the run registers the files with those times. A new file asks only for windows it
+can still change: the closed windows the outputs do not hold yet (at or after their
+upper; windows not bound yet are among them). The run key names those windows and the
+outputs' upper, so a repeated request for the same state starts no second run.
 """
-
 
 import json
 import time
@@ -29,12 +29,38 @@ from dagster import (
 from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition,
 )
-from dagster_pyspark import PySparkResource
 
 from assets.partitions import closed_windows, range_tags, to_ms
-from cdc_core.config import Config
+from assets.source_assets import ARRIVALS_TAG
+from cdc_core.config import Config, SourceConfig
+from cdc_core.dumps import list_dump_files
 from cdc_core.frontier import iso
-from cdc_core.pipeline import SourcePipeline
+from cdc_core.registry import Registry
+from cdc_core.shard import stored_upper
+from cdc_core.vocabulary import Envelope
+
+FINISHED = 2**63 - 1
+
+
+def outputs_upper(config: Config, source: SourceConfig) -> int:
+    """Where the source's outputs stand (the meet of their uppers), from the Delta logs."""
+    names = ["reclocked", "changes", "errors"]
+    if source.envelope == Envelope.DEBEZIUM:
+        names.append("dedup")
+    uppers = [stored_upper(str(config.lake / source.name / name)).time for name in names]
+    return min(FINISHED if upper is None else upper for upper in uppers)
+
+
+def unregistered(config: Config, source: SourceConfig) -> list[str]:
+    """Paths of the source's dump files that the registry does not hold yet."""
+    known = {f.path for f in Registry(config.lake / source.name / "dumps", source.topic).files()}
+    return [d.path for d in list_dump_files(config.landing, source.topic) if d.path not in known]
+
+
+def held(upper: int) -> str:
+    if upper == FINISHED:
+        return "every window"
+    return "nothing yet" if upper <= 1 else f"every time through {iso(upper - 1)}"
 
 
 def dump_sensor(config: Config, job: UnresolvedAssetJobDefinition):
@@ -43,29 +69,43 @@ def dump_sensor(config: Config, job: UnresolvedAssetJobDefinition):
         job=job,
         minimum_interval_seconds=30,
         description=(
-            "Registers dump files that landed since the last tick (with their arrival time) "
-            "and requests the windows that closed since."
+            "Asks for the closed windows that dump files landed since the last tick can still "
+            "change (those the outputs do not hold yet), and for windows that closed since; "
+            "looks only, so a preview changes nothing: the run registers the files with the "
+            "arrival times seen here."
         ),
     )
-    def new_dumps(context: SensorEvaluationContext, pyspark: PySparkResource) -> SensorResult:
+    def new_dumps(context: SensorEvaluationContext) -> SensorResult:
         now_ms = int(time.time() * 1000)
         cursor = json.loads(context.cursor) if context.cursor else {}
         requested_through = int(cursor.get("requested_through_ms", config.start_ms))
-        registered = 0
-        for source in config.sources:
-            pipeline = SourcePipeline.from_config(pyspark.spark_session, config, source)
-            registered += pipeline.register_dumps(arrival_ms=now_ms)
-        windows = closed_windows(config, requested_through, now_ms)
+        seen: dict[str, int] = cursor.get("seen", {})
+        waiting = [path for source in config.sources for path in unregistered(config, source)]
+        arrivals = {path: seen.get(path, now_ms) for path in waiting}
+        new_files = [path for path in waiting if path not in seen]
+        upper = min(outputs_upper(config, source) for source in config.sources)
+        changeable = closed_windows(config, upper - 1, now_ms)
+        newly_closed = [w for w in changeable if w[1] > requested_through]
+        wanted = changeable if new_files else newly_closed
         new_cursor = json.dumps(
-            {"requested_through_ms": windows[-1][1] if windows else requested_through}
+            {
+                "requested_through_ms": max([requested_through] + [e for _, e in wanted]),
+                "seen": arrivals,  # registered files drop out: the run stamped them
+            }
         )
-        if not windows:
+        if not wanted:
             return SensorResult(
-                skip_reason=SkipReason(f"registered {registered} new file(s); no window closed"),
+                skip_reason=SkipReason(
+                    f"{len(new_files)} new dump file(s); no closed window they can change "
+                    f"(outputs hold {held(upper)})"
+                ),
                 cursor=new_cursor,
             )
-        first, last = windows[0][0], windows[-1][0]
-        request = RunRequest(run_key=f"windows:{first}..{last}", tags=range_tags(first, last))
+        first, last = wanted[0][0], wanted[-1][0]
+        request = RunRequest(
+            run_key=f"windows:{first}..{last}@{upper}",
+            tags={**range_tags(first, last), ARRIVALS_TAG: json.dumps(arrivals)},
+        )
         return SensorResult(run_requests=[request], cursor=new_cursor)
 
     return new_dumps

@@ -40,6 +40,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from assets.partitions import closed_windows, range_tags, window_partitions
+from assets.source_assets import ARRIVALS_TAG
 from cdc_core.config import Config, parse_config
 from cdc_core.registry import Registry
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
@@ -267,7 +268,7 @@ def test_backfill_of_a_range_runs_once_and_equals_runs_in_order(
     progress = [
         message
         for event in instance.all_logs(result.run_id)
-        if (message := event.user_message).startswith("[")
+        if (message := event.user_message).startswith("[") and "record(s) in" in message
     ]
     assert [m.split("]")[0] + "]" for m in progress] == ["[1/2]", "[2/2]"]
     (remap,) = {event.metadata["upper"].value for event in materializations(result, "remap")}
@@ -321,61 +322,56 @@ def sorted_rows(config: Config, output: str) -> list[tuple]:
     return sorted(tuple(row.values()) for row in table_rows(config, output))
 
 
-def test_sensor_registers_new_dumps_and_requests_each_closed_window_once(
+def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_change(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     config = deployment(tmp_path)
     definitions = build_definitions(config)
     sensor = definitions.resolve_sensor_def("new_dumps")
-    instance = DagsterInstance.ephemeral()
-    resources = {"pyspark": definitions.resources["pyspark"]}
     registry = Registry(config.lake / SOURCE / "dumps", SOURCE)
+    first_dump = write_dump(config.landing / SOURCE / "a.json", FIRST_DUMP)
 
-    # An earlier tick already asked for window 1; windows 2 and 3 have closed since.
-    write_dump(config.landing / SOURCE / "a.json", FIRST_DUMP)
-    cursor = json.dumps({"requested_through_ms": BINDING_TIMES[0]})
+    # A fresh cursor on an empty lake: every closed window can change. The tick (or a
+    # preview, the same evaluation) writes nothing: no lake, no registration.
     before = now_ms()
-    first = tick(sensor, instance, resources, cursor)
+    first = tick(sensor, DagsterInstance.ephemeral(), {}, None)
     after = now_ms()
-
     (request,) = first.run_requests
-    assert request.tags[ASSET_PARTITION_RANGE_START_TAG] == KEYS[1]
-    assert request.tags[ASSET_PARTITION_RANGE_END_TAG] == KEYS[2]
-    assert json.loads(first.cursor) == {"requested_through_ms": BINDING_TIMES[2]}
-    (registered,) = registry.files()
-    assert registered.path.endswith("a.json") and before <= registered.arrival_ms <= after
-    assert [(s.partition, s.min_offset, s.max_offset) for s in registered.partitions] == [
-        (0, 0, 1),
-        (1, 0, 0),
+    assert request.run_key == f"windows:{KEYS[0]}..{KEYS[2]}@0"
+    assert (request.tags[ASSET_PARTITION_RANGE_START_TAG],
+            request.tags[ASSET_PARTITION_RANGE_END_TAG]) == (KEYS[0], KEYS[2])
+    seen = json.loads(request.tags[ARRIVALS_TAG])
+    assert list(seen) == [str(first_dump)] and before <= seen[str(first_dump)] <= after
+    assert not config.lake.exists() and registry.files() == []
+    # Repeated on the same state, the request has the same run key: Dagster runs it once.
+    again = tick(sensor, DagsterInstance.ephemeral(), {}, None)
+    assert [r.run_key for r in again.run_requests] == [request.run_key]
+
+    # The run registers the file with the arrival time the sensor saw.
+    job = definitions.resolve_job_def(ALL_WINDOWS_JOB)
+    tags = {**range_tags(KEYS[0], KEYS[1]), ARRIVALS_TAG: request.tags[ARRIVALS_TAG]}
+    assert job.execute_in_process(tags=tags, instance=DagsterInstance.ephemeral()).success
+    assert [(Path(f.path).name, f.arrival_ms) for f in registry.files()] == [
+        ("a.json", seen[str(first_dump)])
     ]
 
-    # A new file lands between ticks: it is registered, no window is requested twice.
-    write_dump(config.landing / SOURCE / "later" / "b.json", SECOND_DUMP)
-    second = tick(sensor, instance, resources, first.cursor)
-    assert second.run_requests == [] and second.skip_message
-    assert second.cursor == first.cursor
-    arrivals = {Path(f.path).name: f.arrival_ms for f in registry.files()}
-    assert set(arrivals) == {"a.json", "b.json"}
-    assert arrivals["a.json"] == registered.arrival_ms  # registration is durable, not redone
-    assert arrivals["b.json"] >= after
+    # A late dump: windows 1 and 2 are in the outputs and cannot change; only window 3
+    # is asked for, though the cursor says it was requested already.
+    late = write_dump(config.landing / SOURCE / "later" / "b.json", SECOND_DUMP)
+    versions = {name: DeltaTable(str(config.lake / SOURCE / name)).version() for name in OUTPUTS}
+    second = tick(sensor, DagsterInstance.ephemeral(), {}, first.cursor)
+    (request,) = second.run_requests
+    assert request.run_key == f"windows:{KEYS[2]}..{KEYS[2]}@{BINDING_TIMES[1] + 1}"
+    assert list(json.loads(request.tags[ARRIVALS_TAG])) == [str(late)]
+    assert [Path(f.path).name for f in registry.files()] == ["a.json"]
+    assert versions == {
+        name: DeltaTable(str(config.lake / SOURCE / name)).version() for name in OUTPUTS
+    }
 
-    # A restarted sensor (new context, stored cursor) requests nothing and registers nothing.
-    restarted = tick(sensor, DagsterInstance.ephemeral(), resources, second.cursor)
-    assert restarted.run_requests == [] and restarted.cursor == second.cursor
-    assert {Path(f.path).name: f.arrival_ms for f in registry.files()} == arrivals
-
-
-def test_sensor_run_key_names_the_windows_so_a_lost_cursor_repeats_no_run(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    config = deployment(tmp_path)
-    definitions = build_definitions(config)
-    sensor = definitions.resolve_sensor_def("new_dumps")
-    resources = {"pyspark": definitions.resources["pyspark"]}
-    first = tick(sensor, DagsterInstance.ephemeral(), resources, None)
-    again = tick(sensor, DagsterInstance.ephemeral(), resources, None)
-    keys = [[r.run_key for r in result.run_requests] for result in (first, again)]
-    assert keys[0] == keys[1] == [f"windows:{KEYS[0]}..{KEYS[2]}"]
+    # Nothing new since: no request; the file keeps its first sighting in the cursor.
+    third = tick(sensor, DagsterInstance.ephemeral(), {}, second.cursor)
+    assert third.run_requests == [] and third.skip_message
+    assert json.loads(third.cursor)["seen"] == json.loads(second.cursor)["seen"]
 
 
 def tick(sensor, instance: DagsterInstance, resources: dict, cursor: str | None):
@@ -448,7 +444,9 @@ def test_schedule_requests_the_latest_closed_window(
 
 
 def test_schedule_cron_follows_the_window_and_stops_after_the_end(tmp_path: Path) -> None:
-    five_minutes = parse_config({**deployment_data(), "window": "5m"}, tmp_path)
+    five_minutes = parse_config(
+        {**deployment_data(), "window": "5m", "end": "2026-01-01T00:15:00Z"}, tmp_path
+    )
     schedule = build_definitions(five_minutes).resolve_schedule_def("latest_closed_window")
     assert schedule.cron_schedule == "*/5 * * * *"
     assert schedule.description

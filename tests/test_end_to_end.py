@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -19,8 +20,9 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
+from benchmarks.screenshot import find_chromium, rendered_text, running_webserver
 from cdc_core.config import Config, SourceConfig, load_config
-from pipelines.cli import materialize
+from pipelines.cli import main, materialize
 
 
 def dump_records(landing: Path, topic: str) -> list[dict]:
@@ -151,9 +153,63 @@ def test_bad_records_land_in_errors_with_their_position(demo: Config) -> None:
     assert "key" in reasons.lower()  # the null-key record
 
 
-def test_rerunning_every_window_writes_no_new_version(demo: Config) -> None:
+def test_rerunning_every_window_writes_no_new_version(
+    demo: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
     tables = ("remap", "reclocked", "changes", "errors", "state")
     paths = [demo.lake / s.name / t for s in demo.sources for t in tables]
     before = {p: DeltaTable(str(p)).version() for p in paths}
+    capsys.readouterr()
     assert materialize(demo)
     assert {p: DeltaTable(str(p)).version() for p in paths} == before
+    # Nothing to do is said in one line; no Dagster run starts.
+    assert capsys.readouterr().out == (
+        "Nothing to materialize: every source is complete through 2026-01-01T00:08:00Z.\n"
+    )
+
+
+# By hand: the demo has 8 one-minute windows; `users/changes` has three checks.
+DEMO_WINDOWS = 8
+USERS_CHANGES_CHECKS = ("complete", "expectations", "state_is_set")
+
+
+def test_the_ui_shows_every_demo_window_materialized_and_its_checks_passed(demo: Config) -> None:
+    """Headless Chromium on the asset page of ``users/changes``, served from the demo's own
+    Dagster instance, as a user opens it after ``make demo``."""
+    if find_chromium() is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium; "
+                    "`make test` installs it when run as root)")
+    config = demo.lake.parent / "reclock.yaml"
+    with running_webserver(config, demo.lake.parent / "dagster") as base_url:
+        partitions = page_text(rendered_text(f"{base_url}/assets/users/changes?view=partitions"))
+        checks = page_text(rendered_text(f"{base_url}/assets/users/changes?view=checks"))
+    assert f"{DEMO_WINDOWS} Partitions" in partitions
+    assert f"Materialized ({DEMO_WINDOWS})" in partitions
+    assert "Missing (0)" in partitions and "Failed (0)" in partitions
+    assert f"Checks ({len(USERS_CHANGES_CHECKS)})" in checks
+    for name in USERS_CHANGES_CHECKS:
+        assert f"{name} {name} Succeeded" in checks, name
+    assert "Failed" not in checks
+
+
+def page_text(html: str) -> str:
+    """The visible words of a page, one space apart (scripts and styles dropped)."""
+    html = re.sub(r"<(style|script)[^>]*>.*?</\1>", " ", html, flags=re.S)
+    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
+
+
+def test_retire_names_the_source_each_file_and_where_it_went(
+    demo: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Last in this file: it archives the demo's dumps."""
+    capsys.readouterr()
+    config = demo.lake.parent / "reclock.yaml"
+    assert main(["retire", "--config", str(config), "--source", "users"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("users: committed [2026-01-01T00:")
+    archived = [line.split(" -> ") for line in lines[1:] if line.startswith("  archived ")]
+    assert archived, lines
+    for source, target in archived:
+        source = Path(source.removeprefix("  archived "))
+        assert source.is_relative_to(demo.landing / "users") and not source.exists()
+        assert Path(target).exists()
