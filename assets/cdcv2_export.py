@@ -32,7 +32,7 @@ from dagster import (
 from dagster_pyspark import PySparkResource
 
 from assets.partitions import to_datetime, window_bounds
-from assets.source_assets import output_key
+from assets.source_assets import output_key, source_tags
 from cdc_core.cdcv2.export import export_shard
 from cdc_core.cdcv2.stream_files import Encoding, write_stream
 from cdc_core.config import Config, SourceConfig
@@ -168,6 +168,8 @@ def cdcv2_export_asset(
         backfill_policy=BackfillPolicy.single_run(),
         group_name=source.name,
         kinds={"spark", "json"},
+        owners=list(source.owners),
+        tags=source_tags(source),
         metadata={"encoding": EXPORT_ENCODING.name, "topic": source.topic},
     )
     def changes_cdcv2(

@@ -61,6 +61,11 @@ def source_output_keys(config: Config) -> list[AssetKey]:
     return [output_key(source.name, name) for source in config.sources for name in OUTPUTS]
 
 
+def source_tags(source: SourceConfig) -> dict[str, str]:
+    """Catalog filters: every asset of a source carries its envelope and reclock policy."""
+    return {"reclock/envelope": source.envelope.value, "reclock/policy": source.reclock.value}
+
+
 def source_assets(
     config: Config, source: SourceConfig, partitions: TimeWindowPartitionsDefinition
 ):
@@ -78,6 +83,8 @@ def source_assets(
             deps=[output_key(source.name, upstream[name])] if name in upstream else [],
             group_name=source.name,
             kinds={"spark", "delta"},
+            owners=list(source.owners),
+            tags=source_tags(source),
             metadata={"topic": source.topic, "envelope": source.envelope.value},
         )
         for name in OUTPUTS

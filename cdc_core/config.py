@@ -216,6 +216,15 @@ def _some_columns(columns: dict[str, str]) -> dict[str, str]:
     return columns
 
 
+_OWNER = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+|team:[A-Za-z0-9_-]+")
+
+
+def _owner(value: str) -> str:
+    if not _OWNER.fullmatch(value):
+        raise _problem(f"must be an e-mail address or team:<name> (got {value!r})")
+    return value
+
+
 def _duration(value: Any) -> str:
     if not isinstance(value, str) or not _DURATION.fullmatch(value.strip()):
         raise _problem(f"must be a duration such as 1m, 5m, 1h or 1d (got {value!r})")
@@ -443,6 +452,8 @@ class SourceConfig(_Section):
     """What `reclock retire` does with dumps no run will need again."""
     expectations: tuple[Expectation, ...] = ()
     """great-expectations checks on the changes table (a non-blocking asset check)."""
+    owners: tuple[Annotated[str, AfterValidator(_owner)], ...] = ()
+    """Who answers for the source's assets (shown in Dagster): e-mails or team:<name>."""
 
     @model_validator(mode="after")
     def _envelope_rules(self) -> SourceConfig:

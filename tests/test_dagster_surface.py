@@ -41,7 +41,7 @@ from pyspark.sql import SparkSession
 
 from assets.partitions import closed_windows, range_tags, window_partitions
 from assets.source_assets import ARRIVALS_TAG
-from cdc_core.config import Config, parse_config
+from cdc_core.config import Config, ConfigError, parse_config
 from cdc_core.registry import Registry
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 
@@ -532,3 +532,20 @@ def run_checks_alone(
         instance=DagsterInstance.ephemeral(),
         raise_on_error=False,
     )
+
+
+def test_owners_and_tags_follow_the_config(tmp_path: Path) -> None:
+    data = deployment_data()
+    data["sources"][0]["owners"] = ["team:accounts", "ada@example.com"]
+    definitions = build_definitions(parse_config(data, tmp_path))
+    specs = [spec for assets in definitions.assets for spec in assets.specs]
+    assert {spec.key.path[-1] for spec in specs} == {*OUTPUTS, "changes_cdcv2"}
+    for spec in specs:
+        assert list(spec.owners) == ["team:accounts", "ada@example.com"]
+        assert {k: v for k, v in spec.tags.items() if k.startswith("reclock/")} == {
+            "reclock/envelope": "upsert", "reclock/policy": "event-time"
+        }
+
+    data["sources"][0]["owners"] = ["accounts"]
+    with pytest.raises(ConfigError, match=r"sources\[0\]\.owners\[0\]: must be an e-mail address or team:<name>"):
+        parse_config(data, tmp_path)
