@@ -85,7 +85,7 @@ BASE: dict[str, Any] = {
 
 SOURCE_KEYS = (
     "name, topic, format, key, value, envelope, reclock, allow_offset_gaps, start_offsets, "
-    "retire, expectations"
+    "retire, expectations, owners"
 )
 
 
