@@ -547,5 +547,6 @@ def test_owners_and_tags_follow_the_config(tmp_path: Path) -> None:
         }
 
     data["sources"][0]["owners"] = ["accounts"]
-    with pytest.raises(ConfigError, match=r"sources\[0\]\.owners\[0\]: must be an e-mail address or team:<name>"):
+    refused = r"sources\[0\]\.owners\[0\]: must be an e-mail address or team:<name>"
+    with pytest.raises(ConfigError, match=refused):
         parse_config(data, tmp_path)
