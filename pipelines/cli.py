@@ -26,6 +26,7 @@ from cdc_core.shard import ShardUsageError
 from cdc_core.spark import get_spark
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.sample import write_sample
+from pipelines.sensors import outputs_upper
 
 
 def materialize(config: Config, through_ms: int | None = None, *, exports: bool = True) -> bool:
@@ -33,14 +34,15 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
     the asset checks; ``exports=False`` leaves out the CDCv2 export of each source.
 
     When every source's outputs already hold the last closed window, it says so in one
-    line and runs nothing (a rerun would write nothing either)."""
+    line and runs nothing (a rerun would write nothing either); that look reads the Delta
+    logs only, without starting Spark."""
     now_ms = int(time.time() * 1000)
     closed = closed_windows(config, -1, min(through_ms or now_ms, now_ms))
     if not closed:
         print("Nothing to materialize: no window has closed yet.")
         return True
     last_end = closed[-1][1]
-    if all(upper > last_end for upper in outputs_uppers(config)):
+    if all(outputs_upper(config, source) > last_end for source in config.sources):
         print(f"Nothing to materialize: every source is complete through {iso(last_end)}.")
         return True
     keys = [key for key, _ in closed]
@@ -55,15 +57,6 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
     print(f"Materialized windows {keys[0]} .. {keys[-1]} ({len(keys)} windows): "
           f"{'success' if result.success else 'FAILED'}")
     return result.success
-
-
-def outputs_uppers(config: Config) -> list[int]:
-    """Where each source's outputs stand (the meet of their uppers)."""
-    spark = get_spark(config.spark.master, config.spark.conf)
-    return [
-        SourcePipeline.from_config(spark, config, source).outputs_upper()
-        for source in config.sources
-    ]
 
 
 @contextmanager
