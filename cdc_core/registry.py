@@ -375,12 +375,10 @@ def read_canonical(
         ),
     )
     good = F.col("reason").isNull()
+    # A left join (every line's file is in the catalog): an inner one would add a
+    # not-null filter on ``file`` that Spark computes apart, decoding every path twice.
     lines = (
-        # ``keep`` first: a filter on ``reason`` alone makes Spark evaluate every check of
-        # the line (JSON re-parses included) for every line; here only lines outside
-        # ``keep`` (rare) pay for it.
-        dumps.lines.where(keep | ~good)
-        .join(F.broadcast(catalog), "file")
+        dumps.lines.join(F.broadcast(catalog), "file", "left")
         .drop("file")
         .repartition("partition")
     )
@@ -395,5 +393,10 @@ def read_canonical(
     )
     rank = F.row_number().over(copies)
     conflict = F.when(good & (rank > 1) & ~same, kept["_file"])
-    ranked = lines.select("*", rank.alias("_copy"), conflict.alias("_kept_file"))
+    # ``keep`` applies after the ranking, which it cannot change (a position is ranked on
+    # its own). Before the shuffle Spark would push it into the parse and parse each line
+    # twice, and tested on ``reason`` first, evaluate every check of every line.
+    ranked = lines.select("*", rank.alias("_copy"), conflict.alias("_kept_file")).where(
+        keep | ~good
+    )
     return CanonicalRecords(lines=ranked, catalog=catalog, unreadable=dumps.unreadable)
