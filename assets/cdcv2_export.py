@@ -37,6 +37,7 @@ from cdc_core.cdcv2.export import export_shard
 from cdc_core.cdcv2.stream_files import Encoding, write_stream
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier
+from cdc_core.leases import reading
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.shard import Shard
 
@@ -190,15 +191,28 @@ def cdcv2_export_asset(
         It depends on ``changes``, so the blocking ``complete`` check on ``changes``
         stops it from being built on a window whose changes failed that check: a
         consumer never receives a stream the lake itself judged incomplete.
+
+        While it runs it is a registered reader of ``changes`` (from its first window on),
+        so no compaction or gc takes that history away mid-export; the lease is renewed
+        once half of it has passed and released at the end, also on failure.
         """
         pipeline = SourcePipeline.from_config(pyspark.spark_session, config, source)
         root = pipeline.root / EXPORT_FOLDER
         root.mkdir(parents=True, exist_ok=True)
+        keys = sorted(context.partition_keys)
+        windows = [window_bounds(partitions.time_window_for_partition_key(k)) for k in keys]
+        reader = f"cdcv2-export-{context.run_id}"
+        lease_ms = config.readers.lease_ms
+        since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
         exports = []
-        for key in sorted(context.partition_keys):
-            start, end = window_bounds(partitions.time_window_for_partition_key(key))
-            exports.append(export_window(pipeline.changes, root, key, start, end))
-            context.log.info(f"{source.name}: exported {exports[-1].summary()}")
+        with reading(pipeline.changes, reader, since.time or 0, lease_ms) as book:
+            renewed = time.monotonic()
+            for key, (start, end) in zip(keys, windows, strict=True):
+                exports.append(export_window(pipeline.changes, root, key, start, end))
+                context.log.info(f"{source.name}: exported {exports[-1].summary()}")
+                if (time.monotonic() - renewed) * 1000 > lease_ms / 2:
+                    book.heartbeat(reader)
+                    renewed = time.monotonic()
         return MaterializeResult(metadata=export_metadata(exports))
 
     return changes_cdcv2

@@ -40,7 +40,7 @@ from deltalake.transaction import CommitProperties, Transaction
 
 from cdc_core import delta_io
 from cdc_core.delta_io import DataFile
-from cdc_core.frontier import TimeFrontier
+from cdc_core.frontier import TimeFrontier, iso
 
 if TYPE_CHECKING:
     from cdc_core.shard import Shard
@@ -222,12 +222,17 @@ def _check_lease(lease_ms: int) -> None:
 
 
 class LeaseBook:
-    """Register, renew, move and release the leases of one shard (driver only)."""
+    """Register, renew, move and release the leases of one shard (driver only, no Spark).
+    ``shard``: a handle to refresh after each lease commit, and to stage as a writer."""
 
-    def __init__(self, shard: Shard) -> None:
+    def __init__(self, path: str, shard: Shard | None = None) -> None:
+        self.path = os.path.abspath(path)
         self.shard = shard
-        self.path = shard.path
-        self._table = DeltaTable(shard.path)
+        self._table = DeltaTable(self.path)
+
+    @classmethod
+    def of(cls, shard: Shard) -> LeaseBook:
+        return cls(shard.path, shard)
 
     def read(self) -> Leases:
         self._table.update_incremental()
@@ -246,7 +251,7 @@ class LeaseBook:
             current = leases.registrations.get(reader)
             if current is not None and current in leases.live():
                 raise LeaseUsageError(f"reader {reader!r} is registered already")
-            shard_since = self.shard.refresh().since
+            shard_since = _shard_since(self._table)
             if not shard_since.less_equal(since):
                 raise LeaseUsageError(
                     f"since {since} is before the shard's since {shard_since}: "
@@ -298,6 +303,8 @@ class LeaseBook:
             entry = Registration(writer, WRITER, lease_ms, version, 0)
             return {**leases.registrations, writer: entry}
 
+        if self.shard is None:
+            raise LeaseUsageError("a writer registers through its shard handle: LeaseBook.of")
         registration = self._update(change, f"register writer {writer}")[writer]
         self.shard.writer = writer
         return registration
@@ -329,7 +336,7 @@ class LeaseBook:
             return {h: r for h, r in leases.registrations.items() if h != holder}
 
         self._update(change, f"release {holder}")
-        if self.shard.writer == holder:
+        if self.shard is not None and self.shard.writer == holder:
             self.shard.writer = None
 
     def expire(self) -> list[str]:
@@ -393,7 +400,8 @@ class LeaseBook:
                         f"lease commit to {self.path} failed: {failure}",
                         definitely_not_written=False,
                     ) from failure
-            self.shard.refresh()
+            if self.shard is not None:
+                self.shard.refresh()
             return {
                 holder: replace(r, renewed_ms=_commit_ms(self.path, r.renewed_version))
                 for holder, r in registrations.items()
@@ -407,6 +415,12 @@ class LeaseBook:
         if self._table.version() < commit:
             return False
         return delta_io.commit_info(self.path, commit).get(COMMIT_ID_KEY) == commit_id
+
+
+def _shard_since(table: DeltaTable) -> TimeFrontier:
+    from cdc_core.shard import SINCE, _read_frontier
+
+    return _read_frontier(table, SINCE)
 
 
 def _live_registration(leases: Leases, holder: str, kind: str | None) -> Registration:
@@ -435,7 +449,7 @@ def _capability(path: str, registration: Registration) -> ReadCapability:
 def reading(shard: Shard, reader: str, since: int, lease_ms: int) -> Iterator[LeaseBook]:
     """Hold ``shard`` from ``since`` while the block runs, then release the hold (also on
     failure). The block may call ``heartbeat(reader)`` on the yielded book to go on."""
-    book = LeaseBook(shard)
+    book = LeaseBook.of(shard)
     book.register(reader, since, lease_ms)
     try:
         yield book
@@ -446,3 +460,65 @@ def reading(shard: Shard, reader: str, since: int, lease_ms: int) -> Iterator[Le
 def unique_reader_id(prefix: str) -> str:
     """A reader id no other run shares: ``prefix`` plus a random suffix."""
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What one registration keeps alive, for ``reclock readers`` and the readers check:
+    ``versions`` and ``bytes`` are the Delta versions and the removed files' bytes gc
+    must keep for it; ``age_ms`` is how old (in log time) the oldest history it pins is."""
+
+    table: str
+    registration: Registration
+    live: bool
+    versions: int
+    bytes: int
+    age_ms: int
+
+    def describe(self) -> str:
+        r = self.registration
+        since = "-" if r.since is None else iso(r.since)
+        state = "live" if self.live else "EXPIRED"
+        return (
+            f"  {self.table:<10} {r.kind:<6} {r.holder:<28} since {since:<24} "
+            f"expires {iso(r.expires_ms)} ({state}); pins {self.versions} version(s), "
+            f"{self.bytes} byte(s), {self.age_ms // 1000} s old"
+        )
+
+
+def holds(table_path: str) -> list[Hold]:
+    """Every registration of the shard at ``table_path`` and what it keeps (log only)."""
+    table = DeltaTable(table_path)
+    leases = read_leases(table_path, table)
+    if not leases.registrations:
+        return []
+    _, removals = delta_io.file_history(table_path, leases.version)
+    on_disk = set(delta_io.data_files(table_path))
+    name = os.path.basename(os.path.normpath(table_path))
+    live = leases.live()
+    found = []
+    for r in sorted(leases.registrations.values(), key=lambda r: (r.kind, r.holder)):
+        if r.kind == READER and r.version is not None:
+            pinned = [f for f in removals if f.version > r.version and f.path in on_disk]
+            versions = leases.version - r.version
+            size = sum(f.size for f in pinned)
+            age_ms = leases.log_ms - _commit_ms(table_path, r.version)
+        else:
+            staged = [p for p in on_disk if delta_io.batch_writer(p) == r.holder]
+            versions = 0
+            size = sum(os.path.getsize(os.path.join(table_path, p)) for p in staged)
+            age_ms = leases.log_ms - r.renewed_ms
+        found.append(Hold(name, r, r in live, versions, size, max(age_ms, 0)))
+    return found
+
+
+def holds_under(root: str) -> list[Hold]:
+    """The holds on every Delta table directly under ``root`` (a source's folder)."""
+    if not os.path.isdir(root):
+        return []
+    tables = sorted(
+        os.path.join(root, name)
+        for name in os.listdir(root)
+        if os.path.isdir(os.path.join(root, name, "_delta_log"))
+    )
+    return [hold for table in tables for hold in holds(table)]

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
+from test_reclock_support import Options, Rec, open_shards, register_new, run_windows, write_dump
 
 from cdc_core import delta_io
 from cdc_core.frontier import TimeFrontier
@@ -31,7 +32,9 @@ from cdc_core.leases import (
     read_leases,
     reading,
 )
-from cdc_core.shard import Shard
+from cdc_core.registry import Registry
+from cdc_core.resumption import UpstreamCommit, retire
+from cdc_core.shard import Shard, ShardUsageError
 
 KV = StructType([StructField("k", StringType()), StructField("v", LongType())])
 HOUR_MS = 3_600_000
@@ -73,7 +76,7 @@ def history(spark: SparkSession, tmp_path: Path) -> Shard:
 def test_a_reader_holds_the_since_through_compaction_and_gc_until_its_lease_runs_out(
     spark, history
 ):
-    book = LeaseBook(history)
+    book = LeaseBook.of(history)
     reader = book.register("report", since=2, lease_ms=HOUR_MS)
     old = Shard.open(spark, history.path, KV)  # a read planned on the reader's version
     assert old.version == reader.version
@@ -98,7 +101,7 @@ def test_a_reader_holds_the_since_through_compaction_and_gc_until_its_lease_runs
 
 
 def test_the_since_is_the_meet_of_the_live_readers_and_the_request(history):
-    book = LeaseBook(history)
+    book = LeaseBook.of(history)
     book.register("slow", since=3, lease_ms=HOUR_MS)
     book.register("fast", since=4, lease_ms=HOUR_MS)
     assert history.downgrade_since(at(5)) == at(3)
@@ -110,7 +113,7 @@ def test_the_since_is_the_meet_of_the_live_readers_and_the_request(history):
 
 
 def test_a_reader_moves_only_forward_and_cannot_register_before_the_since(history):
-    book = LeaseBook(history)
+    book = LeaseBook.of(history)
     book.register("r", since=3, lease_ms=HOUR_MS)
     with pytest.raises(LeaseUsageError, match="only move its since forward"):
         book.downgrade_since("r", 2)
@@ -123,7 +126,7 @@ def test_a_reader_moves_only_forward_and_cannot_register_before_the_since(histor
 
 
 def test_heartbeat_renews_from_its_own_commit_and_an_expired_lease_cannot_be_renewed(history):
-    book = LeaseBook(history)
+    book = LeaseBook.of(history)
     first = book.register("r", since=0, lease_ms=HOUR_MS)
     renewed = book.heartbeat("r")
     assert renewed.renewed_version > first.version
@@ -138,7 +141,7 @@ def test_heartbeat_renews_from_its_own_commit_and_an_expired_lease_cannot_be_ren
 
 
 def test_a_live_lease_is_not_expired_however_often_expire_runs(history):
-    book = LeaseBook(history)
+    book = LeaseBook.of(history)
     book.register("r", since=0, lease_ms=HOUR_MS)
     assert book.expire() == []
     assert book.expire() == []
@@ -146,7 +149,7 @@ def test_a_live_lease_is_not_expired_however_often_expire_runs(history):
 
 
 def test_bad_ids_and_leases_are_refused(history):
-    book = LeaseBook(history)
+    book = LeaseBook.of(history)
     with pytest.raises(LeaseUsageError, match="holder id"):
         book.register("../x", since=0, lease_ms=HOUR_MS)
     with pytest.raises(LeaseUsageError, match="positive"):
@@ -154,9 +157,9 @@ def test_bad_ids_and_leases_are_refused(history):
 
 
 def test_registrations_live_in_the_log_and_change_by_compare_and_set(spark, history):
-    stale = LeaseBook(Shard.open(spark, history.path, KV))  # opened before the register
+    stale = LeaseBook(history.path)  # opened before the register
     stale.read()
-    LeaseBook(history).register("r", since=1, lease_ms=HOUR_MS)
+    LeaseBook.of(history).register("r", since=1, lease_ms=HOUR_MS)
     with pytest.raises(LeaseUsageError, match="registered already"):
         stale.register("r", since=1, lease_ms=HOUR_MS)  # re-decided on the newer log
     table = DeltaTable(history.path)
@@ -173,7 +176,7 @@ def test_reading_releases_its_hold_even_when_the_block_fails(history):
     with pytest.raises(RuntimeError), reading(history, "job", since=1, lease_ms=HOUR_MS):
         assert history.downgrade_since(at(4)) == at(1)
         raise RuntimeError("the job failed")
-    assert LeaseBook(history).read().registrations == {}
+    assert LeaseBook.of(history).read().registrations == {}
     assert history.downgrade_since(at(4)) == at(4)
 
 
@@ -184,9 +187,9 @@ def test_gc_never_collects_a_live_writers_staging_and_collects_it_once_the_lease
     spark, history
 ):
     collector = Shard.open(spark, history.path, KV)
-    LeaseBook(collector).register_writer("compactor", lease_ms=HOUR_MS)
+    LeaseBook.of(collector).register_writer("compactor", lease_ms=HOUR_MS)
     writer = Shard.open(spark, history.path, KV)
-    LeaseBook(writer).register_writer("ingest", lease_ms=1)
+    LeaseBook.of(writer).register_writer("ingest", lease_ms=1)
     staged = writer.stage(updates(spark, [("d", 4, 6, 1)]))
     time.sleep(0.02)  # past the lease by this machine's clock, but not by the log's
 
@@ -194,7 +197,7 @@ def test_gc_never_collects_a_live_writers_staging_and_collects_it_once_the_lease
     assert {f.path for f in staged.files} <= files_on_disk(history.path)
 
     let_lease_run_out()
-    LeaseBook(collector).expire()
+    LeaseBook.of(collector).expire()
     removed = collector.gc(retention_hours=0)
     assert {f.path for f in staged.files} <= set(removed)
     with pytest.raises(LeaseExpired):  # the fenced writer cannot commit its lost staging
@@ -225,3 +228,39 @@ def test_the_hold_is_the_meet_of_exactly_the_live_readers_sinces(entries, log_ms
     live = [since for since, lease, renewed in entries if renewed + lease > log_ms]
     assert leases.hold() == (TimeFrontier.at(min(live)) if live else TimeFrontier.empty())
     assert {r.holder for r in leases.expired()} | {r.holder for r in leases.live()} == set(regs)
+
+
+# ---- retire and remap compaction -----------------------------------------------------------
+
+
+def test_retire_leaves_a_held_remap_exact_and_compacts_once_the_reader_expired(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    landing, lake, archive = tmp_path / "landing", tmp_path / "lake", tmp_path / "archive"
+    write_dump(landing, "t", "f1.json", [Rec(0, o, 10 * o) for o in range(8)])
+    registry = Registry(lake / "dumps", "t")
+    register_new(spark, registry, landing, arrival_ms=0)
+    remap, reclocked = open_shards(spark, lake)
+    upstream = UpstreamCommit(lake / "upstream")
+    run_windows(spark, Options(), registry, remap, reclocked, (25, 50), 25)
+    book = LeaseBook.of(remap)
+    book.register("audit", since=25, lease_ms=HOUR_MS)
+    bindings_at_25 = collected(remap.snapshot(25))
+
+    def retire_now() -> TimeFrontier:
+        return retire(
+            remap, [reclocked], registry, upstream,
+            mode="archive", landing=landing, archive=archive, now_ms=1_000,
+        ).remap_since
+
+    assert retire_now() == at(25)  # the resumption frontier wants 50; the reader holds 25
+    assert collected(remap.snapshot(25)) == bindings_at_25
+    remap.gc(retention_hours=0)
+    assert collected(remap.snapshot(25)) == bindings_at_25
+
+    book.heartbeat("audit", lease_ms=1)
+    let_lease_run_out()
+    book.expire()
+    assert retire_now() == at(50)
+    with pytest.raises(ShardUsageError, match="before since"):
+        remap.snapshot(25)
