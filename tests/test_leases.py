@@ -35,6 +35,7 @@ from cdc_core.leases import (
 from cdc_core.registry import Registry
 from cdc_core.resumption import UpstreamCommit, retire
 from cdc_core.shard import Shard, ShardUsageError
+from pipelines.cli import main
 
 KV = StructType([StructField("k", StringType()), StructField("v", LongType())])
 HOUR_MS = 3_600_000
@@ -264,3 +265,54 @@ def test_retire_leaves_a_held_remap_exact_and_compacts_once_the_reader_expired(
     assert retire_now() == at(50)
     with pytest.raises(ShardUsageError, match="before since"):
         remap.snapshot(25)
+
+
+# ---- the command line --------------------------------------------------------------------
+
+CONFIG_YAML = """\
+lake: lake
+landing: landing
+window: 1m
+start: 2026-01-01T00:00:00Z
+readers: {lease: 1h}
+sources:
+  - {name: users, topic: users, key: {k: string}, value: {v: bigint}, envelope: upsert,
+     reclock: arrival}
+"""
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def test_the_readers_command_registers_lists_renews_and_releases(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "reclock.yaml"
+    config.write_text(CONFIG_YAML)
+    changes = str(tmp_path / "lake" / "users" / "changes")
+    Shard.open(spark, changes, KV)
+
+    def reclock(*args: str) -> tuple[int, str, str]:
+        code = main(["readers", *args, "--config", str(config)])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    assert reclock() == (0, "source users:\n  no registered readers or writers\n", "")
+    holder = ("--source", "users", "--reader", "audit")
+    code, out, _ = reclock("register", *holder, "--since", "2026-01-01T00:00:00Z")
+    assert code == 0 and "audit holds users/changes from 2026-01-01T00:00:00Z" in out
+    registered = read_leases(changes, DeltaTable(changes)).registrations["audit"]
+    assert (registered.since, registered.lease_ms) == (T0, HOUR_MS)  # the config's lease
+
+    code, out, _ = reclock()
+    assert code == 0 and "reader audit" in out and "since 2026-01-01T00:00:00Z" in out
+    assert "(live); pins 0 version(s), 0 byte(s)" in out
+
+    assert reclock("heartbeat", *holder, "--lease", "2h")[0] == 0
+    renewed = read_leases(changes, DeltaTable(changes)).registrations["audit"]
+    assert renewed.lease_ms == 2 * HOUR_MS and renewed.renewed_version > registered.version
+
+    code, _, err = reclock("register", *holder, "--since", "2026-01-01T00:00:00Z")
+    assert code == 2 and "registered already" in err
+    with pytest.raises(SystemExit):
+        reclock("heartbeat", *holder, "--lease", "0m")
+    assert reclock("release", *holder)[0] == 0
+    assert reclock()[1] == "source users:\n  no registered readers or writers\n"
