@@ -31,7 +31,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable
@@ -133,9 +132,8 @@ class ReadCapability:
     expires_ms: int
 
 
-@lru_cache(maxsize=4096)
 def _commit_ms(table_path: str, version: int) -> int:
-    """A commit's log timestamp; commits never change, so it is cached."""
+    """A commit's log timestamp, as its writer recorded it in the commit info."""
     return int(delta_io.commit_info(table_path, version)["timestamp"])
 
 
@@ -248,9 +246,7 @@ class LeaseBook:
         _check_lease(lease_ms)
 
         def change(leases: Leases, version: int) -> dict[str, Registration]:
-            current = leases.registrations.get(reader)
-            if current is not None and current in leases.live():
-                raise LeaseUsageError(f"reader {reader!r} is registered already")
+            _refuse_live(leases, reader)
             shard_since = _shard_since(self._table)
             if not shard_since.less_equal(since):
                 raise LeaseUsageError(
@@ -297,9 +293,7 @@ class LeaseBook:
         _check_lease(lease_ms)
 
         def change(leases: Leases, version: int) -> dict[str, Registration]:
-            current = leases.registrations.get(writer)
-            if current is not None and current in leases.live():
-                raise LeaseUsageError(f"writer {writer!r} is registered already")
+            _refuse_live(leases, writer)
             entry = Registration(writer, WRITER, lease_ms, version, 0)
             return {**leases.registrations, writer: entry}
 
@@ -421,6 +415,13 @@ def _shard_since(table: DeltaTable) -> TimeFrontier:
     from cdc_core.shard import SINCE, _read_frontier
 
     return _read_frontier(table, SINCE)
+
+
+def _refuse_live(leases: Leases, holder: str) -> None:
+    """Two holders must not share one lease: a live id cannot be registered again."""
+    current = leases.registrations.get(holder)
+    if current is not None and current in leases.live():
+        raise LeaseUsageError(f"{current.kind} {holder!r} is registered already")
 
 
 def _live_registration(leases: Leases, holder: str, kind: str | None) -> Registration:

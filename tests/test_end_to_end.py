@@ -151,9 +151,16 @@ def test_bad_records_land_in_errors_with_their_position(demo: Config) -> None:
     assert "key" in reasons.lower()  # the null-key record
 
 
+def data_versions(path: Path) -> list[int]:
+    """The versions of a table other than lease commits: a re-run's CDCv2 export registers
+    as a reader of ``changes`` (and releases it), which writes no data."""
+    history = DeltaTable(str(path)).history()
+    return [e["version"] for e in history if e.get("reclock.operation") != "leases"]
+
+
 def test_rerunning_every_window_writes_no_new_version(demo: Config) -> None:
     tables = ("remap", "reclocked", "changes", "errors", "state")
     paths = [demo.lake / s.name / t for s in demo.sources for t in tables]
-    before = {p: DeltaTable(str(p)).version() for p in paths}
+    before = {p: data_versions(p) for p in paths}
     assert materialize(demo)
-    assert {p: DeltaTable(str(p)).version() for p in paths} == before
+    assert {p: data_versions(p) for p in paths} == before

@@ -106,7 +106,10 @@ def test_the_since_is_the_meet_of_the_live_readers_and_the_request(history):
     book.register("slow", since=3, lease_ms=HOUR_MS)
     book.register("fast", since=4, lease_ms=HOUR_MS)
     assert history.downgrade_since(at(5)) == at(3)
-    book.downgrade_since("slow", 4)
+    moved = book.downgrade_since("slow", 4, version=history.version)
+    assert (moved.since, moved.version) == (4, history.version - 1)  # pinned before its commit
+    with pytest.raises(LeaseUsageError, match="may pin only versions"):
+        book.downgrade_since("slow", 4, version=moved.version - 1)
     assert history.downgrade_since(at(5)) == at(4)
     book.release("fast")
     book.release("slow")
