@@ -306,3 +306,27 @@ def test_the_readers_check_warns_when_a_reader_pins_history_past_the_age(
     assert run_readers_check(copied).passed  # the default age: a day
     book.release("audit")
     assert run_readers_check(strict).passed
+
+
+def test_an_export_leaves_a_live_exports_staging_and_removes_one_whose_hold_ended(
+    materialized, spark: SparkSession, tmp_path: Path
+) -> None:
+    config, _ = materialized
+    lake = tmp_path / "lake"
+    shutil.copytree(config.lake, lake)
+    copied = write_config(tmp_path, lake, config.landing)
+    changes = SourcePipeline.from_config(spark, copied, copied.source("users")).changes
+    root = lake / "users" / "cdcv2"
+    live = root / f".{KEY_1}.cdcv2-export-running.staging"  # its run holds changes
+    ended = root / f".{KEY_1}.cdcv2-export-crashed.staging"  # its hold is gone
+    unowned = root / f".{KEY_1}.another-run.staging"  # young, owner unknown: kept
+    for folder in (live, ended, unowned):
+        folder.mkdir(parents=True)
+    LeaseBook.of(changes).register("cdcv2-export-running", since=T0, lease_ms=3_600_000)
+
+    export_window(changes, root, KEY_1, T0, END_1, "cdcv2-export-this")
+
+    assert live.is_dir() and unowned.is_dir() and not ended.exists()
+    assert not (root / f".{KEY_1}.cdcv2-export-this.staging").exists()
+    facts, _ = read_exports(copied, [KEY_1], T0 + 1)
+    assert facts == {fact: d for fact, d in EXPECTED.items() if fact[1] == END_1}
