@@ -17,7 +17,7 @@ import gzip
 import os
 import stat
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +88,9 @@ class DumpFile:
         return cls(path, -1, -1, problem)
 
 
+TRUNCATED_GZIP = "truncated gzip file"
+
+
 @dataclass(frozen=True)
 class GzipDamage:
     """Why a gzip file does not decompress to its end; ``truncated``: it is a complete
@@ -95,6 +98,11 @@ class GzipDamage:
 
     reason: str
     truncated: bool
+
+    @classmethod
+    def from_reason(cls, reason: str) -> GzipDamage:
+        """The damage a recorded ``reason`` (as ``gzip_damage`` words it) describes."""
+        return cls(reason, truncated=reason.startswith(TRUNCATED_GZIP))
 
 
 @dataclass(frozen=True)
@@ -181,7 +189,13 @@ def _os_problem(error: OSError) -> str:
     return f"unreadable path: {error.strerror or error}"
 
 
-def read_dumps(spark: SparkSession, files: Sequence[str], *, topic: str | None = None) -> DumpRead:
+def read_dumps(
+    spark: SparkSession,
+    files: Sequence[str],
+    *,
+    topic: str | None = None,
+    damaged: Mapping[str, GzipDamage] | None = None,
+) -> DumpRead:
     """Parse dump files into records and errors, data-parallel.
 
     Lines are read with ``spark.read.text`` (gzip by the ``.gz`` suffix) and parsed with
@@ -196,10 +210,12 @@ def read_dumps(spark: SparkSession, files: Sequence[str], *, topic: str | None =
     by a Spark job that decompresses each one on an executor (one task per file batch,
     streaming, nothing but the verdict returns to the driver). Each damaged file becomes
     one error row; of a truncated one, the complete lines before the cut are still read
-    (the same lines on every read), of any other damaged one nothing is.
-    Files that do not exist raise ``FileNotFoundError``.
+    (the same lines on every read), of any other damaged one nothing is. ``damaged``: the
+    verdicts already known for ``files`` (a registry's, taken when the immutable files
+    were registered), which spares that job. Files that do not exist raise
+    ``FileNotFoundError``.
     """
-    readable, damaged = _readable(spark, files)
+    readable, damaged = _readable(spark, files, damaged)
     parsed = _parse(_read_lines(spark, readable, damaged), _LINE_SCHEMA, topic)
     unreadable = local_frame(
         spark,
@@ -293,15 +309,19 @@ def _parse(lines: DataFrame, schema: StructType, topic: str | None) -> DataFrame
 
 
 def _readable(
-    spark: SparkSession, files: Sequence[str]
+    spark: SparkSession, files: Sequence[str], known: Mapping[str, GzipDamage] | None = None
 ) -> tuple[list[str], dict[str, GzipDamage]]:
     """The paths Spark's text reader can read, and the damaged gzip files (left out of
-    them). Files that do not exist raise ``FileNotFoundError``."""
+    them; checked now unless ``known``). Files that do not exist raise
+    ``FileNotFoundError``."""
     paths = [os.fspath(file) for file in files]
     missing = [path for path in paths if "://" not in path and not os.path.exists(path)]
     if missing:
         raise FileNotFoundError(f"dump files not found: {', '.join(missing)}")
-    damaged = find_damaged_gzip_files(spark, [p for p in paths if p.endswith(GZIP_SUFFIX)])
+    if known is None:
+        damaged = find_damaged_gzip_files(spark, [p for p in paths if p.endswith(GZIP_SUFFIX)])
+    else:
+        damaged = {path: known[path] for path in paths if path in known}
     return [path for path in paths if path not in damaged], damaged
 
 
@@ -323,7 +343,7 @@ def gzip_damage(path: str) -> GzipDamage | None:
                 pass
     except EOFError as error:
         return GzipDamage(
-            f"truncated gzip file ({error}): the complete lines before the cut are read, "
+            f"{TRUNCATED_GZIP} ({error}): the complete lines before the cut are read, "
             "the rest of the file is lost",
             truncated=True,
         )

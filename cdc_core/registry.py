@@ -12,6 +12,7 @@ dump could silently change records already bound to a window).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +23,16 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from cdc_core.dumps import SCAN_SCHEMA, DumpFile, DumpRead, read_dumps, scan_dump_files
+from cdc_core.dumps import (
+    SCAN_SCHEMA,
+    DumpFile,
+    DumpRead,
+    GzipDamage,
+    read_dumps,
+    scan_dump_files,
+)
 from cdc_core.frontier import OffsetFrontier
-from cdc_core.schemas import DUMP_RECORD, ERROR
+from cdc_core.schemas import ERROR, RECLOCKED
 from cdc_core.spark import local_frame
 
 FILES_SCHEMA = pa.schema(
@@ -125,34 +133,47 @@ class CanonicalRecords:
     """One copy per ``(partition, offset)`` plus the contradictions found while choosing it.
 
     ``lines``: every parsed line of the files read, with ``arrival_ms``, the copy rank
-    ``_copy`` (1 for the kept copy) and ``_conflict`` (the reason, for a dropped copy whose
-    ts/key/payload differ from the kept one); ``unreadable``: ERROR rows of files that
-    could not be read. Records, conflicts and read errors are views of the one frame, so
-    persisting it (``CanonicalReads``) parses and sorts every line once.
+    ``_copy`` (1 for the kept copy) and, for a dropped copy whose ts/key/payload differ
+    from the kept one, ``_kept_file``; files appear as small ids (``_file``), which
+    ``catalog`` maps to their paths, so the shuffled and cached rows stay narrow.
+    ``unreadable``: ERROR rows of files that could not be read. Records, conflicts and
+    read errors are views of the one frame, so persisting it (``CanonicalReads``) parses
+    and sorts every line once.
     """
 
     lines: DataFrame
+    catalog: DataFrame
     unreadable: DataFrame
 
     @property
     def records(self) -> DataFrame:
-        """DUMP_RECORD columns plus ``arrival_ms``, one row per (partition, offset)."""
+        """RECLOCKED columns plus ``arrival_ms``, one row per (partition, offset)."""
         kept = F.col("reason").isNull() & (F.col("_copy") == 1)
-        return self.lines.where(kept).select(*DUMP_RECORD.names, "arrival_ms")
+        return self.lines.where(kept).select(*RECLOCKED.names, "arrival_ms")
 
     @property
     def conflicts(self) -> DataFrame:
         """ERROR rows of every distinct dropped copy that contradicts the kept one."""
+        kept_file = self.catalog.select(F.col("_file").alias("_kept_file"),
+                                        F.col("file").alias("_kept_path"))
+        reason = F.format_string(
+            "conflicting copy of partition %d offset %d: ts/key/payload differ from the "
+            "kept copy in %s", F.col("partition"), F.col("offset"), F.col("_kept_path"),
+        )
         return (
-            self.lines.where(F.col("_conflict").isNotNull())
-            .dropDuplicates(["partition", "offset", "file", "ts", "key", "payload"])
-            .select(*[F.col("_conflict" if n == "reason" else n).alias(n) for n in ERROR.names])
+            self.lines.where(F.col("_kept_file").isNotNull())
+            .dropDuplicates(["partition", "offset", "_file", "ts", "key", "payload"])
+            .join(F.broadcast(self.catalog.select("_file", "file")), "_file")
+            .join(F.broadcast(kept_file), "_kept_file")
+            .select(*[(reason if n == "reason" else F.col(n)).alias(n) for n in ERROR.names])
         )
 
     @property
     def read_errors(self) -> DataFrame:
         """ERROR rows of malformed lines (file known, position unknown) and unreadable files."""
-        return DumpRead(self.lines, self.unreadable).errors
+        failed = self.lines.where(F.col("reason").isNotNull() | F.col("dropped").isNotNull())
+        named = failed.join(F.broadcast(self.catalog.select("_file", "file")), "_file")
+        return DumpRead(named, self.unreadable).errors
 
 
 class CanonicalReads:
@@ -177,7 +198,7 @@ class CanonicalReads:
         keep = F.col("offset") >= starts_column(self.spark, starts)
         canonical = read_canonical(self.spark, self.registry, files, keep)
         if self.persist:
-            canonical = CanonicalRecords(canonical.lines.persist(), canonical.unreadable)
+            canonical = dataclasses.replace(canonical, lines=canonical.lines.persist())
             self._reads.append((paths, dict(starts), canonical))
         return canonical
 
@@ -335,40 +356,47 @@ def read_canonical(
     every run picks the same copy; dropped copies that differ in ts, key or payload
     become conflict rows. Identical redeliveries simply collapse. The lines are shuffled
     once, by Kafka partition, and sorted by offset: the copy ranking and every later
-    per-partition pass in offset order (the binding times) reuse that layout.
+    per-partition pass in offset order (the binding times) reuse that layout. Gzip damage
+    comes from the registry (judged when the immutable files were registered).
     """
-    files = [f for f in files if not f.unreadable]  # reported from the registry alone
+    files = sorted((f for f in files if not f.unreadable), key=lambda f: f.path)
     require_present(files)
-    dumps = read_dumps(spark, [f.path for f in files], topic=registry.topic)
-    arrivals = local_frame(
+    damage = {f.path: GzipDamage.from_reason(f.problem) for f in files if f.problem}
+    dumps = read_dumps(spark, [f.path for f in files], topic=registry.topic, damaged=damage)
+    # File ids in path order, so ordering copies by id orders them by path.
+    catalog = local_frame(
         spark,
         pa.table(
-            {"file": [f.path for f in files], "arrival_ms": [f.arrival_ms for f in files]},
-            schema=pa.schema([("file", pa.string()), ("arrival_ms", pa.int64())]),
-        )
+            {"file": [f.path for f in files], "_file": list(range(len(files))),
+             "arrival_ms": [f.arrival_ms for f in files]},
+            schema=pa.schema(
+                [("file", pa.string()), ("_file", pa.int32()), ("arrival_ms", pa.int64())]
+            ),
+        ),
     )
     good = F.col("reason").isNull()
+    # A left join (every line's file is in the catalog): an inner one would add a
+    # not-null filter on ``file`` that Spark computes apart, decoding every path twice.
     lines = (
-        dumps.lines.where(~good | keep)
-        .join(F.broadcast(arrivals), "file")
+        dumps.lines.join(F.broadcast(catalog), "file", "left")
+        .drop("file")
         .repartition("partition")
     )
     # Good records sort before bad lines at the same position, so a bad line never
     # displaces a good copy; the kept copy is the first row of its position.
-    copies = Window.partitionBy("partition", "offset").orderBy(~good, "arrival_ms", "file")
-    kept = {c: F.first(c).over(copies) for c in ("ts", "key", "payload", "file")}
+    copies = Window.partitionBy("partition", "offset").orderBy(~good, "arrival_ms", "_file")
+    kept = {c: F.first(c).over(copies) for c in ("ts", "key", "payload", "_file")}
     same = (
         F.col("ts").eqNullSafe(kept["ts"])
         & F.col("key").eqNullSafe(kept["key"])
         & F.col("payload").eqNullSafe(kept["payload"])
     )
     rank = F.row_number().over(copies)
-    conflict = F.when(
-        good & (rank > 1) & ~same,
-        F.format_string(
-            "conflicting copy of partition %d offset %d: ts/key/payload differ from the "
-            "kept copy in %s", F.col("partition"), F.col("offset"), kept["file"],
-        ),
+    conflict = F.when(good & (rank > 1) & ~same, kept["_file"])
+    # ``keep`` applies after the ranking, which it cannot change (a position is ranked on
+    # its own). Before the shuffle Spark would push it into the parse and parse each line
+    # twice, and tested on ``reason`` first, evaluate every check of every line.
+    ranked = lines.select("*", rank.alias("_copy"), conflict.alias("_kept_file")).where(
+        keep | ~good
     )
-    ranked = lines.select("*", rank.alias("_copy"), conflict.alias("_conflict"))
-    return CanonicalRecords(lines=ranked, unreadable=dumps.unreadable)
+    return CanonicalRecords(lines=ranked, catalog=catalog, unreadable=dumps.unreadable)

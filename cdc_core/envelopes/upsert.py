@@ -152,24 +152,33 @@ def apply_commands(
     ).persist()
     # Each slot's first time in the batch: where its content before the batch is replaced.
     first = sequenced.filter(F.col("previous_time").isNull())
-    replaced_rows = sequenced.filter(F.col("previous_row").isNotNull()).select(
-        *[F.col("previous_row")[name].alias(name) for name in output.names],
-        "time",
-        F.lit(1).cast("long").alias("diff"),
-    )
+
+    def rows_of(frame: DataFrame, struct: str, diff: int) -> DataFrame:
+        return frame.select(
+            *[F.col(struct)[name].alias(name) for name in output.names],
+            "time",
+            F.lit(diff).cast("long").alias("diff"),
+        )
+
+    # Within the batch a slot's -previous/+new rows differ in data or time from every
+    # other row (a row holds its key), so they come consolidated once a row replaced by
+    # an equal one is left out: no shuffle.
+    unchanged = F.col("previous_row").eqNullSafe(F.col("row"))
+    later = sequenced.filter(F.col("previous_time").isNotNull() & ~unchanged)
+    changes = rows_of(later.filter(F.col("previous_row").isNotNull()), "previous_row", -1)
+    changes = changes.unionByName(rows_of(later.filter(F.col("row").isNotNull()), "row", 1))
+    first_rows = rows_of(first.filter(F.col("row").isNotNull()), "row", 1)
     if prior_changes is not None:
+        # At a slot's first time its prior content (the consolidated history of the keys
+        # the batch touches) is replaced: only that part needs consolidating.
         first_keys = first.filter(F.col("key_value").isNotNull()).select("key_value.*", "time")
-        replaced_rows = (
+        replaced = (
             prior_updates(commands.sparkSession, prior_changes, output)
             .join(F.broadcast(first_keys), on=key_schema.names)
             .select(*[column(name) for name in output.names], "time", "diff")
-            .unionByName(replaced_rows)
         )
-    new_rows = sequenced.filter(F.col("row").isNotNull()).select(
-        *[F.col("row")[name].alias(name) for name in output.names],
-        "time",
-        F.lit(1).cast("long").alias("diff"),
-    )
+        first_rows = consolidate(negated(replaced).unionByName(first_rows), output.names)
+    changes = changes.unionByName(first_rows)
     previous_errors = error_rows(
         sequenced.filter(F.col("previous_reason").isNotNull()).select(
             *[F.col(f"previous_{c}").alias(c) for c in CONTENT], "time"
@@ -188,7 +197,7 @@ def apply_commands(
         )
         previous_errors = negated(old_errors).unionByName(previous_errors)
     return EnvelopeResult(
-        changes=consolidate(negated(replaced_rows).union(new_rows), output.names),
+        changes=changes,
         errors=consolidate(previous_errors.union(new_errors), ERROR.names),
         cached=(sequenced,),
     )
