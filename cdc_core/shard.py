@@ -4,7 +4,8 @@ A shard is a Delta table holding the data columns plus ``time`` (IntoTime, int64
 and ``diff`` (int64), with two frontiers stored as Delta app-transaction versions
 so that they move atomically with the data in the same commit:
 - ``upper``: every time not >= upper is complete;
-- ``since``: snapshots at times >= since are exact.
+- ``since``: snapshots at times >= since are exact; it never passes the since of a
+  live registered reader (``cdc_core.leases``).
 Both start at ``TimeFrontier.minimum()`` (time 0). The empty frontier ("finished") is
 its own app id, so no magic time ever stands for it.
 
@@ -94,7 +95,8 @@ class ProgressStatement:
 @dataclass(frozen=True)
 class StagedBatch:
     """Consolidated updates written as Parquet under the table folder but not committed:
-    invisible to readers until ``Shard.commit``; gc removes them if nobody ever does."""
+    invisible to readers until ``Shard.commit``. gc removes them if nobody ever does: once
+    the registered writer's lease ran out, or after the retention for an unregistered one."""
 
     batch_id: str
     files: tuple[WrittenFile, ...]
