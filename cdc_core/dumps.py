@@ -271,32 +271,36 @@ def scan_dump_files(
             valid &= F.col(name).isNotNull()
         if topic is not None:
             valid &= F.col("topic") == F.lit(topic)
-        file = _local_path(F.col("_metadata.file_path")).alias("file")
-        frames.append(lines.select(file, "partition", "offset", "ts", (~valid).alias("bad")))
+        uri = F.col("_metadata.file_path").alias("file")
+        positions = lines.select(uri, "partition", "offset", "ts", (~valid).alias("bad"))
+        by_uri = _position_stats(positions)
+        # Paths decoded once per group, not once per line.
+        frames.append(by_uri.withColumn("file", _local_path(F.col("file"))))
     truncated = sorted(path for path, damage in damaged.items() if damage.truncated)
     if truncated:  # lines no file reader can give: judged as ``read_dumps`` judges them
         salvaged = _parse(_salvaged_lines(spark, truncated), _SCAN_LINE, topic)
         bad = F.col("reason").isNotNull().alias("bad")
-        frames.append(salvaged.select("file", "partition", "offset", "ts", bad))
+        frames.append(_position_stats(salvaged.select("file", "partition", "offset", "ts", bad)))
     if not frames:
         return DumpScan(SCAN_SCHEMA.empty_table(), {}, reasons)
-    lines = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
-    grouped = (
-        lines.groupBy("file", F.when(~F.col("bad"), F.col("partition")).alias("partition"), "bad")
-        .agg(
-            F.min("offset").alias("min_offset"),
-            F.max("offset").alias("max_offset"),
-            F.min("ts").alias("min_ts"),
-            F.max("ts").alias("max_ts"),
-            F.count(F.lit(1)).alias("records"),
-        )
-        .orderBy("file", "partition")
-        .toArrow()
-    )
+    stats = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    grouped = stats.orderBy("file", "partition").toArrow()
     is_bad = grouped.column("bad")
     summary = grouped.filter(pc.invert(is_bad)).select(SCAN_SCHEMA.names).cast(SCAN_SCHEMA)
     failed = grouped.filter(is_bad).to_pylist()
     return DumpScan(summary, {row["file"]: row["records"] for row in failed}, reasons)
+
+
+def _position_stats(lines: DataFrame) -> DataFrame:
+    """Per (``file``, partition of the good lines, ``bad``): offset and ts ranges, lines."""
+    partition = F.when(~F.col("bad"), F.col("partition")).alias("partition")
+    return lines.groupBy("file", partition, "bad").agg(
+        F.min("offset").alias("min_offset"),
+        F.max("offset").alias("max_offset"),
+        F.min("ts").alias("min_ts"),
+        F.max("ts").alias("max_ts"),
+        F.count(F.lit(1)).alias("records"),
+    )
 
 
 def _parse(lines: DataFrame, schema: StructType, topic: str | None) -> DataFrame:
