@@ -208,20 +208,17 @@ class SourcePipeline:
                     self.reclocked, run.reclocked.records, lower, upper, consolidated=True
                 ) or {}
                 figures["rows"] = sum(records_in.values())
-            # Read back from the committed shard (cheap Parquet, not the dumps again) and
-            # cached: the envelope's outputs (changes, errors, dedup state) each read them.
-            records = self.reclocked.listen(max(lower - 1, 0), windows.end).cache()
+            # The envelope reads the run's records from the canonical reads the run keeps
+            # (equal to what the shard now holds: the data is definite), not by decoding
+            # the Parquet just written once more.
             updates_out: dict[int, int] = {}
             errors_out: dict[int, int] = {}
-            try:
-                for low, high in self._envelope_batches(lower, upper):
-                    changes, errors = self._apply_envelope(
-                        records, run.reclocked.errors, low, high
-                    )
-                    updates_out.update(changes)
-                    errors_out.update(errors)
-            finally:
-                records.unpersist()
+            for low, high in self._envelope_batches(lower, upper):
+                changes, errors = self._apply_envelope(
+                    run.reclocked.records, run.reclocked.errors, low, high
+                )
+                updates_out.update(changes)
+                errors_out.update(errors)
         finally:
             reads.release()
         return done + [
