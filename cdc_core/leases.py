@@ -458,6 +458,24 @@ def reading(shard: Shard, reader: str, since: int, lease_ms: int) -> Iterator[Le
         book.release(reader)
 
 
+@contextmanager
+def writing(shards: Sequence[Shard], writer: str, lease_ms: int) -> Iterator[None]:
+    """Register ``writer`` on every shard of ``shards`` while the block stages and commits
+    to them, then release them (also on failure): its staging is never collected while
+    the lease is live, and once a crash leaves it unreleased, it is collected when the
+    lease runs out. A block outliving the lease is fenced at its next commit."""
+    registered: list[LeaseBook] = []
+    try:
+        for shard in shards:
+            book = LeaseBook.of(shard)
+            book.register_writer(writer, lease_ms)
+            registered.append(book)
+        yield
+    finally:
+        for book in registered:
+            book.release(writer)
+
+
 def unique_reader_id(prefix: str) -> str:
     """A reader id no other run shares: ``prefix`` plus a random suffix."""
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
