@@ -30,6 +30,7 @@ from dagster import (
     asset,
 )
 from dagster_pyspark import PySparkResource
+from deltalake import DeltaTable
 
 from assets.partitions import to_datetime, window_bounds
 from assets.source_assets import output_key, source_tags
@@ -37,14 +38,17 @@ from cdc_core.cdcv2.export import export_shard
 from cdc_core.cdcv2.stream_files import Encoding, write_stream
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier, iso
+from cdc_core.leases import read_leases, reading
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.shard import Shard
 
 EXPORT_ENCODING = Encoding.JSON
 EXPORT_FOLDER = "cdcv2"
 # A hidden staging folder this old belongs to no live export (an export writes its
-# folder in seconds to minutes); a younger one may be a concurrent run's.
+# folder in seconds to minutes); a younger one may be a concurrent run's. A folder named
+# after an export's reader registration is judged by that registration's lease instead.
 ABANDONED_AFTER_S = 6 * 3600
+EXPORT_READER = "cdcv2-export-"
 PUBLISH_ATTEMPTS = 20
 
 
@@ -76,7 +80,9 @@ class ExportConflict(RuntimeError):
     publish: the window's folder holds one complete export, perhaps not this run's."""
 
 
-def export_window(shard: Shard, root: Path, key: str, start: int, end: int) -> WindowExport:
+def export_window(
+    shard: Shard, root: Path, key: str, start: int, end: int, holder: str | None = None
+) -> WindowExport:
     """Write the stream of window ``[start, end)`` (times ``[start + 1, end + 1)``) into
     ``root/key``, replacing any earlier export of it as a whole folder.
 
@@ -85,12 +91,15 @@ def export_window(shard: Shard, root: Path, key: str, start: int, end: int) -> W
     of the window side by side (``write_stream`` alone would add a second, differently
     named copy). Concurrent exports of one window (two runs of one config) each publish
     a complete folder; the stream is a function of the committed shard, so whichever
-    lands last holds the same updates.
+    lands last holds the same updates. ``holder``, the export's reader registration on
+    ``shard``, names the staging folder: other exports leave it alone while that
+    registration is live, and remove it once it is not.
     """
     stream = export_shard(shard.refresh(), start + 1, TimeFrontier.at(end + 1))
     target = root / key
-    _discard_abandoned(root, key)
-    staging = root / f".{key}.{uuid.uuid4().hex}.staging"
+    live = {r.holder for r in read_leases(shard.path, DeltaTable(shard.path)).live()}
+    _discard_abandoned(root, key, live)
+    staging = root / f".{key}.{holder or uuid.uuid4().hex}.staging"
     try:
         written = write_stream(stream, staging, EXPORT_ENCODING)
         _publish(staging, target)
@@ -99,14 +108,21 @@ def export_window(shard: Shard, root: Path, key: str, start: int, end: int) -> W
     return WindowExport(key, start, end, target, written.updates, len(stream.progress))
 
 
-def _discard_abandoned(root: Path, key: str) -> None:
+def _discard_abandoned(root: Path, key: str, live_holders: set[str]) -> None:
     """Hidden staging or retired folders of this window that an interrupted export left
-    behind. Only folders untouched for ``ABANDONED_AFTER_S`` go: a younger one may be a
-    concurrent export's live staging folder."""
+    behind. A folder of a registered export goes once its registration is no longer live
+    (released, or its lease ran out); any other only when untouched for
+    ``ABANDONED_AFTER_S``: a younger one may be a concurrent export's live staging."""
     if not root.is_dir():
         return
     oldest = time.time() - ABANDONED_AFTER_S
     for leftover in root.glob(f".{key}.*"):
+        owner = leftover.name[len(key) + 2 :].rsplit(".", 1)[0]
+        if owner in live_holders:
+            continue
+        if owner.startswith(EXPORT_READER):
+            shutil.rmtree(leftover, ignore_errors=True)
+            continue
         try:
             abandoned = leftover.stat().st_mtime < oldest
         except FileNotFoundError:  # another export removed it meanwhile
@@ -180,16 +196,30 @@ def cdcv2_export_asset(
         It depends on ``changes``, so the blocking ``complete`` check on ``changes``
         stops it from being built on a window whose changes failed that check: a
         consumer never receives a stream the lake itself judged incomplete.
+
+        While it runs it is a registered reader of ``changes`` (from its first window on),
+        so no compaction or gc takes that history away mid-export; the lease is renewed
+        once half of it has passed and released at the end, also on failure.
         """
         pipeline = SourcePipeline.from_config(pyspark.spark_session, config, source)
         root = pipeline.root / EXPORT_FOLDER
         root.mkdir(parents=True, exist_ok=True)
         keys = sorted(context.partition_keys)
-        for index, key in enumerate(keys, start=1):
-            start, end = window_bounds(partitions.time_window_for_partition_key(key))
-            export = export_window(pipeline.changes, root, key, start, end)
-            context.log.info(f"[{index}/{len(keys)}] {source.name}: exported {export.summary()}")
-            context.add_asset_metadata(window_export_metadata(export), partition_key=key)
+        windows = [window_bounds(partitions.time_window_for_partition_key(k)) for k in keys]
+        reader = f"{EXPORT_READER}{context.run_id}"
+        lease_ms = config.readers.lease_ms
+        since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
+        with reading(pipeline.changes, reader, since.time or 0, lease_ms) as book:
+            renewed = time.monotonic()
+            for index, (key, (start, end)) in enumerate(zip(keys, windows, strict=True), 1):
+                export = export_window(pipeline.changes, root, key, start, end, reader)
+                context.log.info(
+                    f"[{index}/{len(keys)}] {source.name}: exported {export.summary()}"
+                )
+                context.add_asset_metadata(window_export_metadata(export), partition_key=key)
+                if (time.monotonic() - renewed) * 1000 > lease_ms / 2:
+                    book.heartbeat(reader)
+                    renewed = time.monotonic()
         return MaterializeResult(
             metadata={
                 "folder": MetadataValue.path(str(root)),

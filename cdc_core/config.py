@@ -421,6 +421,31 @@ class SparkSettings(_Section):
         return self
 
 
+def _positive(duration: str) -> str:
+    if duration_ms(duration) <= 0:
+        raise _problem(f"must be longer than zero (got {duration!r})")
+    return duration
+
+
+class ReaderSettings(_Section):
+    """Leases of the readers of a source's tables: a live reader holds the history it
+    may still read (README, "Readers")."""
+
+    lease: Annotated[Duration, AfterValidator(_positive)] = "1h"
+    """How long a reader's hold lasts without a heartbeat; the CDCv2 export holds
+    changes with it, renewed after every window it writes."""
+    warn_after: Annotated[Duration, AfterValidator(_positive)] = "1d"
+    """The readers check warns when a live reader pins history older than this."""
+
+    @property
+    def lease_ms(self) -> int:
+        return duration_ms(self.lease)
+
+    @property
+    def warn_after_ms(self) -> int:
+        return duration_ms(self.warn_after)
+
+
 class SourceConfig(_Section):
     """One Kafka topic turned into one set of Delta tables under <lake>/<name>.
 
@@ -525,6 +550,8 @@ class Config(_Section):
     """Last window end, for finite data; open-ended when absent."""
     spark: SparkSettings = SparkSettings()
     """Optional Spark session overrides."""
+    readers: ReaderSettings = ReaderSettings()
+    """Optional: reader leases (lease) and when a reader pinning history is warned about."""
     sources: tuple[SourceConfig, ...] = Field(json_schema_extra={"minItems": 1})
     """The topics to turn into Delta tables (at least one, with unique names)."""
 

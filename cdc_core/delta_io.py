@@ -14,9 +14,11 @@ import json
 import os
 import shutil
 import time
+import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -290,3 +292,71 @@ def remove_empty_folders(table_path: str) -> None:
     for current, _dirs, _files in os.walk(root, topdown=False):
         if current != root and not os.listdir(current):
             os.rmdir(current)
+
+
+def new_batch_id(writer: str | None) -> str:
+    """A fresh staging folder name; a registered writer's folders carry its id, so that gc
+    can tell a live writer's staging from a crashed one's."""
+    return uuid.uuid4().hex if writer is None else f"{writer}.{uuid.uuid4().hex}"
+
+
+def batch_writer(rel_path: str) -> str | None:
+    """The writer whose staging folder holds ``rel_path`` (None: an anonymous writer)."""
+    parts = rel_path.split("/")
+    if len(parts) < 3 or parts[0] != DATA_DIR or "." not in parts[1]:
+        return None
+    return parts[1].split(".", 1)[0]
+
+
+def commit_actions(table_path: str, version: int) -> list[dict]:
+    """The actions of one commit of the log, read from its JSON file (log metadata only)."""
+    log_file = os.path.join(table_path, "_delta_log", f"{version:020d}.json")
+    with open(log_file, encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def commit_info(table_path: str, version: int) -> dict:
+    """The commitInfo of one commit: its log timestamp and custom metadata."""
+    for action in commit_actions(table_path, version):
+        if "commitInfo" in action:
+            return action["commitInfo"]
+    raise ValueError(f"commit {version} of {table_path} has no commitInfo")
+
+
+@dataclass(frozen=True)
+class RemovedFile:
+    """A file a commit removed from the table (it stays on disk until gc)."""
+
+    path: str
+    version: int  # the commit that removed it: every version before it may still read it
+    removed_ms: int
+    size: int
+
+
+def file_history(table_path: str, through: int) -> tuple[set[str], list[RemovedFile]]:
+    """Every file ever added in versions ``0..through``, and every removal, from the log."""
+    added: set[str] = set()
+    removed: list[RemovedFile] = []
+    for version in range(through + 1):
+        for action in commit_actions(table_path, version):
+            if "add" in action:
+                added.add(unquote(action["add"]["path"]))
+            elif "remove" in action:
+                remove = action["remove"]
+                removed.append(
+                    RemovedFile(
+                        unquote(remove["path"]),
+                        version,
+                        remove.get("deletionTimestamp") or 0,
+                        remove.get("size") or 0,
+                    )
+                )
+    return added, removed
+
+
+def data_files(table_path: str) -> Iterator[str]:
+    """Every Parquet file under the table's data folder, relative to the table root."""
+    root = os.path.join(table_path, DATA_DIR)
+    for current, _dirs, files in os.walk(root):
+        for name in files:
+            yield os.path.relpath(os.path.join(current, name), table_path)

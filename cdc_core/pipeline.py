@@ -37,6 +37,7 @@ from cdc_core.envelopes import (
 )
 from cdc_core.envelopes.result import EnvelopeResult
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
+from cdc_core.leases import unique_reader_id, writing
 from cdc_core.phases import phase
 from cdc_core.reclock import append_new, reclock_windows
 from cdc_core.registry import CanonicalReads, Registry
@@ -198,36 +199,36 @@ class SourcePipeline:
             # bindings may lie below the remap's since, compacted by a retire.
             done = self._reused(Windows(windows.start, lower - 1, windows.width))
             windows = windows.from_end(lower - 1)
-        reads = CanonicalReads(self.spark, self.registry)
-        try:
-            with phase(self.source.name, "bind windows"):
-                run = reclock_windows(
-                    self.spark, self.source, self.registry, self.remap, lower, windows, reads,
-                    reported=self._reported_files(lower),
-                )
-            upper = windows.end + 1
-            with phase(self.source.name, "append reclocked") as figures:
-                records_in = append_new(  # one row per (partition, offset) by construction
-                    self.reclocked, run.reclocked.records, lower, upper, consolidated=True
-                ) or {}
-                figures["rows"] = sum(records_in.values())
-                figures["rows_per_time"] = records_in
-            # Read back from the committed shard (cheap Parquet, not the dumps again) and
-            # cached: the envelope's outputs (changes, errors, dedup state) each read them.
-            records = self.reclocked.listen(max(lower - 1, 0), windows.end).cache()
-            updates_out: dict[int, int] = {}
-            errors_out: dict[int, int] = {}
+        # Registered writers: a crash leaves staging that gc collects once the lease ran out.
+        shards = [self.remap, *self.outputs]
+        with writing(shards, unique_reader_id("run"), self.config.readers.lease_ms):
+            reads = CanonicalReads(self.spark, self.registry)
             try:
+                with phase(self.source.name, "bind windows"):
+                    run = reclock_windows(
+                        self.spark, self.source, self.registry, self.remap, lower, windows, reads,
+                        reported=self._reported_files(lower),
+                    )
+                upper = windows.end + 1
+                with phase(self.source.name, "append reclocked") as figures:
+                    records_in = append_new(  # one row per (partition, offset) by construction
+                        self.reclocked, run.reclocked.records, lower, upper, consolidated=True
+                    ) or {}
+                    figures["rows"] = sum(records_in.values())
+                    figures["rows_per_time"] = records_in
+                # The envelope reads the run's records from the canonical reads the run keeps
+                # (equal to what the shard now holds: the data is definite), not by decoding
+                # the Parquet just written once more.
+                updates_out: dict[int, int] = {}
+                errors_out: dict[int, int] = {}
                 for low, high in self._envelope_batches(lower, upper):
                     changes, errors = self._apply_envelope(
-                        records, run.reclocked.errors, low, high
+                        run.reclocked.records, run.reclocked.errors, low, high
                     )
                     updates_out.update(changes)
                     errors_out.update(errors)
             finally:
-                records.unpersist()
-        finally:
-            reads.release()
+                reads.release()
         return done + [
             WindowReport(
                 source=self.source.name,

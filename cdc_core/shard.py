@@ -4,7 +4,8 @@ A shard is a Delta table holding the data columns plus ``time`` (IntoTime, int64
 and ``diff`` (int64), with two frontiers stored as Delta app-transaction versions
 so that they move atomically with the data in the same commit:
 - ``upper``: every time not >= upper is complete;
-- ``since``: snapshots at times >= since are exact.
+- ``since``: snapshots at times >= since are exact; it never passes the since of a
+  live registered reader (``cdc_core.leases``).
 Both start at ``TimeFrontier.minimum()`` (time 0). The empty frontier ("finished") is
 its own app id, so no magic time ever stands for it.
 
@@ -15,7 +16,6 @@ is retried only if what it relied on (e.g. the upper) still holds.
 
 from __future__ import annotations
 
-import math
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from cdc_core import delta_io
+from cdc_core import delta_io, leases
 from cdc_core.delta_io import DIFF, TIME, DataFile, WrittenFile
 from cdc_core.frontier import TimeFrontier
 
@@ -95,7 +95,8 @@ class ProgressStatement:
 @dataclass(frozen=True)
 class StagedBatch:
     """Consolidated updates written as Parquet under the table folder but not committed:
-    invisible to readers until ``Shard.commit``; gc removes them if nobody ever does."""
+    invisible to readers until ``Shard.commit``. gc removes them if nobody ever does: once
+    the registered writer's lease ran out, or after the retention for an unregistered one."""
 
     batch_id: str
     files: tuple[WrittenFile, ...]
@@ -194,6 +195,7 @@ class Shard:
         self._spark = spark
         self._schema = delta_io.shard_schema(data_schema)
         self._table = table
+        self.writer: str | None = None  # a registered writer's id names its staging
         self._load_state()
 
     @classmethod
@@ -287,7 +289,7 @@ class Shard:
         conformed = self._conform(updates)
         if not consolidated:
             conformed = consolidate(conformed, self.data_schema.names)
-        batch_id = uuid.uuid4().hex
+        batch_id = delta_io.new_batch_id(self.writer)
         try:
             with _location_failure(f"writing updates under {self.path}"):
                 files = delta_io.write_files(conformed, self.path, batch_id)
@@ -316,6 +318,7 @@ class Shard:
             return UpperMismatch(expected_upper, self._upper)
         if staged.is_empty and new_upper == expected_upper:
             return None  # nothing to record: a heartbeat
+        self._writer_live()
         progress = {
             "lower": expected_upper.time,
             "upper": new_upper.time,
@@ -329,30 +332,46 @@ class Shard:
                 f"upper {expected_upper} -> {new_upper}, {len(staged.files)} file(s)",
                 {PROGRESS_KEY: progress},
             ),
-            still_valid=lambda: self._upper == expected_upper,
+            still_valid=lambda: self._upper == expected_upper and self._writer_live(),
         )
         if committed:
             return None
         self.discard(staged)
         return UpperMismatch(expected_upper, self._upper)
 
+    def _writer_live(self) -> bool:
+        """Raises LeaseExpired when this handle's registered writer's lease ran out."""
+        if self.writer is not None:
+            leases.check_writer(self.path, self._table, self.writer)
+        return True
+
     def discard(self, staged: StagedBatch) -> None:
         """Delete the files of a batch that will not be committed."""
         delta_io.delete_batches(self.path, [staged.batch_id])
 
-    def downgrade_since(self, since: TimeFrontier) -> None:
+    def downgrade_since(self, since: TimeFrontier) -> TimeFrontier:
         """Give up reading at times before ``since`` (monotone; a regression is a usage
-        error). Compaction may then forward older updates to ``since``."""
+        error). Compaction may then forward older updates to the since. The since moves
+        only as far as the live readers' holds allow (their meet); returns where it is."""
         self.refresh()
         if not self._since <= since:
             raise ShardUsageError(f"since may only advance: it is {self._since}, not {since}")
-        if since != self._since:
-            self._commit(
+        while True:
+            holds = leases.read_leases(self.path, self._table)
+            target = since.meet(holds.hold())
+            if not self._since < target:
+                return self._since
+            committed = self._commit(
                 [],
-                _frontier_transactions(SINCE, since),
-                _commit_metadata("downgrade_since", f"since {self._since} -> {since}"),
-                still_valid=lambda: self._since < since,
+                _frontier_transactions(SINCE, target),
+                _commit_metadata("downgrade_since", f"since {self._since} -> {target}"),
+                still_valid=lambda pointer=holds.pointer, target=target: (
+                    self._since < target
+                    and self._table.transaction_version(leases.LEASES_APP_ID) == pointer
+                ),
             )
+            if committed:
+                return self._since
 
     def compact(self) -> None:
         """Logical (advance times < since to since, consolidate, drop zeros) and physical
@@ -362,7 +381,7 @@ class Shard:
         inputs = _compaction_inputs(self._files(), since)
         if not inputs:
             return
-        batch_id = uuid.uuid4().hex
+        batch_id = delta_io.new_batch_id(self.writer)
         outputs: tuple[WrittenFile, ...] = ()
         if not since.is_empty:  # an empty since means nobody may ever read: keep nothing
             outputs = self._rewrite(inputs, since.time, batch_id)
@@ -379,22 +398,22 @@ class Shard:
             delta_io.delete_batches(self.path, [batch_id])
 
     def gc(self, retention_hours: float = 1.0) -> list[str]:
-        """Remove files no valid snapshot references (Delta vacuum); returns removed paths.
+        """Remove files no live reader can read and no live writer is staging (Delta
+        vacuum, bounded by the holds); returns the removed paths.
 
-        Removes files that the current version does not reference, if they were removed
-        from the table (or, for orphans of crashed writers, written) more than
-        ``retention_hours`` ago, rounded up to whole hours. The retention must outlast
-        the longest read and the longest stage-to-commit gap of any writer."""
+        Never removes a file of the current version, nor of any version a live reader
+        pins, nor a live registered writer's staging. Beyond that, files removed from the
+        table (or staged by an unregistered writer) more than ``retention_hours`` ago go,
+        and so does the staging of a registered writer whose lease ran out."""
         if retention_hours < 0:
             raise ShardUsageError(f"retention must not be negative: {retention_hours}")
         with _location_failure(f"garbage-collecting {self.path}"):
             self._reload()  # never judge references by a stale version
-            removed = self._table.vacuum(
-                retention_hours=math.ceil(retention_hours),
-                dry_run=False,
-                enforce_retention_duration=False,
-                full=True,
+            removed = leases.collectable_files(
+                self.path, self._table, self._files(), int(retention_hours * 3_600_000)
             )
+            for path in removed:
+                os.remove(os.path.join(self.path, path))
             delta_io.remove_empty_folders(self.path)
             self._reload()
         return sorted(removed)

@@ -12,6 +12,7 @@ from dagster import (
 from assets.cdcv2_export import cdcv2_export_asset
 from assets.checks import source_checks
 from assets.partitions import window_partitions
+from assets.reader_checks import readers_check
 from assets.source_assets import source_assets
 from cdc_core.config import Config
 from pipelines.sensors import dump_sensor, window_schedule
@@ -32,6 +33,7 @@ def build_definitions(config: Config) -> Definitions:
     assets = [source_assets(config, source, partitions) for source in config.sources]
     assets += [cdcv2_export_asset(config, source, partitions) for source in config.sources]
     checks = [check for source in config.sources for check in source_checks(config, source)]
+    checks += [readers_check(config, source) for source in config.sources]
     job = define_asset_job(
         ALL_WINDOWS_JOB,
         selection=AssetSelection.all(),

@@ -1,4 +1,4 @@
-"""The ``reclock`` command line: sample, materialize, inspect, retire, demo, config."""
+"""The ``reclock`` command line: sample, materialize, inspect, retire, readers, demo, config."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from assets.partitions import closed_windows, range_tags, to_ms
 from assets.source_assets import source_output_keys
-from cdc_core.config import Config, ConfigError, config_schema_json, load_config
+from cdc_core.config import Config, ConfigError, config_schema_json, duration_ms, load_config
 from cdc_core.frontier import iso
+from cdc_core.leases import LeaseBook, LeaseUsageError, holds_under
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.pipeline import SourcePipeline, SourceStatus
 from cdc_core.resumption import RetireReport
@@ -141,6 +142,51 @@ def print_snapshot(
     print(f"{source} as of {iso(as_of)}: written to {out} ({fmt})")
 
 
+def print_readers(config: Config, only: str | None) -> None:
+    """Every registered reader and writer of every shard, read from the logs alone."""
+    for source in config.sources:
+        if only not in (None, source.name):
+            continue
+        print(f"source {source.name}:")
+        found = holds_under(str(config.lake / source.name))
+        for hold in found:
+            print(hold.describe())
+        if not found:
+            print("  no registered readers or writers")
+
+
+def manage_reader(config: Config, args: argparse.Namespace) -> None:
+    """``reclock readers register|heartbeat|release`` on one shard of one source."""
+    source = config.source(args.source).name
+    path = config.lake / source / args.table
+    if not (path / "_delta_log").is_dir():
+        raise LeaseUsageError(f"{source} has no {args.table} table yet ({path})")
+    book = LeaseBook(str(path))
+    lease_ms = args.lease or config.readers.lease_ms
+    if args.action == "register":
+        if args.since is None:
+            raise LeaseUsageError("register needs --since")
+        held = book.register(args.reader, args.since, lease_ms)
+        print(f"{args.reader} holds {source}/{args.table} from {iso(held.since)} at version "
+              f"{held.version}, until {iso(held.expires_ms)} (log time) unless renewed")
+    elif args.action == "heartbeat":
+        renewed = book.heartbeat(args.reader, lease_ms if args.lease else None)
+        print(f"{args.reader} renewed until {iso(renewed.expires_ms)} (log time)")
+    else:
+        book.release(args.reader)
+        print(f"{args.reader} released {source}/{args.table}")
+
+
+def parse_lease(text: str) -> int:
+    try:
+        lease_ms = duration_ms(text)
+    except ValueError:
+        lease_ms = 0
+    if lease_ms <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive duration such as 30m or 2h: {text!r}")
+    return lease_ms
+
+
 CONFIG_HELP = "the reclock config file (YAML), e.g. demo/reclock.yaml"
 WORKDIR_HELP = "folder for the demo's dumps, config, lake and Dagster instance (default: demo)"
 
@@ -180,6 +226,20 @@ def main(argv: list[str] | None = None) -> int:
         help="table: print (the default without --out); parquet or delta: with --out",
     )
     snapshot.add_argument("--limit", type=int, default=50, help="rows printed (default 50)")
+    readers = commands.add_parser(
+        "readers", help="list, register, renew or release the readers holding a source's history"
+    )
+    readers.add_argument(
+        "action", nargs="?", default="list", choices=("list", "register", "heartbeat", "release")
+    )
+    readers.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
+    readers.add_argument("--source", help="the source (required to register, renew, release)")
+    readers.add_argument("--table", default="changes", help="the shard held (default changes)")
+    readers.add_argument("--reader", help="the reader's id: letters, digits, _ and -")
+    readers.add_argument("--since", type=parse_time, help="ISO-8601 UTC: oldest time read")
+    readers.add_argument(
+        "--lease", type=parse_lease, help="e.g. 30m, 2h (default: the config's readers.lease)"
+    )
     demo = commands.add_parser("demo", help="sample + materialize + summary")
     demo.add_argument("--workdir", type=Path, default=Path("demo"), help=WORKDIR_HELP)
     config_file = commands.add_parser("config", help="the config file: its JSON Schema, checks")
@@ -222,6 +282,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "inspect":
             print_inspection(config, args.source)
             return 0
+        if args.command == "readers":
+            if args.action == "list":
+                print_readers(config, args.source)
+                return 0
+            if args.source is None or args.reader is None:
+                parser.error(f"readers {args.action} needs --source and --reader")
+            manage_reader(config, args)
+            return 0
         if args.command == "retire":
             spark = get_spark(config.spark.master, config.spark.conf)
             for source in config.sources:
@@ -232,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"reclock: invalid config:\n{error}", file=sys.stderr)
         return 2
-    except (ShardUsageError, KeyError) as error:
+    except (ShardUsageError, LeaseUsageError, KeyError) as error:
         print(f"reclock: {error.args[0] if error.args else error}", file=sys.stderr)
         return 2
     return 2

@@ -9,22 +9,34 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import yaml
-from dagster import DagsterInstance, ExecuteInProcessResult
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetCheckSeverity,
+    AssetSelection,
+    DagsterInstance,
+    Definitions,
+    ExecuteInProcessResult,
+    define_asset_job,
+)
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from assets.cdcv2_export import export_key, export_window
 from assets.partitions import range_tags
+from assets.source_assets import output_key
 from cdc_core.cdcv2 import codec_json
 from cdc_core.cdcv2.columns import DataColumns
 from cdc_core.cdcv2.reference import read_all
-from cdc_core.config import Config, load_config
+from cdc_core.config import Config, ReaderSettings, load_config
 from cdc_core.frontier import TimeFrontier
+from cdc_core.leases import LeaseBook, read_leases
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.shard import ShardUsageError
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
@@ -240,3 +252,85 @@ def test_a_failed_completeness_check_on_changes_blocks_the_export(
     ]
     assert exported == []
     assert visible_files(export_folder(damaged, KEY_2)) == before
+
+
+def test_the_export_holds_changes_while_it_runs_and_releases_it(materialized) -> None:
+    config, result = materialized
+    path = str(config.lake / "users" / "changes")
+    reader = f"cdcv2-export-{result.run_id}"
+    commits = [
+        entry
+        for entry in reversed(DeltaTable(path).history())
+        if reader in entry.get("userMetadata", "")
+    ]
+    assert [c["userMetadata"] for c in commits] == [
+        f"reclock leases: register reader {reader}",
+        f"reclock leases: release {reader}",
+    ]
+    registered = commits[0]["reclock.leases"]
+    registered = json.loads(registered) if isinstance(registered, str) else registered
+    assert registered["reader"][reader]["since"] == T0  # the first window's start
+    assert registered["reader"][reader]["lease_ms"] == config.readers.lease_ms
+    assert reader not in read_leases(path, DeltaTable(path)).registrations
+
+
+def run_readers_check(config: Config) -> AssetCheckEvaluation:
+    check = AssetCheckKey(output_key("users", "changes"), "readers")
+    job = define_asset_job("readers_only", selection=AssetSelection.checks(check))
+    merged = Definitions.merge(build_definitions(config), Definitions(jobs=[job]))
+    result = merged.resolve_job_def("readers_only").execute_in_process(
+        tags=range_tags(KEY_2, KEY_2), instance=DagsterInstance.ephemeral()
+    )
+    [evaluation] = result.get_asset_check_evaluations()
+    return evaluation
+
+
+def test_the_readers_check_warns_when_a_reader_pins_history_past_the_age(
+    materialized, tmp_path: Path
+) -> None:
+    config, _ = materialized
+    lake = tmp_path / "lake"
+    shutil.copytree(config.lake, lake)
+    copied = write_config(tmp_path, lake, config.landing)
+    strict = copied.model_copy(update={"readers": ReaderSettings(warn_after="1ms")})
+    book = LeaseBook(str(lake / "users" / "changes"))
+    book.register("audit", since=T0 + 1, lease_ms=3_600_000)
+
+    fresh = run_readers_check(strict)  # the pin is the newest version: 0 ms old
+    assert fresh.passed and fresh.severity == AssetCheckSeverity.WARN
+
+    time.sleep(0.02)
+    book.heartbeat("audit")  # the log moves on 20 ms; the pin stays where it was
+    old = run_readers_check(strict)
+    assert not old.passed and old.severity == AssetCheckSeverity.WARN
+    assert "changes/audit" in old.description
+    [pinned] = old.metadata["readers"].value
+    assert (pinned["reader"], pinned["since"]) == ("audit", T0 + 1)
+
+    assert run_readers_check(copied).passed  # the default age: a day
+    book.release("audit")
+    assert run_readers_check(strict).passed
+
+
+def test_an_export_leaves_a_live_exports_staging_and_removes_one_whose_hold_ended(
+    materialized, spark: SparkSession, tmp_path: Path
+) -> None:
+    config, _ = materialized
+    lake = tmp_path / "lake"
+    shutil.copytree(config.lake, lake)
+    copied = write_config(tmp_path, lake, config.landing)
+    changes = SourcePipeline.from_config(spark, copied, copied.source("users")).changes
+    root = lake / "users" / "cdcv2"
+    live = root / f".{KEY_1}.cdcv2-export-running.staging"  # its run holds changes
+    ended = root / f".{KEY_1}.cdcv2-export-crashed.staging"  # its hold is gone
+    unowned = root / f".{KEY_1}.another-run.staging"  # young, owner unknown: kept
+    for folder in (live, ended, unowned):
+        folder.mkdir(parents=True)
+    LeaseBook.of(changes).register("cdcv2-export-running", since=T0, lease_ms=3_600_000)
+
+    export_window(changes, root, KEY_1, T0, END_1, "cdcv2-export-this")
+
+    assert live.is_dir() and unowned.is_dir() and not ended.exists()
+    assert not (root / f".{KEY_1}.cdcv2-export-this.staging").exists()
+    facts, _ = read_exports(copied, [KEY_1], T0 + 1)
+    assert facts == {fact: d for fact, d in EXPECTED.items() if fact[1] == END_1}

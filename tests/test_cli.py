@@ -14,8 +14,8 @@ from test_dagster_surface import SOURCE, deployment
 from cdc_core.phases import phase
 from pipelines.cli import main, progress_bar
 
-COMMANDS = (["sample"], ["materialize"], ["inspect"], ["retire"], ["snapshot"], ["demo"],
-            ["config", "check"])
+COMMANDS = (["sample"], ["materialize"], ["inspect"], ["retire"], ["snapshot"], ["readers"],
+            ["demo"], ["config", "check"])
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

@@ -310,7 +310,11 @@ def test_every_problem_is_reported_at_once() -> None:
     )
     assert sorted(error.problems) == sorted(
         [
-            ("colour", "unknown key (expected: lake, landing, window, start, end, spark, sources)"),
+            (
+                "colour",
+                "unknown key (expected: lake, landing, window, start, end, spark, readers, "
+                "sources)",
+            ),
             ("end", "must be after start (2026-01-01T00:00:00Z)"),
             ("spark.mastr", "unknown key; did you mean 'master'? (expected: master, conf)"),
             (
@@ -431,7 +435,7 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
         "(got 'upsrt')",
         f"{typos}: window: is required",
         f"{typos}: windw: unknown key; did you mean 'window'? "
-        "(expected: lake, landing, window, start, end, spark, sources)",
+        "(expected: lake, landing, window, start, end, spark, readers, sources)",
     ]
 
 
@@ -523,3 +527,15 @@ def resolved(node: dict[str, Any]) -> dict[str, Any]:
         return resolved(config_schema()["$defs"][node["$ref"].split("/")[-1]])
     branches = [branch for branch in node.get("anyOf", []) if branch.get("type") != "null"]
     return resolved(branches[0]) if branches else node
+
+
+def test_reader_settings_default_and_refuse_empty_or_malformed_durations() -> None:
+    config = parse_config(config_with(), Path("/base"))
+    assert (config.readers.lease_ms, config.readers.warn_after_ms) == (3_600_000, 86_400_000)
+    tuned = parse_config(config_with(readers={"lease": "90s", "warn_after": "2h"}), Path("/b"))
+    assert (tuned.readers.lease_ms, tuned.readers.warn_after_ms) == (90_000, 7_200_000)
+    assert "readers.warn_after: must be longer than zero" in str(
+        rejected(config_with(readers={"warn_after": "0m"}))
+    )
+    assert "readers.lease: must be a duration" in str(rejected(config_with(readers={"lease": 5})))
+    assert "readers.lifetime: unknown key" in str(rejected(config_with(readers={"lifetime": "1h"})))

@@ -185,6 +185,7 @@ EXPECTED_CHECKS = {
     "changes.complete",
     "changes.state_is_set",
     "changes.expectations",
+    "changes.readers",
     "errors.complete",
     "errors.accounted",
 }

@@ -11,6 +11,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, load_config
+from cdc_core.leases import WRITER, read_leases
+from cdc_core.phases import PhaseEvent, observing
 from cdc_core.pipeline import SourcePipeline
 from cdc_core.remap import Windows, mint_bindings
 from pipelines.sample import write_sample
@@ -94,3 +96,29 @@ def test_every_cut_of_the_windows_into_runs_writes_the_same_shards(
 
 def _data(rows: list[tuple]) -> list[dict]:
     return [dict(key) for key, _ in rows]
+
+
+def test_a_run_writes_as_a_registered_writer_and_releases_its_leases(
+    spark: SparkSession, sample: Config, tmp_path: Path
+) -> None:
+    """While a run appends, it is a live registered writer of every shard it writes (its
+    staging safe from any gc); once it ends, nothing of it stays registered."""
+    config = sample.model_copy(update={"lake": tmp_path / "lake"})
+    source = config.sources[0]
+    pipeline = SourcePipeline.from_config(spark, config, source)
+    pipeline.register_dumps(arrival_ms=config.start_ms + 100 * config.window_ms)
+    shards = [pipeline.remap, *pipeline.outputs]
+    seen: dict[str, set[str]] = {}
+
+    def look(event: PhaseEvent) -> None:
+        if event.name == "append changes" and not event.ended:
+            for shard in shards:
+                leases = read_leases(shard.path, DeltaTable(shard.path))
+                seen[shard.path] = {r.holder for r in leases.live(WRITER)}
+
+    with observing(look):
+        pipeline.run_windows(windows(config, 1, 2))
+    writers = set().union(*seen.values())
+    assert len(writers) == 1 and all(seen[shard.path] == writers for shard in shards)
+    for shard in shards:
+        assert read_leases(shard.path, DeltaTable(shard.path)).registrations == {}

@@ -1,0 +1,186 @@
+"""Where a contender's time goes: per engine phase, Spark jobs, executor CPU and shuffle.
+
+Wall time on a shared machine moves with the load; the executors' CPU time per phase
+(from Spark's event log) does not, so changes to the engine are compared on it.
+
+    python -m benchmarks.profile --size medium                     # RECLOCK (Dagster)
+    python -m benchmarks.profile --size medium --contender reclock-per-window --stages
+
+Each Spark job is labelled with the engine phase that started it (``cdc_core.phases``);
+jobs outside any phase (Dagster, the dataset's preparation) count as ``(outside phases)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark import SparkContext
+
+from benchmarks.bench import (
+    CONTENDERS,
+    FLOOR_PARSE,
+    SIZES,
+    floor_parse,
+    prepare_dataset,
+    slug,
+)
+from cdc_core.phases import PhaseEvent, observing
+from cdc_core.spark import get_spark
+
+OUTSIDE = "(outside phases)"
+
+
+@dataclass
+class StageFigures:
+    name: str
+    tasks: int = 0
+    cpu_seconds: float = 0.0
+    shuffle_written: int = 0
+
+
+@dataclass
+class PhaseFigures:
+    jobs: int = 0
+    cpu_seconds: float = 0.0
+    shuffle_written: int = 0
+    stages: dict[int, StageFigures] = field(default_factory=dict)
+
+
+@contextmanager
+def labelled_phases(context: SparkContext) -> Iterator[None]:
+    """Label every Spark job with the innermost engine phase running when it starts."""
+    open_phases: list[str] = []
+
+    def record(event: PhaseEvent) -> None:
+        if not event.ended:
+            open_phases.append(event.name)
+        elif event.name in open_phases:
+            open_phases.remove(event.name)
+        context.setJobDescription(open_phases[-1] if open_phases else OUTSIDE)
+
+    context.setJobDescription(OUTSIDE)
+    with observing(record):
+        yield
+
+
+def read_event_log(folder: Path) -> dict[str, PhaseFigures]:
+    """Per job description: jobs, executor CPU seconds, shuffle bytes written, stages."""
+    phase_of_stage: dict[int, str] = {}
+    phases: dict[str, PhaseFigures] = defaultdict(PhaseFigures)
+    for log in sorted(folder.rglob("*")):
+        if not log.is_file():
+            continue
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            kind = event["Event"]
+            if kind == "SparkListenerJobStart":
+                name = (event.get("Properties") or {}).get("spark.job.description") or OUTSIDE
+                phases[name].jobs += 1
+                for stage in event["Stage IDs"]:
+                    phase_of_stage[stage] = name
+            elif kind == "SparkListenerTaskEnd":
+                metrics = event.get("Task Metrics") or {}
+                phase = phases[phase_of_stage.get(event["Stage ID"], OUTSIDE)]
+                stage = phase.stages.setdefault(event["Stage ID"], StageFigures("?"))
+                cpu = metrics.get("Executor CPU Time", 0) / 1e9
+                written = (metrics.get("Shuffle Write Metrics") or {}).get(
+                    "Shuffle Bytes Written", 0
+                )
+                stage.tasks += 1
+                stage.cpu_seconds += cpu
+                stage.shuffle_written += written
+                phase.cpu_seconds += cpu
+                phase.shuffle_written += written
+            elif kind == "SparkListenerStageSubmitted":
+                info = event["Stage Info"]
+                phase = phases[phase_of_stage.get(info["Stage ID"], OUTSIDE)]
+                phase.stages.setdefault(info["Stage ID"], StageFigures("?")).name = info[
+                    "Stage Name"
+                ]
+    return dict(phases)
+
+
+def render(phases: dict[str, PhaseFigures], wall: dict[str, float], stages: bool) -> str:
+    lines = [
+        "| phase | wall s | jobs | executor CPU s | shuffle MiB |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, figures in sorted(phases.items(), key=lambda item: -item[1].cpu_seconds):
+        lines.append(
+            f"| {name} | {wall.get(name, 0.0):.2f} | {figures.jobs} | "
+            f"{figures.cpu_seconds:.2f} | {figures.shuffle_written / 2**20:.1f} |"
+        )
+        if stages:
+            for stage_id, stage in sorted(figures.stages.items()):
+                lines.append(
+                    f"|   stage {stage_id}: {stage.name} ({stage.tasks} tasks) | | | "
+                    f"{stage.cpu_seconds:.2f} | {stage.shuffle_written / 2**20:.1f} |"
+                )
+    total = sum(f.cpu_seconds for f in phases.values())
+    lines.append(f"| total | | {sum(f.jobs for f in phases.values())} | {total:.2f} | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    by_slug = {slug(name): name for name in CONTENDERS}
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", choices=SIZES, default="medium")
+    parser.add_argument("--contender", choices=by_slug, default="reclock-dagster")
+    parser.add_argument("--workdir", type=Path, default=Path("bench-out"))
+    parser.add_argument("--stages", action="store_true", help="list every stage too")
+    args = parser.parse_args(argv)
+    events = Path(tempfile.mkdtemp(prefix="reclock-events-"))
+    spark = get_spark(
+        conf={
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": str(events),
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+        }
+    )
+    dataset = prepare_dataset(spark, SIZES[args.size], args.workdir)
+    scratch = Path(args.workdir).absolute() / "scratch" / "profile"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    wall: dict[str, float] = defaultdict(float)
+    started: dict[str, float] = {}
+
+    def timed(event: PhaseEvent) -> None:
+        if not event.ended:
+            started[event.name] = time.perf_counter()
+        else:
+            wall[event.name] += time.perf_counter() - started.pop(event.name, time.perf_counter())
+
+    began = time.perf_counter()
+    with observing(timed), labelled_phases(spark.sparkContext):
+        CONTENDERS[by_slug[args.contender]](spark, dataset, scratch)
+    seconds = time.perf_counter() - began
+    # The floor, measured the same way: CPU ratios hold on a loaded machine.
+    floor_parse(spark, dataset, scratch)  # warm-up, unlabelled
+    spark.sparkContext.setJobDescription(FLOOR_PARSE)
+    floor_parse(spark, dataset, scratch)
+    spark.stop()
+    print(f"{by_slug[args.contender]} on {args.size}: {seconds:.2f} s wall")
+    phases = read_event_log(events)
+    floor = phases.pop(FLOOR_PARSE)
+    reclock = sum(figures.cpu_seconds for figures in phases.values())
+    print(render(phases, wall, args.stages))
+    print(
+        f"\nexecutor CPU: {reclock:.2f} s; {FLOOR_PARSE} {floor.cpu_seconds:.2f} s "
+        f"({reclock / floor.cpu_seconds:.1f}x)"
+    )
+    shutil.rmtree(events, ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
