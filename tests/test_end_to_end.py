@@ -174,9 +174,9 @@ def test_rerunning_every_window_writes_no_new_version(
     )
 
 
-# By hand: the demo has 8 one-minute windows; `users/changes` has three checks.
+# By hand: the demo has 8 one-minute windows; `users/changes` has four checks.
 DEMO_WINDOWS = 8
-USERS_CHANGES_CHECKS = ("complete", "expectations", "state_is_set")
+USERS_CHANGES_CHECKS = ("complete", "expectations", "readers", "state_is_set")
 
 
 def test_the_ui_shows_every_demo_window_materialized_and_its_checks_passed(demo: Config) -> None:
