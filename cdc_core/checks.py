@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_core.cdcv2.completeness import check_completeness
-from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.registry import RegisteredFile
 from cdc_core.remap import frontier_of, remap_updates
 from cdc_core.shard import Shard
@@ -50,7 +50,7 @@ def completeness(shard: Shard, lower: int, upper: int) -> CheckOutcome:
     starts after it."""
     lower = max(lower, (shard.refresh().since.time or 0) + 1)
     if lower >= upper:
-        return CheckOutcome(True, f"[.., {upper}) is compacted: nothing left to recount")
+        return CheckOutcome(True, f"[.., {iso(upper)}) is compacted: nothing left to recount")
     updates = shard.listen(lower - 1, upper - 1)
     fingerprinted = updates.select(
         fingerprint(shard.data_schema.names).alias("fingerprint"), "time", "diff"
@@ -62,14 +62,15 @@ def completeness(shard: Shard, lower: int, upper: int) -> CheckOutcome:
     ]
     problems = []
     if not TimeFrontier.at(upper) <= report.covered:
-        problems.append(f"progress statements cover only up to {report.covered}")
+        problems.append(f"progress statements cover only up to {report.covered.iso()}")
     if wrong:
-        problems.append(f"count mismatches at times {[w['time'] for w in wrong]}")
+        problems.append("count mismatches at times " + ", ".join(iso(w["time"]) for w in wrong))
     if report.duplicated_times:
-        problems.append(f"(data, time) stored twice at times {list(report.duplicated_times)}")
+        twice = ", ".join(iso(t) for t in report.duplicated_times)
+        problems.append(f"(data, time) stored twice at times {twice}")
     return CheckOutcome(
         passed=report.complete,
-        description="; ".join(problems) or f"complete on [{lower}, {upper})",
+        description="; ".join(problems) or f"complete on [{iso(lower)}, {iso(upper)})",
         figures={
             "mismatches": wrong,
             "mismatched_times": len(report.discrepancies),
@@ -111,9 +112,12 @@ def remap_monotone(remap: Shard, window_end: int) -> CheckOutcome:
     covered = not remap.upper.less_equal(window_end)
     problems = []
     if regressions:
-        problems.append(f"frontier moved backwards at times {[r['time'] for r in regressions]}")
+        moved = ", ".join(iso(r["time"]) for r in regressions)
+        problems.append(f"frontier moved backwards at times {moved}")
     if not covered:
-        problems.append(f"remap upper {remap.upper} does not cover window end {window_end}")
+        problems.append(
+            f"remap upper {remap.upper.iso()} does not cover window end {iso(window_end)}"
+        )
     return CheckOutcome(
         passed=not problems,
         description="; ".join(problems) or f"{len(history)} binding(s), monotone",

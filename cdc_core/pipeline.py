@@ -41,7 +41,7 @@ from cdc_core.leases import unique_reader_id, writing
 from cdc_core.phases import phase
 from cdc_core.reclock import append_new, reclock_windows
 from cdc_core.registry import CanonicalReads, Registry
-from cdc_core.remap import Windows
+from cdc_core.remap import Windows, frontier_at
 from cdc_core.resumption import (
     RetireReport,
     SourceInspection,
@@ -275,9 +275,27 @@ class SourcePipeline:
         return frozenset(row["file"] for row in reported)
 
     def _reused(self, windows: Windows) -> list[WindowReport]:
-        frontier = self.inspect().frontier
+        """Windows the outputs already hold, with their own figures: the counts their
+        commits recorded (progress statements: no data read) and their binding (for a
+        window retired below the remap's since, the current frontier)."""
+        records, changes, errors = (
+            _committed_counts(shard) for shard in (self.reclocked, self.changes, self.errors)
+        )
+        remap_since, remap_upper = self.remap.refresh().since.time or 0, self.remap.upper.time
+        current = self.inspect().frontier
         return [
-            WindowReport(self.source.name, end - windows.width, end, frontier, False, 0, 0, 0)
+            WindowReport(
+                self.source.name,
+                end - windows.width,
+                end,
+                frontier_at(self.remap, end)
+                if remap_since <= end and (remap_upper is None or end < remap_upper)
+                else current,
+                False,
+                records.get(end, 0),
+                changes.get(end, 0),
+                errors.get(end, 0),
+            )
             for end in windows.ends
         ]
 
@@ -415,6 +433,11 @@ class SourcePipeline:
 
 def _iso_or_none(time: int | None) -> str:
     return "-" if time is None else iso(time)
+
+
+def _committed_counts(shard: Shard) -> dict[int, int]:
+    """Distinct updates per time, as the shard's commits recorded them."""
+    return {time: count for p in shard.progress() for time, count in p.counts}
 
 
 def _table_status(shard: Shard) -> TableStatus:

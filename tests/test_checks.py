@@ -89,7 +89,7 @@ def test_remap_monotone_flags_a_binding_that_moves_backwards(spark, tmp_path):
     backward = [(0, 5, 2, 1), (0, 5, 4, -1), (0, 3, 4, 1)]
     outcome = remap_monotone(shard_with(spark, tmp_path / "back", REMAP, backward), 9)
     assert not outcome.passed
-    assert "frontier moved backwards at times [4]" in outcome.description
+    assert "frontier moved backwards at times 1970-01-01T00:00:00.004Z" in outcome.description
 
 
 def test_remap_monotone_fails_on_a_remap_that_is_no_frontier(spark, tmp_path):

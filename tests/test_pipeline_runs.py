@@ -4,6 +4,7 @@ into runs must write the same rows, at the same times, to every shard of every s
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,18 @@ def test_a_run_writes_as_a_registered_writer_and_releases_its_leases(
     assert len(writers) == 1 and all(seen[shard.path] == writers for shard in shards)
     for shard in shards:
         assert read_leases(shard.path, DeltaTable(shard.path)).registrations == {}
+
+
+def test_a_window_run_again_reports_the_figures_its_first_run_wrote(
+    spark: SparkSession, sample: Config, tmp_path: Path
+) -> None:
+    """Windows the outputs already hold write nothing, and report what their run wrote
+    (records in, changes, errors, binding), not zeros: a re-materialized partition keeps
+    its own figures."""
+    config = sample.model_copy(update={"lake": tmp_path / "lake"})
+    pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
+    pipeline.register_dumps(arrival_ms=config.start_ms + 100 * config.window_ms)
+    first = pipeline.run_windows(windows(config, 1, 3))
+    assert any(report.records_in and report.updates_out for report in first)
+    again = pipeline.run_windows(windows(config, 1, 3))
+    assert [dataclasses.replace(r, minted=False) for r in first] == again
