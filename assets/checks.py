@@ -18,14 +18,17 @@ from dagster import (
     MetadataValue,
     asset_check,
 )
-from dagster._core.storage.tags import (
+from dagster_pyspark import PySparkResource
+
+from assets.partitions import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     PARTITION_NAME_TAG,
+    to_datetime,
+    window_bounds,
+    window_key,
+    window_partitions,
 )
-from dagster_pyspark import PySparkResource
-
-from assets.partitions import to_datetime, window_bounds, window_key, window_partitions
 from assets.source_assets import output_key
 from cdc_core import checks
 from cdc_core.config import Config, SourceConfig

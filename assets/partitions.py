@@ -5,15 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from dagster import TimeWindow, TimeWindowPartitionsDefinition
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
 from cdc_core.config import Config
 from cdc_core.remap import Windows
 
 PARTITION_FORMAT = "%Y-%m-%dT%H:%M:%S"
+# Dagster's documented run tags naming a run's partition, or its range of partitions.
+PARTITION_NAME_TAG = "dagster/partition"
+ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
+ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 def window_partitions(config: Config) -> TimeWindowPartitionsDefinition:

@@ -44,13 +44,13 @@ def build_definitions(config: Config) -> Definitions:
             "dumps, bind, reclock, apply the envelope, publish state, then the checks."
         ),
     )
-    schedule = window_schedule(config, job)
+    schedule = window_schedule(config, job.name)
     return Definitions(
         assets=assets,
         asset_checks=checks,
         jobs=[job],
         schedules=[schedule],
-        sensors=[dump_sensor(config, job)],
+        sensors=[dump_sensor(config, job.name)],
         resources={
             "pyspark": spark_resource(config.spark.master, config.spark.conf),
             "lake": LakeResource(root=str(config.lake)),

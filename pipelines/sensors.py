@@ -19,15 +19,14 @@ import time
 
 from dagster import (
     RunRequest,
+    ScheduleDefinition,
     ScheduleEvaluationContext,
+    SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
     schedule,
     sensor,
-)
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
 )
 
 from assets.partitions import closed_windows, range_tags, to_ms
@@ -63,10 +62,10 @@ def held(upper: int) -> str:
     return "nothing yet" if upper <= 1 else f"every time through {iso(upper - 1)}"
 
 
-def dump_sensor(config: Config, job: UnresolvedAssetJobDefinition):
+def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
     @sensor(
         name="new_dumps",
-        job=job,
+        job_name=job_name,
         minimum_interval_seconds=30,
         description=(
             "Asks for the closed windows that dump files landed since the last tick can still "
@@ -111,10 +110,10 @@ def dump_sensor(config: Config, job: UnresolvedAssetJobDefinition):
     return new_dumps
 
 
-def window_schedule(config: Config, job: UnresolvedAssetJobDefinition):
+def window_schedule(config: Config, job_name: str) -> ScheduleDefinition:
     @schedule(
         name="latest_closed_window",
-        job=job,
+        job_name=job_name,
         cron_schedule=config.cron,
         execution_timezone="UTC",
         description=(

@@ -42,6 +42,7 @@ from pyspark.sql import SparkSession
 from assets.partitions import closed_windows, range_tags, window_partitions
 from assets.source_assets import ARRIVALS_TAG
 from cdc_core.config import Config, ConfigError, parse_config
+from cdc_core.frontier import iso
 from cdc_core.registry import Registry
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 
@@ -491,7 +492,7 @@ def test_completeness_check_names_the_window_and_times_of_rows_dropped_behind_it
     evaluations = check_evaluations(result)
     complete = evaluations["changes.complete"]
     assert not complete.passed
-    assert str(binding) in complete.description
+    assert iso(binding) in complete.description
     window = [datetime.fromtimestamp(value(complete.metadata, f"window_{side}"), UTC)
               for side in ("start", "end")]
     assert [moment.isoformat() for moment in window] == [
