@@ -390,9 +390,11 @@ class LeaseBook:
                 continue  # another commit took that version: decide again on the new state
             except OSError as failure:
                 if not self._landed(commit, metadata[COMMIT_ID_KEY]):
+                    if self._table.version() >= commit:
+                        continue  # another commit took that version: decide again
                     raise ShardStorageError(
                         f"lease commit to {self.path} failed: {failure}",
-                        definitely_not_written=False,
+                        definitely_not_written=True,
                     ) from failure
             if self.shard is not None:
                 self.shard.refresh()

@@ -35,6 +35,14 @@ from cdc_core.shard import Shard, consolidate
 STATE_AS_OF = "reclock.state_as_of"
 
 
+def published_as_of(path: str) -> int | None:
+    """The time ``state`` at ``path`` was last published as of (None: never), from its
+    Delta log alone."""
+    if not DeltaTable.is_deltatable(path):
+        return None
+    return DeltaTable(path).transaction_version(STATE_AS_OF)
+
+
 def current_rows(snapshot: DataFrame, schema: StructType) -> DataFrame:
     """A consolidated snapshot as plain rows, one row per copy of a record: what any
     reader expects of a table, no ``time``/``diff`` to interpret."""

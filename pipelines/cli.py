@@ -15,19 +15,43 @@ from dagster import DagsterInstance
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from assets.cdcv2_export import EXPORT_FOLDER
 from assets.partitions import closed_windows, range_tags, to_ms
 from assets.source_assets import source_output_keys
-from cdc_core.config import Config, ConfigError, config_schema_json, duration_ms, load_config
+from cdc_core.config import (
+    Config,
+    ConfigError,
+    SourceConfig,
+    config_schema_json,
+    duration_ms,
+    load_config,
+)
 from cdc_core.frontier import iso
 from cdc_core.leases import LeaseBook, LeaseUsageError, holds_under
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.pipeline import SourcePipeline, SourceStatus
 from cdc_core.resumption import RetireReport
-from cdc_core.shard import ShardUsageError
+from cdc_core.shard import ShardUsageError, stored_upper
 from cdc_core.spark import get_spark
+from cdc_core.state import published_as_of
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.sample import write_sample
 from pipelines.sensors import outputs_upper
+
+
+def _complete(
+    config: Config, source: SourceConfig, closed: list[tuple[str, int]], *, exports: bool
+) -> bool:
+    """Whether a run would write nothing for ``source``: its outputs hold every closed
+    window, ``state`` is published as of them, and (``exports``) every window's CDCv2
+    folder exists; judged from the Delta logs and the folders alone."""
+    root = config.lake / source.name
+    if outputs_upper(config, source) <= closed[-1][1]:
+        return False
+    changes = stored_upper(str(root / "changes")).time
+    if changes is not None and published_as_of(str(root / "state")) != changes - 1:
+        return False
+    return not exports or all((root / EXPORT_FOLDER / key).is_dir() for key, _ in closed)
 
 
 def materialize(config: Config, through_ms: int | None = None, *, exports: bool = True) -> bool:
@@ -43,7 +67,7 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
         print("Nothing to materialize: no window has closed yet.")
         return True
     last_end = closed[-1][1]
-    if all(outputs_upper(config, source) > last_end for source in config.sources):
+    if all(_complete(config, source, closed, exports=exports) for source in config.sources):
         print(f"Nothing to materialize: every source is complete through {iso(last_end)}.")
         return True
     keys = [key for key, _ in closed]
