@@ -38,9 +38,9 @@ from cdc_core.cdcv2.export import export_shard
 from cdc_core.cdcv2.stream_files import Encoding, write_stream
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier, iso
-from cdc_core.leases import read_leases, reading
-from cdc_core.pipeline import SourcePipeline
-from cdc_core.shard import Shard
+from cdc_core.shard.leases import read_leases, reading
+from cdc_core.shard.shard import Shard
+from cdc_core.source.pipeline import SourcePipeline
 
 EXPORT_ENCODING = Encoding.JSON
 EXPORT_FOLDER = "cdcv2"

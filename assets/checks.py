@@ -30,12 +30,12 @@ from assets.partitions import (
     window_partitions,
 )
 from assets.source_assets import output_key
-from cdc_core import checks
+from cdc_core.checks import invariants as checks
+from cdc_core.checks.expectations import validate
 from cdc_core.config import Config, SourceConfig
-from cdc_core.expectations import validate
 from cdc_core.phases import phase
-from cdc_core.pipeline import SourcePipeline
-from cdc_core.remap import frontier_at
+from cdc_core.reclock.remap import frontier_at
+from cdc_core.source.pipeline import SourcePipeline
 from cdc_core.vocabulary import Envelope
 
 

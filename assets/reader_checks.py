@@ -13,7 +13,7 @@ from dagster import (
 
 from assets.source_assets import output_key
 from cdc_core.config import Config, SourceConfig
-from cdc_core.leases import READER, holds_under
+from cdc_core.shard.leases import READER, holds_under
 
 
 def readers_check(config: Config, source: SourceConfig) -> AssetChecksDefinition:

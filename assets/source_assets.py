@@ -1,7 +1,7 @@
 """The software-defined assets of one source: remap, reclocked, changes, state, errors.
 
 All five are produced by one multi-asset step because a run's outputs are committed
-together, in order, by the engine (``cdc_core.pipeline``); splitting them into separate
+together, in order, by the engine (``cdc_core.source.pipeline``); splitting them into separate
 steps would only re-read the same shards. A backfill is one run (single-run backfill
 policy) and its windows are reclocked in one pass; across runs the remap shard's
 upper decides: a window at or below it reuses its durable binding, a window beyond
@@ -34,9 +34,9 @@ from pyspark.sql.types import StructType
 from assets.partitions import contiguous_windows, to_datetime, window_key
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import OffsetFrontier
+from cdc_core.ingest.registry import Registry
 from cdc_core.phases import PhaseEvent, observing
-from cdc_core.pipeline import OUTPUTS, SourcePipeline, SourceStatus, WindowReport
-from cdc_core.registry import Registry
+from cdc_core.source.pipeline import OUTPUTS, SourcePipeline, SourceStatus, WindowReport
 from resources.lake import LakeResource
 from resources.landing import LandingZone
 

@@ -53,9 +53,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from cdc_core.checks.expectations import ExpectationSpec
 from cdc_core.envelopes.columns import SHARD_COLUMNS
 from cdc_core.envelopes.columns import output_schema as envelope_output_schema
-from cdc_core.expectations import ExpectationSpec
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.spark import SparkConnectUnsupported, refuse_spark_connect
 from cdc_core.vocabulary import Envelope, Format, ReclockPolicy, RetirePolicy

@@ -27,13 +27,13 @@ from cdc_core.config import (
     load_config,
 )
 from cdc_core.frontier import iso
-from cdc_core.leases import LeaseBook, LeaseUsageError, holds_under
 from cdc_core.phases import PhaseEvent, observing
-from cdc_core.pipeline import SourcePipeline, SourceStatus
-from cdc_core.resumption import RetireReport
-from cdc_core.shard import ShardUsageError, stored_upper
+from cdc_core.shard.leases import LeaseBook, LeaseUsageError, holds_under
+from cdc_core.shard.shard import ShardUsageError, stored_upper
+from cdc_core.source.pipeline import SourcePipeline, SourceStatus
+from cdc_core.source.resumption import RetireReport
+from cdc_core.source.state import published_as_of
 from cdc_core.spark import get_spark
-from cdc_core.state import published_as_of
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.sample import write_sample
 from pipelines.sensors import outputs_upper

@@ -32,10 +32,10 @@ from dagster import (
 from assets.partitions import closed_windows, range_tags, to_ms
 from assets.source_assets import ARRIVALS_TAG
 from cdc_core.config import Config, SourceConfig
-from cdc_core.dumps import list_dump_files
 from cdc_core.frontier import iso
-from cdc_core.registry import Registry
-from cdc_core.shard import stored_upper
+from cdc_core.ingest.dumps import list_dump_files
+from cdc_core.ingest.registry import Registry
+from cdc_core.shard.shard import stored_upper
 from cdc_core.vocabulary import Envelope
 
 FINISHED = 2**63 - 1

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from dagster import ConfigurableResource
 
-from cdc_core.dumps import DumpFile, list_dump_files
+from cdc_core.ingest.dumps import DumpFile, list_dump_files
 
 
 class LandingZone(ConfigurableResource):

@@ -1,0 +1,8 @@
+"""Checks: verdicts recomputed from the durable tables alone, never from the writer's numbers.
+
+Invariant: a check reads only what is on disk, so it catches damage done behind the
+pipeline's back; only aggregates reach the driver.
+
+Modules: ``invariants`` (completeness, monotone remap, exactly-once, accounted, set
+semantics), ``expectations`` (great-expectations suites on a window's output).
+"""

@@ -1,0 +1,321 @@
+"""Correctness checks over a source's shards, judged at one IntoTime.
+
+Each check recomputes its verdict from the durable tables alone (never from what the
+pipeline believes it wrote), so it catches damage done behind the pipeline's back.
+Only aggregates reach the driver.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from cdc_core.cdcv2.completeness import check_completeness
+from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
+from cdc_core.ingest.registry import RegisteredFile
+from cdc_core.reclock.remap import frontier_of, remap_updates
+from cdc_core.shard.shard import Shard
+from cdc_core.spark import local_frame
+
+MAX_EXAMPLES = 10
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """A verdict with the figures behind it (JSON-friendly)."""
+
+    passed: bool
+    description: str
+    figures: Mapping[str, object] = field(default_factory=dict)
+
+
+def fingerprint(columns: Sequence[str]) -> Column:
+    """A 64-bit fingerprint of a row's ``columns``, with their null positions, so that the
+    checks shuffle one long per row instead of the row: two different rows collide with
+    probability about 2**-64 (a million rows: about 3e-8 that any pair does)."""
+    values = [F.col(f"`{name}`") for name in columns]
+    return F.xxhash64(*values, *[value.isNull() for value in values])
+
+
+def completeness(shard: Shard, lower: int, upper: int) -> CheckOutcome:
+    """Distinct ``(data, time)`` updates per time in ``[lower, upper)`` equal the counts
+    announced by the progress statements committed with them. ``listen`` returns the
+    stored rows unconsolidated, so a double write shows up too (``lower`` >= 1). Rows are
+    told apart by their fingerprint. Times at or before the shard's since are compacted (a
+    retire folds them into the since) and can no longer be recounted, so the judged range
+    starts after it."""
+    lower = max(lower, (shard.refresh().since.time or 0) + 1)
+    if lower >= upper:
+        return CheckOutcome(True, f"[.., {iso(upper)}) is compacted: nothing left to recount")
+    updates = shard.listen(lower - 1, upper - 1)
+    fingerprinted = updates.select(
+        fingerprint(shard.data_schema.names).alias("fingerprint"), "time", "diff"
+    )
+    report = check_completeness(fingerprinted, shard.progress(), lower, TimeFrontier.at(upper))
+    wrong = [
+        {"time": d.time, "announced": d.announced, "found": d.found}
+        for d in report.discrepancies[:MAX_EXAMPLES]
+    ]
+    problems = []
+    if not TimeFrontier.at(upper) <= report.covered:
+        problems.append(f"progress statements cover only up to {report.covered.iso()}")
+    if wrong:
+        problems.append("count mismatches at times " + ", ".join(iso(w["time"]) for w in wrong))
+    if report.duplicated_times:
+        twice = ", ".join(iso(t) for t in report.duplicated_times)
+        problems.append(f"(data, time) stored twice at times {twice}")
+    return CheckOutcome(
+        passed=report.complete,
+        description="; ".join(problems) or f"complete on [{iso(lower)}, {iso(upper)})",
+        figures={
+            "mismatches": wrong,
+            "mismatched_times": len(report.discrepancies),
+            "duplicated_times": list(report.duplicated_times[:MAX_EXAMPLES]),
+            "covered_through": report.covered.time,
+        },
+    )
+
+
+def remap_history(remap: Shard) -> list[tuple[int, OffsetFrontier]]:
+    """The bound frontier at every binding time from the remap's since on (tiny)."""
+    remap.refresh()
+    since, upper = remap.since.time, remap.upper.time
+    if since is None or upper is None or upper <= since:
+        return []
+    by_time: dict[int, list[tuple[int, int, int]]] = {}
+    for partition, offset, time, diff in remap_updates(remap, upper - 1):
+        by_time.setdefault(max(time, since), []).append((partition, offset, diff))
+    history: list[tuple[int, OffsetFrontier]] = []
+    current: Counter[tuple[int, int]] = Counter()
+    for time in sorted(by_time):
+        for partition, offset, diff in by_time[time]:
+            current[(partition, offset)] += diff
+        history.append((time, frontier_of(current, time)))
+    return history
+
+
+def remap_monotone(remap: Shard, window_end: int) -> CheckOutcome:
+    """Every binding is at or beyond the previous one, and the remap covers the window."""
+    try:
+        history = remap_history(remap)
+    except ValueError as malformed:
+        return CheckOutcome(False, str(malformed))
+    regressions = []
+    for (_, before), (time, after) in zip(history, history[1:], strict=False):
+        moved_back = {str(p): v for p, v in before.regressions(after).items()}
+        if moved_back:
+            regressions.append({"time": time, "partitions": moved_back})
+    covered = not remap.upper.less_equal(window_end)
+    problems = []
+    if regressions:
+        moved = ", ".join(iso(r["time"]) for r in regressions)
+        problems.append(f"frontier moved backwards at times {moved}")
+    if not covered:
+        problems.append(
+            f"remap upper {remap.upper.iso()} does not cover window end {iso(window_end)}"
+        )
+    return CheckOutcome(
+        passed=not problems,
+        description="; ".join(problems) or f"{len(history)} binding(s), monotone",
+        figures={"bindings": len(history), "regressions": regressions[:MAX_EXAMPLES]},
+    )
+
+
+def exactly_once(
+    reclocked: Shard,
+    before: OffsetFrontier,
+    after: OffsetFrontier,
+    starts: Mapping[int, int],
+    lower: int,
+    upper: int,
+    *,
+    gaps_allowed: bool,
+) -> CheckOutcome:
+    """The records reclocked at times in ``[lower, upper)`` are exactly the offsets from
+    ``before`` (the remap at ``lower - 1``, or the configured start offsets) up to ``after``
+    (the remap at ``upper - 1``), each once: nothing outside that interval (which includes
+    an earlier window's record appearing again), no offset twice, none missing unless
+    gaps are allowed. It reads only the range's updates, so a run pays for what it wrote;
+    with every window judged once, every offset appears exactly once overall. Where the
+    range starts below ``since`` it judges everything from the first offset."""
+    since = reclocked.since.time or 0
+    if lower - 1 >= since:
+        rows = reclocked.listen(lower - 1, upper - 1)
+    else:
+        rows = reclocked.snapshot(since).unionByName(reclocked.listen(since, upper - 1))
+        before = OffsetFrontier()
+    per_record = rows.groupBy("partition", "offset").agg(F.sum("diff").alias("count"))
+
+    def bound(frontier: OffsetFrontier) -> Column:
+        ends = F.create_map(*[F.lit(x) for p, o in frontier.offsets.items() for x in (p, o)])
+        return F.coalesce(ends[F.col("partition")], F.lit(0)) if frontier.offsets else F.lit(0)
+
+    outside = (F.col("offset") < bound(before)) | (F.col("offset") >= bound(after))
+    summary = per_record.groupBy("partition").agg(
+        F.count("*").alias("records"),
+        F.sum(F.when(F.col("count") != 1, 1).otherwise(0)).alias("not_once"),
+        F.sum(F.when(outside, 1).otherwise(0)).alias("outside"),
+    )
+    problems = []
+    figures: dict[str, object] = {}
+    seen = {row["partition"]: row for row in summary.collect()}
+    for partition in sorted(set(seen) | set(after.partitions)):
+        row = seen.get(partition)
+        records = row["records"] if row else 0
+        low = max(before[partition], starts.get(partition, 0))
+        high = after[partition]
+        expected = max(high - low, 0)
+        figures[f"partition_{partition}"] = {"records": records, "from": low, "to": high}
+        if row and row["not_once"]:
+            problems.append(f"partition {partition}: {row['not_once']} offset(s) not exactly once")
+        if row and row["outside"]:
+            problems.append(
+                f"partition {partition}: {row['outside']} offset(s) outside the bindings "
+                f"[{before[partition]}, {high})"
+            )
+        inside = records - (row["outside"] if row else 0)
+        if not gaps_allowed and inside != expected:
+            problems.append(
+                f"partition {partition}: {inside} record(s) between offsets {low} and {high}, "
+                f"expected {expected}"
+            )
+    return CheckOutcome(not problems, "; ".join(problems) or "exactly once", figures)
+
+
+def accounted(
+    reclocked: Shard,
+    errors: Shard,
+    files: Sequence[RegisteredFile],
+    frontier: OffsetFrontier,
+    starts: Mapping[int, int],
+    as_of: int,
+) -> CheckOutcome:
+    """Nothing registered is in neither the outputs nor ``errors``, judged at ``as_of``:
+
+    - every registered file's records of a partition, when its whole offset range lies
+      between the partition's start and ``frontier`` (the remap at ``as_of``), are in
+      ``reclocked``: at least the file's count of records in that range (records above
+      the frontier are lag, which ``inspect`` shows);
+    - every live dump file a run has read that is damaged, has bad lines or yields no
+      record has an ``errors`` row naming it, since what it lost is counted nowhere else.
+    One Spark job per table, over a broadcast list of ranges; only counts return."""
+
+    def read(registered: RegisteredFile) -> bool:
+        """Whether a run has read the file: its first record of the source is below the
+        frontier (a file without one is reported by the first run after it lands)."""
+        lowest = [
+            max(s.min_offset, starts.get(s.partition, 0)) < frontier[s.partition]
+            for s in registered.partitions
+            if s.max_offset >= starts.get(s.partition, 0)
+        ]
+        return not lowest or any(lowest)
+
+    ranges = [
+        (index, s.partition, s.min_offset, s.max_offset, s.records, f.path)
+        for index, (f, s) in enumerate((f, s) for f in files for s in f.partitions)
+        if starts.get(s.partition, 0) <= s.min_offset and s.max_offset < frontier[s.partition]
+    ]
+    found: dict[int, int] = {}
+    if ranges:
+        records = reclocked.snapshot(as_of).select("partition", "offset", "diff")
+        wanted = local_frame(
+            records.sparkSession,
+            [r[:4] for r in ranges],
+            "range int, partition int, low long, high long",
+        )
+        counted = (
+            records.join(
+                F.broadcast(wanted),
+                (records["partition"] == wanted["partition"])
+                & records["offset"].between(wanted["low"], wanted["high"]),
+            )
+            .groupBy("range")
+            .agg(F.sum("diff").alias("count"))
+            .collect()
+        )
+        found = {row["range"]: row["count"] for row in counted}
+    short = [
+        {"file": path, "partition": p, "offsets": f"{low}..{high}", "registered": n,
+         "reclocked": found.get(index, 0)}
+        for index, p, low, high, n, path in ranges
+        if found.get(index, 0) < n
+    ]  # fmt: skip
+    flagged = [f.path for f in files if not f.retired and f.has_errors and read(f)]
+    reported: set[str] = set()
+    if flagged:
+        rows = errors.snapshot(as_of).where(F.col("file").isin(flagged)).select("file")
+        reported = {row["file"] for row in rows.distinct().collect()}
+    unreported = [path for path in flagged if path not in reported]
+    problems = []
+    if short:
+        problems.append(
+            f"{len(short)} registered range(s) below the frontier miss records in reclocked: "
+            + "; ".join(f"{s['file']} partition {s['partition']} offsets {s['offsets']}"
+                        for s in short[:MAX_EXAMPLES])
+        )
+    if unreported:
+        problems.append(
+            f"{len(unreported)} dump file(s) with bad lines, damage or no record, "
+            "without an errors row: "
+            + ", ".join(unreported[:MAX_EXAMPLES])
+        )
+    return CheckOutcome(
+        not problems,
+        "; ".join(problems)
+        or f"{len(ranges)} registered range(s) in reclocked, {len(flagged)} flagged file(s) "
+        "in errors",
+        {"ranges": len(ranges), "short": short[:MAX_EXAMPLES], "flagged_files": len(flagged),
+         "unreported": unreported[:MAX_EXAMPLES]},
+    )
+
+
+def state_is_set(changes: Shard, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
+    """Upsert state: every row's accumulated count is 1 and every key holds one row.
+    One Spark job: rows consolidated by key and value fingerprint, then per key its rows
+    and their counts, then one summary row."""
+    is_bad = F.col("diff") != 1
+    values = [name for name in changes.data_schema.names if name not in key_columns]
+    since = changes.since.time or 0
+    rows = changes.snapshot(since).unionByName(changes.listen(since, as_of)) if as_of > since else (
+        changes.snapshot(as_of)
+    )
+    consolidated = (
+        rows.groupBy(*key_columns, fingerprint(values).alias("_value"))
+        .agg(F.sum("diff").alias("diff"))
+        .where(F.col("diff") != 0)
+    )
+    per_key = (
+        consolidated.groupBy(*key_columns)
+        .agg(
+            F.count("*").alias("rows"),
+            F.sum("diff").alias("count"),
+            F.sum(F.when(is_bad, 1).otherwise(0)).alias("bad_rows"),
+            F.min(F.when(is_bad, F.col("diff"))).alias("min_diff"),
+        )
+    )
+    summary = per_key.agg(
+        F.coalesce(F.sum("rows"), F.lit(0)).alias("rows"),
+        F.coalesce(F.sum("bad_rows"), F.lit(0)).alias("bad_rows"),
+        F.min("min_diff").alias("min_diff"),
+        F.count(F.when(F.col("count") != 1, 1)).alias("bad_keys"),
+    ).first()
+    bad_rows, bad_keys = summary["bad_rows"], summary["bad_keys"]
+    problems = []
+    if bad_rows:
+        problems.append(f"{bad_rows} row(s) with count other than 1 (min {summary['min_diff']})")
+    if bad_keys:
+        problems.append(f"{bad_keys} key(s) holding more than one row")
+    return CheckOutcome(
+        not problems,
+        "; ".join(problems) or "every key holds at most one row",
+        {"rows": summary["rows"], "bad_counts": bad_rows, "bad_keys": bad_keys},
+    )
+
+
+def window_rows(shard: Shard, lower: int, upper: int) -> DataFrame:
+    """The updates at times in ``[lower, upper)`` (what data expectations judge)."""
+    return shard.listen(lower - 1, upper - 1) if lower > 0 else shard.snapshot(upper - 1)

@@ -1,0 +1,8 @@
+"""Reclocking: Kafka offsets (FromTime) bound to IntoTime windows, and the records they hold.
+
+Invariant: a binding is minted once, durably, and reused by every later run; a record
+appears exactly once in the reclocked collection, at the first binding that covers it.
+
+Modules: ``remap`` (minting policies and the remap shard), ``reclocking`` (the reclocked
+collection of a range of bindings).
+"""

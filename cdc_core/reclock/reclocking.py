@@ -1,0 +1,234 @@
+"""The reclocked collection: every record exactly once, at the first binding covering it.
+
+For binding times in ``[lower, upper)`` the records are those with offsets in
+``[remap[lower - 1], remap[upper - 1])`` per partition (above the partition's start
+offset); record ``(p, o)`` gets the first binding time ``t`` with ``remap[t][p] > o``.
+Only the registered files whose offset ranges meet that interval are read.
+
+Errors of the range come back as a DataFrame for the caller to append to the source's
+errors shard together with its own errors (one writer per window for that shard):
+- a copy of an offset whose ts/key/payload differ from the kept copy, at the time the
+  offset is reclocked;
+- malformed lines and damage of a dump file, at the first binding that covers any of
+  its records;
+- a file without any valid record (empty, unreadable, damaged beyond its first line),
+  or landed after all its records were bound, at the first binding of the first range
+  reclocked after it was registered, unless the caller says an earlier range already
+  reported it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.ingest.registry import CanonicalReads, RegisteredFile, Registry
+from cdc_core.reclock.remap import (
+    RangeBindings,
+    ReclockSource,
+    Windows,
+    configured_starts,
+    effective_starts,
+    mint_bindings,
+)
+from cdc_core.schemas import ERROR, RECLOCKED
+from cdc_core.shard.shard import Shard, ShardUsageError
+from cdc_core.spark import local_frame
+
+# The error row of a file without records, with its binding time.
+_FILE_ERROR = pa.schema(
+    [("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+     ("key", pa.string()), ("reason", pa.string()), ("file", pa.string()), ("time", pa.int64())]
+)
+
+
+@dataclass(frozen=True)
+class ReclockedRange:
+    """Reclocked records and errors for the binding times ``[lower, upper)``;
+    ``records``: RECLOCKED + time + diff, ``errors``: ERROR + time + diff."""
+
+    lower: int
+    upper: int
+    records: DataFrame
+    errors: DataFrame
+
+
+@dataclass(frozen=True)
+class ReclockedWindows:
+    """The bindings of a run's windows and the reclocked range ending with them."""
+
+    bindings: RangeBindings
+    reclocked: ReclockedRange
+
+
+def binding_intervals(
+    base: OffsetFrontier, bindings: Sequence[tuple[int, int, int]]
+) -> list[tuple[int, int, int, int]]:
+    """Per binding, the offsets it newly covers: ``(partition, lo, hi, time)``, so that
+    every offset falls in exactly one interval (remap is monotone)."""
+    reached = dict(base.offsets)
+    intervals = []
+    for p, o, t in sorted(bindings, key=lambda b: (b[0], b[2])):
+        intervals.append((p, reached.get(p, 0), o, t))
+        reached[p] = o
+    return intervals
+
+
+def first_covering(bindings: Sequence[tuple[int, int, int]], partition: int, offset: int) -> int:
+    """The first binding time whose frontier for ``partition`` passes ``offset`` (or -1)."""
+    times = [t for p, o, t in bindings if p == partition and o > offset]
+    return min(times, default=-1)
+
+
+def first_read_times(
+    source: ReclockSource,
+    files: Sequence[RegisteredFile],
+    base: OffsetFrontier,
+    bindings: Sequence[tuple[int, int, int]],
+    upper: int,
+    reported: Collection[str],
+) -> dict[str, int]:
+    """Files first read in this range -> the binding time at which their errors belong.
+
+    A file with records was read before iff one of its offsets at or above the
+    partition's start lies below ``base``; otherwise its errors belong to the first
+    binding covering its lowest such offset. A file whose errors are still to report
+    though no binding of the range covers it (it has no record, or it landed after all
+    its records were bound) belongs to the range's first binding (``upper - 1`` when
+    nothing moves), unless it is ``reported`` already.
+    """
+    starts = configured_starts(source)
+    first_binding = min((t for _, _, t in bindings), default=upper - 1)
+    times: dict[str, int] = {}
+    for registered in files:
+        due = registered.has_errors and not registered.retired
+        lowest = {
+            s.partition: max(s.min_offset, starts.get(s.partition, 0))
+            for s in registered.partitions
+            if s.max_offset >= starts.get(s.partition, 0)
+        }
+        read_before = any(base.contains(p, o) for p, o in lowest.items())
+        if not lowest or read_before:
+            if due and registered.path not in reported:
+                times[registered.path] = first_binding
+            continue
+        covered = [first_covering(bindings, p, o) for p, o in lowest.items()]
+        covered = [t for t in covered if t >= 0]
+        if covered:
+            times[registered.path] = min(covered)
+    return times
+
+
+def reclock_range(
+    spark: SparkSession,
+    source: ReclockSource,
+    registry: Registry,
+    remap: Shard,
+    lower: int,
+    upper: int,
+    known: RangeBindings | None = None,
+    reads: CanonicalReads | None = None,
+    *,
+    reported: Collection[str],
+) -> ReclockedRange:
+    """Reclocked records and errors for binding times ``[lower, upper)`` (``upper`` must
+    not exceed the remap's upper); ``known`` saves reading the remap when the caller has
+    the range's bindings at hand, ``reads`` re-reading dumps the run has read already;
+    ``reported``: the files with errors whose rows an earlier range wrote (a file due to
+    be reported though no binding covers it is reported again unless listed)."""
+    remap_bindings = known or RangeBindings.read(remap, lower, upper)
+    base, top, bindings = remap_bindings.base, remap_bindings.top, remap_bindings.bindings
+    starts = effective_starts(source, base)
+    files = registry.files()
+    error_times = first_read_times(source, files, base, bindings, upper, reported)
+    needed = [f for f in files if f.overlaps(starts, top) or f.path in error_times]
+    # Rows outside the range's offsets drop out in the interval join below.
+    canonical = (reads or CanonicalReads(spark, registry, persist=False)).read(needed, starts)
+    intervals = F.broadcast(
+        _frame(spark, binding_intervals(base, bindings), ("partition", "_lo", "_hi", "time"))
+    )
+
+    def timed(frame: DataFrame) -> DataFrame:
+        """Attach to each row the binding time whose interval holds its offset."""
+        return frame.join(
+            intervals,
+            (frame["partition"] == intervals["partition"])
+            & (frame["offset"] >= intervals["_lo"])
+            & (frame["offset"] < intervals["_hi"]),
+        ).select(frame["*"], intervals["time"])
+
+    records = timed(canonical.records.select(*RECLOCKED.fieldNames())).withColumn(
+        "diff", F.lit(1).cast("bigint")
+    )
+    empty = [f for f in needed if not f.partitions]
+    file_errors = canonical.read_errors.join(
+        F.broadcast(_frame(spark, sorted(error_times.items()), ("file", "time"))), "file"
+    )
+    empty_files = local_frame(
+        spark,
+        pa.Table.from_pylist(
+            [
+                {"topic": source.topic, "reason": f.no_record_reason(), "file": f.path,
+                 "time": error_times[f.path]}
+                for f in empty
+            ],
+            _FILE_ERROR,
+        ),
+    )
+    errors = (
+        timed(canonical.conflicts)
+        .unionByName(file_errors.select(*ERROR.fieldNames(), "time"))
+        .unionByName(empty_files)
+        .withColumn("diff", F.lit(1).cast("bigint"))
+    )
+    return ReclockedRange(lower, upper, records, errors)
+
+
+def reclock_windows(
+    spark: SparkSession,
+    source: ReclockSource,
+    registry: Registry,
+    remap: Shard,
+    lower: int,
+    windows: Windows,
+    reads: CanonicalReads | None = None,
+    *,
+    reported: Collection[str],
+) -> ReclockedWindows:
+    """Bind ``windows`` (or read their bindings back) and reclock the binding times
+    ``[lower, windows.end + 1)``, where ``lower`` is where the caller's output shards stand
+    (their meet of uppers, at most ``windows.end``). Pass the run's ``reads`` to parse the
+    dumps once for both, and release them once the reclocked range is written;
+    ``reported``: the files whose error rows the caller's outputs hold already."""
+    if lower > windows.end:
+        raise ShardUsageError(f"outputs at {lower} are already past {windows.end}")
+    bindings = mint_bindings(spark, source, registry, remap, windows, reads)
+    known = bindings if lower == windows.start + 1 else None
+    reclocked = reclock_range(
+        spark, source, registry, remap, lower, windows.end + 1, known, reads, reported=reported
+    )
+    return ReclockedWindows(bindings, reclocked)
+
+
+def append_new(
+    shard: Shard, updates: DataFrame, lower: int, upper: int, *, consolidated: bool = False
+) -> dict[int, int] | None:
+    """``Shard.append`` for updates computed for times ``[lower, upper)``: writes only what
+    the shard does not hold yet; the distinct updates written per time (None when it
+    already covers ``upper``)."""
+    return shard.append(
+        updates, TimeFrontier.at(lower), TimeFrontier.at(upper), consolidated=consolidated
+    )
+
+
+def _frame(spark: SparkSession, rows: Sequence[tuple], names: Sequence[str]) -> DataFrame:
+    """A tiny driver-built DataFrame of metadata rows (ints are bigint, except partition)."""
+    types = {"partition": pa.int32(), "file": pa.string()}
+    schema = pa.schema([(n, types.get(n, pa.int64())) for n in names])
+    columns = {n: [row[i] for row in rows] for i, n in enumerate(names)}
+    return local_frame(spark, pa.table(columns, schema=schema))

@@ -1,0 +1,455 @@
+"""Remap bindings: IntoTime -> Kafka offset frontier, minted once and reused forever.
+
+The remap shard of a source holds at IntoTime ``t`` the FromTime frontier ``remap[t]``
+(``partition -> next offset``) as a differential collection: minting at ``t`` retracts
+the changed old elements and adds the new ones. A binding is minted with
+compare_and_append, so exactly one process wins; every other run of that window, in
+any process, reads the winner's binding back instead of computing its own.
+
+Windows are bound in batches: one Spark pass gives every record the first window end
+at which the policy lets the frontier pass it, and the frontiers of all windows of the
+batch follow from those times (one compare_and_append binds them together). Because the
+policies are prefix-monotone, this equals binding the windows one after another.
+
+Minting policies (computed in Spark; only per-partition frontiers reach the driver):
+- ``event-time``: per partition, the longest offset prefix from the current frontier
+  whose running maximum Kafka timestamp is below the window end;
+- ``arrival``: the offsets of dump files registered before the window end.
+Without ``allow_offset_gaps`` the prefix must be contiguous: a missing offset holds the
+partition back (visible as lag), it is never skipped. With ``allow_offset_gaps``
+(compacted topics) the frontier moves past gaps to the highest eligible offset + 1.
+
+A partition starts at ``start_offsets[p]`` (default 0); records below it are not part of
+the source. A partition whose earliest registered dump starts above its start offset
+raises ``UnexpectedStartOffset`` until ``start_offsets`` accepts where it really starts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.ingest.registry import (
+    CanonicalReads,
+    RegisteredFile,
+    Registry,
+    starts_column,
+)
+from cdc_core.shard.shard import Shard, ShardUsageError
+from cdc_core.spark import local_frame
+from cdc_core.vocabulary import ReclockPolicy
+
+REMAP_UPDATE = ("partition", "offset", "time", "diff")
+
+
+class ReclockSource(Protocol):
+    """The per-source options reclocking needs (``cdc_core.config.SourceConfig`` has them)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def reclock(self) -> str: ...
+
+    @property
+    def allow_offset_gaps(self) -> bool: ...
+
+    @property
+    def start_offsets(self) -> OffsetFrontier | Mapping[int, int] | None: ...
+
+
+class RemapError(ValueError):
+    """A binding that would break the remap's invariants."""
+
+
+class NonMonotoneBinding(RemapError):
+    """A binding would move some partition's frontier backwards."""
+
+
+class UnexpectedStartOffset(RemapError):
+    """A partition's earliest dump starts above the offset the source says it starts at."""
+
+
+class MisalignedWindow(RemapError):
+    """The remap shard's upper lies strictly inside the window being bound."""
+
+
+def configured_starts(source: ReclockSource) -> dict[int, int]:
+    """The source's ``start_offsets`` as a plain dict (partitions not listed start at 0)."""
+    starts = source.start_offsets
+    if isinstance(starts, OffsetFrontier):
+        return dict(starts.offsets)
+    return {int(p): int(o) for p, o in (starts or {}).items()}
+
+
+def start_offset(source: ReclockSource, partition: int) -> int:
+    return configured_starts(source).get(partition, 0)
+
+
+def effective_starts(source: ReclockSource, previous: OffsetFrontier) -> dict[int, int]:
+    """Per known partition, the first offset not yet bound: ``max(previous, start)``."""
+    starts = configured_starts(source)
+    return {p: max(previous[p], starts.get(p, 0)) for p in set(previous.partitions) | set(starts)}
+
+
+def check_start_offsets(
+    source: ReclockSource, previous: OffsetFrontier, files: Sequence[RegisteredFile]
+) -> None:
+    """Refuse a partition not yet started whose earliest registered dump begins past its start.
+
+    Uses the whole registry (late-arriving files too), so a head dump that merely
+    arrived after another one does not count as missing once it is registered.
+    """
+    earliest: dict[int, tuple[int, str]] = {}
+    for registered in files:
+        for s in registered.partitions:
+            start = start_offset(source, s.partition)
+            if previous[s.partition] > start or s.max_offset < start:
+                continue
+            seen = earliest.get(s.partition)
+            if seen is None or s.min_offset < seen[0]:
+                earliest[s.partition] = (s.min_offset, registered.path)
+    wrong = {
+        p: (o, path) for p, (o, path) in earliest.items() if o > start_offset(source, p)
+    }
+    if wrong:
+        details = "; ".join(
+            f"partition {p} starts at offset {o} in {path}, expected {start_offset(source, p)}"
+            for p, (o, path) in sorted(wrong.items())
+        )
+        raise UnexpectedStartOffset(
+            f"topic {source.topic}: {details}. Land the missing dumps, or accept the start "
+            f"with the source option start_offsets (e.g. {{{min(wrong)}: {wrong[min(wrong)][0]}}})"
+        )
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Windows of ``width`` tiling ``[start, end)``; their binding times are their ends."""
+
+    start: int
+    end: int
+    width: int
+
+    def __post_init__(self) -> None:
+        if self.width <= 0 or self.end <= self.start or (self.end - self.start) % self.width:
+            raise ValueError(
+                f"windows of width {self.width} do not tile [{self.start}, {self.end})"
+            )
+
+    @classmethod
+    def one(cls, start: int, end: int) -> Windows:
+        return cls(start, end, end - start)
+
+    @property
+    def ends(self) -> list[int]:
+        return list(range(self.start + self.width, self.end + 1, self.width))
+
+    def from_end(self, end: int) -> Windows:
+        """The windows after the one ending at ``end`` (a window end inside the range)."""
+        if (end - self.start) % self.width or not self.start <= end < self.end:
+            raise MisalignedWindow(
+                f"{end} is not a window end inside [{self.start}, {self.end}); windows must tile"
+            )
+        return Windows(end, self.end, self.width)
+
+    def first_end_after(self, moment: Column) -> Column:
+        """The first window end strictly after ``moment`` (the first end when ``moment``
+        is earlier), or null when no window of the range ends after it."""
+        steps = F.when(moment < self.start, 0).otherwise(
+            F.floor((moment - F.lit(self.start)) / self.width).cast("long")
+        ) + 1
+        end = F.lit(self.start) + steps * self.width
+        return F.when(end <= self.end, end)
+
+
+def bind_times(
+    records: DataFrame,
+    starts: Column,
+    windows: Windows,
+    policy: ReclockPolicy | str,
+    allow_gaps: bool,
+) -> DataFrame:
+    """Canonical ``records`` (one per offset, with ``arrival_ms``) at or above their
+    partition's start -> ``partition``, ``offset``, ``time``: the first window end whose
+    binding covers the record (null when none of ``windows`` does).
+
+    A record is covered at ``end`` when every record of the prefix up to it is eligible:
+    under event-time its running maximum ts is below ``end``; under arrival every record
+    up to it arrived before ``end``, or, with gaps allowed, some record at or after it did
+    (the frontier jumps to the highest arrived offset). Without gaps the prefix also stops
+    at the first offset that is not ``start + rank``.
+    """
+    if policy not in tuple(ReclockPolicy):
+        expected = ", ".join(ReclockPolicy)
+        raise ValueError(f"unknown reclock policy {policy!r}; expected one of {expected}")
+    candidates = records.withColumn("_start", starts).filter(F.col("offset") >= F.col("_start"))
+    by_offset = Window.partitionBy("partition").orderBy("offset")
+    before = by_offset.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    if policy == ReclockPolicy.EVENT_TIME:
+        eligible = F.max(F.coalesce(F.col("ts"), F.lit(-(2**63)))).over(before)
+    elif allow_gaps:
+        after = by_offset.rowsBetween(Window.currentRow, Window.unboundedFollowing)
+        eligible = F.min("arrival_ms").over(after)
+    else:
+        eligible = F.max("arrival_ms").over(before)
+    time = windows.first_end_after(eligible)
+    if not allow_gaps:
+        contiguous = F.col("offset") == F.col("_start") + F.row_number().over(by_offset) - 1
+        time = F.when(contiguous, time)
+    return candidates.select("partition", "offset", time.alias("time"))
+
+
+def frontiers_from_times(
+    previous: OffsetFrontier, times: DataFrame, windows: Windows
+) -> list[OffsetFrontier]:
+    """The frontier at each window end from ``bind_times`` (only per-(partition, time)
+    maxima reach the driver): the previous frontier joined with every record bound so far."""
+    tops = (
+        times.filter(F.col("time").isNotNull())
+        .groupBy("partition", "time")
+        .agg((F.max("offset") + 1).alias("offset"))
+        .collect()
+    )
+    frontiers = []
+    frontier = previous
+    for end in windows.ends:
+        frontier = frontier.join(
+            OffsetFrontier({r["partition"]: r["offset"] for r in tops if r["time"] == end})
+        )
+        frontiers.append(frontier)
+    return frontiers
+
+
+def candidate_files(
+    files: Sequence[RegisteredFile],
+    starts: Mapping[int, int],
+    end: int,
+    policy: ReclockPolicy | str,
+) -> list[RegisteredFile]:
+    """Files that can hold offsets of the next prefix.
+
+    Event-time: a file whose records for ``p`` include ``ts >= end`` caps the prefix of
+    ``p`` at its ``max_offset``, so files starting beyond the smallest such cap are skipped.
+    Arrival: only files that arrived before ``end``.
+    """
+    if policy == ReclockPolicy.ARRIVAL:
+        files = [f for f in files if f.arrival_ms < end]
+        return [f for f in files if f.overlaps(starts, None)]
+    caps: dict[int, int] = {}
+    for registered in files:
+        for s in registered.partitions:
+            if s.max_ts >= end and s.max_offset >= starts.get(s.partition, 0):
+                caps[s.partition] = min(caps.get(s.partition, s.max_offset), s.max_offset)
+    return [
+        f
+        for f in files
+        if any(
+            s.max_offset >= starts.get(s.partition, 0)
+            and s.min_offset <= caps.get(s.partition, s.max_offset)
+            for s in f.partitions
+        )
+    ]
+
+
+def propose_frontiers(
+    spark: SparkSession,
+    source: ReclockSource,
+    registry: Registry,
+    previous: OffsetFrontier,
+    windows: Windows,
+    reads: CanonicalReads | None = None,
+) -> list[OffsetFrontier]:
+    """The frontiers the source's policy binds at each end of ``windows``, from ``previous``
+    (``reads``: the run's shared dump reads; a private one otherwise)."""
+    files = registry.files()
+    check_start_offsets(source, previous, files)
+    starts = effective_starts(source, previous)
+    needed = candidate_files(files, starts, windows.end, source.reclock)
+    if not needed:
+        return [previous for _ in windows.ends]
+    canonical = (reads or CanonicalReads(spark, registry, persist=False)).read(needed, starts)
+    times = bind_times(
+        canonical.records,
+        starts_column(spark, starts),
+        windows,
+        source.reclock,
+        source.allow_offset_gaps,
+    )
+    return frontiers_from_times(previous, times, windows)
+
+
+def binding_updates(
+    spark: SparkSession, previous: OffsetFrontier, bound: Sequence[tuple[int, OffsetFrontier]]
+) -> DataFrame:
+    """The differential updates that turn ``previous`` into each ``(time, frontier)`` of
+    ``bound`` in turn (ascending times)."""
+    rows = []
+    for time, frontier in bound:
+        regressions = previous.regressions(frontier)
+        if regressions:
+            moved = ", ".join(f"partition {p}: {a} -> {b}" for p, (a, b) in regressions.items())
+            raise NonMonotoneBinding(f"binding at {time} would move offsets backwards ({moved})")
+        for p in frontier.partitions:
+            if frontier[p] != previous[p]:
+                if previous[p]:
+                    rows.append((p, previous[p], time, -1))
+                rows.append((p, frontier[p], time, 1))
+        previous = frontier
+    schema = pa.schema(
+        [("partition", pa.int32()), ("offset", pa.int64()), ("time", pa.int64()),
+         ("diff", pa.int64())]
+    )
+    table = pa.Table.from_pylist(
+        [dict(zip(schema.names, row, strict=True)) for row in rows], schema
+    )
+    return local_frame(spark, table)
+
+
+def remap_updates(remap: Shard, until: int) -> list[tuple[int, int, int, int]]:
+    """Every remap update ``(partition, offset, time, diff)`` at times ``<= until``, read on
+    the driver: the remap is tiny metadata, and a Spark job would cost far more."""
+    table = remap.updates_through(until)
+    return list(zip(*(table.column(name).to_pylist() for name in REMAP_UPDATE), strict=True))
+
+
+def frontier_at(remap: Shard, time: int) -> OffsetFrontier:
+    """``remap[time]``; before time 0 nothing is bound. Validates the stored antichain."""
+    if time < 0:
+        return OffsetFrontier()
+    live: Counter[tuple[int, int]] = Counter()
+    for partition, offset, _, diff in remap_updates(remap, time):
+        live[(partition, offset)] += diff
+    return frontier_of(live, time)
+
+
+def frontier_of(live: Mapping[tuple[int, int], int], time: int) -> OffsetFrontier:
+    """The frontier that accumulated ``(partition, offset) -> count`` spells at ``time``:
+    RemapError unless it is one element per partition, each counted once."""
+    elements = sorted((key, count) for key, count in live.items() if count != 0)
+    partitions = [partition for (partition, _), _ in elements]
+    if any(count != 1 for _, count in elements) or len(set(partitions)) != len(partitions):
+        raise RemapError(f"remap at {time} is not one element per partition: {elements}")
+    return OffsetFrontier(dict(key for key, _ in elements))
+
+
+def offsets_for(remap: Shard, frontier: TimeFrontier) -> OffsetFrontier:
+    """The FromTime frontier of an IntoTime frontier: ``remap`` at its last complete time.
+
+    The empty IntoTime frontier (finished) maps to the remap's latest complete binding.
+    """
+    upper = remap.refresh().upper
+    time = frontier.meet(upper).time
+    return frontier_at(remap, (time if time is not None else 0) - 1)
+
+
+def visible_at(remap: Shard, partition: int, offset: int) -> int | None:
+    """The IntoTime at which record ``(partition, offset)`` became visible; None if not yet.
+
+    Bindings before the remap's since are compacted into it, so the answer for a record
+    bound back then is the since itself (the earliest time still distinguishable).
+    """
+    remap.refresh()
+    since, upper = remap.since.time, remap.upper.time
+    if since is None or upper is None or upper <= since:
+        return None
+    covering = remap.snapshot(since).filter(F.col("diff") > 0)
+    if upper - 1 > since:
+        covering = covering.unionByName(remap.listen(since, upper - 1).filter(F.col("diff") > 0))
+    first = (
+        covering.filter((F.col("partition") == partition) & (F.col("offset") > offset))
+        .agg(F.min("time").alias("time"))
+        .first()
+    )
+    return None if first is None else first["time"]
+
+
+@dataclass(frozen=True)
+class RangeBindings:
+    """The remap over binding times ``[lower, upper)``: the frontier before them and the
+    bindings minted in them, ``(partition, next offset, time)`` (tiny metadata)."""
+
+    base: OffsetFrontier
+    bindings: tuple[tuple[int, int, int], ...]
+    minted: frozenset[int] = frozenset()
+
+    @property
+    def top(self) -> OffsetFrontier:
+        return self.at(None)
+
+    def at(self, time: int | None) -> OffsetFrontier:
+        """``remap[time]`` inside the range (the top when ``time`` is None)."""
+        moved = {p: o for p, o, t in sorted(self.bindings, key=lambda b: b[2])
+                 if time is None or t <= time}
+        return self.base.join(OffsetFrontier(moved))
+
+    @classmethod
+    def read(cls, remap: Shard, lower: int, upper: int) -> RangeBindings:
+        remap_upper = remap.refresh().upper
+        if not TimeFrontier.at(upper) <= remap_upper:
+            raise ShardUsageError(f"remap is bound only up to {remap_upper}, not to {upper}")
+        base = frontier_at(remap, lower - 1)
+        if upper - 1 <= max(lower - 1, 0):
+            return cls(base, ())
+        after = max(lower - 1, 0)
+        updates = remap_updates(remap, upper - 1)
+        added = [(p, o, t) for p, o, t, d in updates if d > 0 and t > after]
+        return cls(base, tuple(sorted(added)))
+
+    @classmethod
+    def of(
+        cls, previous: OffsetFrontier, bound: Sequence[tuple[int, OffsetFrontier]]
+    ) -> RangeBindings:
+        """The bindings just minted from ``previous``, without reading the remap again."""
+        bindings = []
+        before = previous
+        for time, frontier in bound:
+            moved = [p for p in frontier.partitions if frontier[p] != before[p]]
+            bindings.extend((p, frontier[p], time) for p in moved)
+            before = frontier
+        return cls(previous, tuple(sorted(bindings)), frozenset(t for t, _ in bound))
+
+
+def mint_bindings(
+    spark: SparkSession,
+    source: ReclockSource,
+    registry: Registry,
+    remap: Shard,
+    windows: Windows,
+    reads: CanonicalReads | None = None,
+) -> RangeBindings:
+    """The bindings of ``windows`` (binding times ``[windows.start + 1, windows.end + 1)``):
+    those already in the remap are read back, the others minted with one
+    compare_and_append, which also binds any skipped windows (between the remap's upper
+    and ``windows.start``) to the unchanged frontier.
+
+    On an upper mismatch another process won: re-read and adopt or retry.
+    """
+    lower, upper = windows.start + 1, windows.end + 1
+    while True:
+        bound = remap.refresh().upper.time
+        if bound is None or bound >= upper:
+            return RangeBindings.read(remap, lower, upper)
+        if bound > lower:
+            unbound = windows.from_end(bound - 1)
+            done = RangeBindings.read(remap, lower, bound)
+            previous = done.top
+        else:
+            unbound, done, previous = windows, None, frontier_at(remap, bound - 1)
+        frontiers = propose_frontiers(spark, source, registry, previous, unbound, reads)
+        minted = list(zip(unbound.ends, frontiers, strict=True))
+        updates = binding_updates(spark, previous, minted)
+        if remap.compare_and_append(updates, TimeFrontier.at(bound), TimeFrontier.at(upper)):
+            continue
+        new = RangeBindings.of(previous, minted)
+        if done is None:
+            return new
+        return RangeBindings(done.base, done.bindings + new.bindings, new.minted)

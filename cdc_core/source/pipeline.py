@@ -1,0 +1,463 @@
+"""One source, a run of windows at a time: register dumps, bind, reclock, apply the envelope.
+
+A run binds all its windows in one remap commit, reclocks them in one Spark pass and
+appends each output shard once, with a progress statement per binding time: a backfill of
+a hundred windows costs one pass, not a hundred. The result equals processing the windows
+one by one, because every step is defined per binding time.
+
+Every append is idempotent (a shard already past a time ignores it), so a run can be
+repeated, or resumed after a crash between two commits, without writing anything twice.
+Windows whose bindings exist but whose outputs are missing (a crash between commits) are
+processed first, in the same pass (their bindings are durable, so the result is the same).
+The classic DEBEZIUM envelope, whose dedup state is read back at the previous time, applies
+its windows one after another inside the run.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from cdc_core.config import Config, SourceConfig
+from cdc_core.envelopes import (
+    DEDUP_STATE,
+    apply_envelope,
+    check_fingerprint,
+    fingerprint,
+)
+from cdc_core.envelopes.result import EnvelopeResult
+from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
+from cdc_core.ingest.dumps import DumpFile, list_dump_files
+from cdc_core.ingest.registry import CanonicalReads, Registry
+from cdc_core.phases import phase
+from cdc_core.reclock.reclocking import append_new, reclock_windows
+from cdc_core.reclock.remap import Windows, frontier_at
+from cdc_core.schemas import ERROR, RECLOCKED, REMAP
+from cdc_core.shard.delta_io import live_files
+from cdc_core.shard.leases import unique_reader_id, writing
+from cdc_core.shard.shard import Shard, ShardUsageError
+from cdc_core.source.resumption import (
+    RetireReport,
+    SourceInspection,
+    UpstreamCommit,
+    inspect_source,
+    retire,
+)
+from cdc_core.source.state import current_rows, refresh_state
+from cdc_core.vocabulary import Envelope
+
+OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
+
+
+@dataclass(frozen=True)
+class WindowReport:
+    """What one window did: figures for logs and materialization metadata."""
+
+    source: str
+    start: int
+    end: int
+    frontier: OffsetFrontier
+    minted: bool
+    records_in: int
+    updates_out: int
+    errors_out: int
+
+    def summary(self) -> str:
+        verb = "bound" if self.minted else "reused binding"
+        return (
+            f"{self.source} window [{iso(self.start)}, {iso(self.end)}): {verb} {self.frontier}; "
+            f"{self.records_in} record(s) in, {self.updates_out} change(s), "
+            f"{self.errors_out} error update(s)"
+        )
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    path: Path
+    schema: StructType
+    version: int
+    rows: int
+    upper: int | None
+    since: int | None
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """Per source: every table's frontiers and size, remap frontier and lag."""
+
+    source: str
+    window_ms: int
+    start_ms: int
+    tables: dict[str, TableStatus]
+    inspection: SourceInspection
+    current_errors: int
+    frontier: OffsetFrontier = field(init=False)
+    lag: dict[int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "frontier", self.inspection.frontier)
+        object.__setattr__(self, "lag", self.inspection.lag)
+
+    @property
+    def upper(self) -> TimeFrontier:
+        return self.inspection.resumption.timestamp
+
+    @property
+    def windows_done(self) -> int:
+        upper = self.upper.time
+        if upper is None or upper <= self.start_ms:
+            return 0
+        return (upper - 1 - self.start_ms) // self.window_ms
+
+    def describe(self) -> str:
+        lines = [self.inspection.describe(), "  tables:"]
+        for name, table in self.tables.items():
+            lines.append(
+                f"    {name:<10} version {table.version:>4}  rows {table.rows:>9}  "
+                f"upper {_iso_or_none(table.upper)}  since {_iso_or_none(table.since)}"
+            )
+        lines.append(f"  current errors: {self.current_errors}")
+        return "\n".join(lines)
+
+
+class SourcePipeline:
+    """The shards of one source and the steps that advance them."""
+
+    def __init__(
+        self, spark: SparkSession, config: Config, source: SourceConfig, root: Path, landing: str
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.source = source
+        self.root = Path(root)
+        self.landing = Path(landing)
+        self.registry = Registry(self.root / "dumps", source.topic)
+        self.remap = Shard.open(spark, str(self.root / "remap"), REMAP)
+        self.reclocked = Shard.open(spark, str(self.root / "reclocked"), RECLOCKED)
+        self.changes = Shard.open(spark, str(self.root / "changes"), source.output_schema)
+        self.errors = Shard.open(spark, str(self.root / "errors"), ERROR)
+        self.dedup = (
+            Shard.open(spark, str(self.root / "dedup"), DEDUP_STATE)
+            if source.envelope == Envelope.DEBEZIUM
+            else None
+        )
+        self.upstream = UpstreamCommit(self.root / "upstream")
+
+    @classmethod
+    def from_config(
+        cls, spark: SparkSession, config: Config, source: SourceConfig
+    ) -> SourcePipeline:
+        return cls(spark, config, source, config.lake / source.name, str(config.landing))
+
+    @property
+    def outputs(self) -> list[Shard]:
+        """The shards written from reclocked data (remap excluded)."""
+        shards = [self.reclocked, self.changes, self.errors]
+        return shards + ([self.dedup] if self.dedup is not None else [])
+
+    def register_dumps(self, arrival_ms: int, arrived: Mapping[str, int] | None = None) -> int:
+        """Register dump files not seen before, stamped with their arrival time: the time
+        in ``arrived`` (by path) for a file seen landing earlier, else ``arrival_ms``."""
+        with phase(self.source.name, "register dumps") as figures:
+            by_arrival: dict[int, list[DumpFile]] = {}
+            for dump in list_dump_files(self.landing, self.source.topic):
+                by_arrival.setdefault((arrived or {}).get(dump.path, arrival_ms), []).append(dump)
+            figures["files"] = sum(
+                len(self.registry.register(self.spark, files, moment))
+                for moment, files in sorted(by_arrival.items())
+            )
+        return figures["files"]
+
+    def outputs_upper(self) -> int:
+        """Where all outputs stand: the meet of their uppers (0 before the first window)."""
+        meet = TimeFrontier.empty()
+        for shard in self.outputs:
+            meet = meet.meet(shard.refresh().upper)
+        return meet.time if meet.time is not None else 2**63 - 1
+
+    def run_windows(self, windows: Windows) -> list[WindowReport]:
+        """Process ``windows`` (a report per window); windows already done write nothing.
+
+        Windows not bound yet before ``windows.start`` are bound to the unchanged frontier
+        by the first binding of the run, so their outputs hold nothing.
+        """
+        self.check_fingerprint()
+        lower = self.outputs_upper()
+        if lower > windows.end:
+            return self._reused(windows)
+        done: list[WindowReport] = []
+        if lower - 1 > windows.start:
+            # Windows the outputs already hold are not bound or read again: their
+            # bindings may lie below the remap's since, compacted by a retire.
+            done = self._reused(Windows(windows.start, lower - 1, windows.width))
+            windows = windows.from_end(lower - 1)
+        # Registered writers: a crash leaves staging that gc collects once the lease ran out.
+        shards = [self.remap, *self.outputs]
+        with writing(shards, unique_reader_id("run"), self.config.readers.lease_ms):
+            reads = CanonicalReads(self.spark, self.registry)
+            try:
+                with phase(self.source.name, "bind windows"):
+                    run = reclock_windows(
+                        self.spark, self.source, self.registry, self.remap, lower, windows, reads,
+                        reported=self._reported_files(lower),
+                    )
+                upper = windows.end + 1
+                with phase(self.source.name, "append reclocked") as figures:
+                    records_in = append_new(  # one row per (partition, offset) by construction
+                        self.reclocked, run.reclocked.records, lower, upper, consolidated=True
+                    ) or {}
+                    figures["rows"] = sum(records_in.values())
+                    figures["rows_per_time"] = records_in
+                # The envelope reads the run's records from the canonical reads the run keeps
+                # (equal to what the shard now holds: the data is definite), not by decoding
+                # the Parquet just written once more.
+                updates_out: dict[int, int] = {}
+                errors_out: dict[int, int] = {}
+                for low, high in self._envelope_batches(lower, upper):
+                    changes, errors = self._apply_envelope(
+                        run.reclocked.records, run.reclocked.errors, low, high
+                    )
+                    updates_out.update(changes)
+                    errors_out.update(errors)
+            finally:
+                reads.release()
+        return done + [
+            WindowReport(
+                source=self.source.name,
+                start=end - windows.width,
+                end=end,
+                frontier=run.bindings.at(end),
+                minted=end in run.bindings.minted,
+                records_in=records_in.get(end, 0),
+                updates_out=updates_out.get(end, 0),
+                errors_out=errors_out.get(end, 0),
+            )
+            for end in windows.ends
+        ]
+
+    def check_fingerprint(self) -> None:
+        """Refuse to write outputs shaped by a different envelope or schema (config drift);
+        the first run records the fingerprint inside the ``changes`` table's folder, so
+        removing the outputs (the documented reset) removes it too."""
+        path = self.root / "changes" / "_reclock_fingerprint.json"
+        current = fingerprint(
+            self.source.envelope, self.source.key_schema, self.source.value_schema
+        )
+        stored = path.read_text() if path.exists() else None
+        check_fingerprint(stored, current)
+        if stored is None:
+            # A name of its own: a concurrent first run writes the same fingerprint.
+            temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+            temporary.write_text(current)
+            temporary.replace(path)
+
+    def _reported_files(self, lower: int) -> frozenset[str]:
+        """Registered files with errors to report whose rows the errors shard holds before
+        ``lower``: an earlier run reported them, so this one must not again."""
+        paths = [f.path for f in self.registry.files() if f.has_errors and not f.retired]
+        if not paths or lower <= 0:
+            return frozenset()
+        reported = (
+            self.errors.snapshot(lower - 1)
+            .where(F.col("file").isin(paths))
+            .select("file")
+            .distinct()
+            .collect()
+        )
+        return frozenset(row["file"] for row in reported)
+
+    def _reused(self, windows: Windows) -> list[WindowReport]:
+        """Windows the outputs already hold, with their own figures: the counts their
+        commits recorded (progress statements: no data read) and their binding (for a
+        window retired below the remap's since, the current frontier)."""
+        records, changes, errors = (
+            _committed_counts(shard) for shard in (self.reclocked, self.changes, self.errors)
+        )
+        remap_since, remap_upper = self.remap.refresh().since.time or 0, self.remap.upper.time
+        current = self.inspect().frontier
+        return [
+            WindowReport(
+                self.source.name,
+                end - windows.width,
+                end,
+                frontier_at(self.remap, end)
+                if remap_since <= end and (remap_upper is None or end < remap_upper)
+                else current,
+                False,
+                records.get(end, 0),
+                changes.get(end, 0),
+                errors.get(end, 0),
+            )
+            for end in windows.ends
+        ]
+
+    def _envelope_batches(self, lower: int, upper: int) -> list[tuple[int, int]]:
+        """The time ranges the envelope is applied to: the whole run, except for the
+        classic DEBEZIUM envelope, which needs each window's predecessor committed."""
+        if self.source.envelope != Envelope.DEBEZIUM:
+            return [(lower, upper)]
+        width, first = self.config.window_ms, self.config.start_ms
+        ends = [t for t in range(first + width, upper, width) if t >= lower]
+        lowers = [lower, *(end + 1 for end in ends[:-1])]
+        return list(zip(lowers, [end + 1 for end in ends], strict=True))
+
+    def _apply_envelope(
+        self, records: DataFrame, reclock_errors: DataFrame, lower: int, upper: int
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """Apply the envelope to the records at times ``[lower, upper)`` and append its
+        outputs; returns the distinct changes and errors written per time."""
+        in_range = (F.col("time") >= lower) & (F.col("time") < upper)
+        with phase(self.source.name, "plan envelope"):
+            result = self._envelope_result(records, lower, upper)
+        errors = reclock_errors.filter(in_range).unionByName(result.errors)
+        try:
+            with phase(self.source.name, "append changes") as figures:
+                changes = append_new(  # envelope outputs come consolidated
+                    self.changes, result.changes, lower, upper, consolidated=True
+                ) or {}
+                figures["rows"] = sum(changes.values())
+                figures["rows_per_time"] = changes
+            with phase(self.source.name, "append errors") as figures:
+                written_errors = append_new(self.errors, errors, lower, upper) or {}
+                figures["rows"] = sum(written_errors.values())
+                figures["rows_per_time"] = written_errors
+            if self.dedup is not None and result.dedup_state is not None:
+                with phase(self.source.name, "append dedup state"):
+                    append_new(self.dedup, result.dedup_state, lower, upper)
+        finally:
+            result.release()
+        return changes, written_errors
+
+    def _envelope_result(self, records: DataFrame, lower: int, upper: int) -> EnvelopeResult:
+        """The envelope's changes, errors and dedup state for the records at times
+        ``[lower, upper)`` (lazy frames: computed when appended)."""
+        in_range = (F.col("time") >= lower) & (F.col("time") < upper)
+        batch = records.filter(in_range).drop("diff")
+        classic = self.source.envelope == Envelope.DEBEZIUM
+        return apply_envelope(
+            self.source.envelope,
+            batch.drop("time") if classic else batch,
+            time=upper - 1 if classic else None,
+            topic=self.source.topic,
+            key_schema=self.source.key_schema,
+            value_schema=self.source.value_schema,
+            prior_changes=self._prior(self.changes, lower),
+            prior_errors=self._prior(self.errors, lower),
+            prior_dedup_state=self._prior(self.dedup, lower),
+        )
+
+    @staticmethod
+    def _prior(shard: Shard | None, lower: int) -> DataFrame | None:
+        """The shard's updates up to ``lower - 1`` (None before its first window).
+
+        Unconsolidated on purpose: the envelopes consolidate only the keys a window
+        touches, so a window does not pay for consolidating the whole history. Only the
+        part already compacted to ``since`` comes as a (small) snapshot.
+        """
+        if shard is None or lower == 0:
+            return None
+        since = shard.since.time or 0
+        prior = shard.snapshot(since)
+        if lower - 1 > since:
+            prior = prior.unionByName(shard.listen(since, lower - 1))
+        return prior
+
+    def finish(self) -> SourceStatus:
+        """Publish ``state`` at the newest complete time and report the source's status."""
+        with phase(self.source.name, "publish state"):
+            refresh_state(self.changes, str(self.root / "state"), self.source.output_schema)
+        with phase(self.source.name, "status"):
+            return self.status()
+
+    def snapshot_at(self, as_of: int) -> DataFrame:
+        """The source's rows as they stood at IntoTime ``as_of`` (the ``state`` a run
+        would have published then): exact for ``since <= as_of < upper`` of ``changes``."""
+        self.changes.refresh()
+        since, upper = self.changes.since, self.changes.upper
+        if not since.less_equal(as_of) or upper.less_equal(as_of):
+            readable = "nothing yet" if since == upper else (
+                f"from {iso(since.time or 0)} (since) up to, not including, "
+                f"{'the end' if upper.time is None else iso(upper.time)} (upper)"
+            )
+            raise ShardUsageError(
+                f"{self.source.name} has no exact snapshot at {iso(as_of)}: readable {readable}"
+            )
+        return current_rows(self.changes.snapshot(as_of), self.source.output_schema)
+
+    def inspect(self) -> SourceInspection:
+        return inspect_source(
+            self.source.name, self.remap, self.outputs, self.registry, self.upstream
+        )
+
+    def status(self) -> SourceStatus:
+        inspection = self.inspect()
+        tables = {
+            "remap": _table_status(self.remap),
+            "reclocked": _table_status(self.reclocked),
+            "changes": _table_status(self.changes),
+            "state": _plain_table_status(self.root / "state", self.source.output_schema),
+            "errors": _table_status(self.errors),
+        }
+        upper = self.errors.upper.time
+        current_errors = self.errors.size(upper - 1) if upper else 0
+        return SourceStatus(
+            self.source.name,
+            self.config.window_ms,
+            self.config.start_ms,
+            tables,
+            inspection,
+            current_errors,
+        )
+
+    def retire(self) -> RetireReport:
+        """Commit the offset resumption frontier upstream and retire the dumps below it."""
+        return retire(
+            self.remap,
+            self.outputs,
+            self.registry,
+            self.upstream,
+            mode=self.source.retire,
+            landing=self.landing,
+            archive=self.root / "archive",
+            now_ms=int(time.time() * 1000),
+        )
+
+
+def _iso_or_none(time: int | None) -> str:
+    return "-" if time is None else iso(time)
+
+
+def _committed_counts(shard: Shard) -> dict[int, int]:
+    """Distinct updates per time, as the shard's commits recorded them."""
+    return {time: count for p in shard.progress() for time, count in p.counts}
+
+
+def _table_status(shard: Shard) -> TableStatus:
+    shard.refresh()
+    files = live_files(DeltaTable(shard.path))
+    return TableStatus(
+        path=Path(shard.path),
+        schema=shard.data_schema,
+        version=shard.version,
+        rows=sum(f.num_records for f in files),
+        upper=shard.upper.time,
+        since=shard.since.time,
+    )
+
+
+def _plain_table_status(path: Path, schema: StructType) -> TableStatus:
+    if not DeltaTable.is_deltatable(str(path)):
+        return TableStatus(path, schema, -1, 0, None, None)
+    table = DeltaTable(str(path))
+    files = live_files(table)
+    return TableStatus(
+        path, schema, table.version(), sum(f.num_records for f in files), None, None
+    )

@@ -1,0 +1,279 @@
+"""Bounded input reliance: resumption frontiers, the upstream commit, retiring dumps.
+
+The timestamp resumption frontier ``T`` of a source is the meet of the uppers of all its
+shards: every shard is complete before ``T``, so a restart never needs anything older.
+Mapped through the remap at ``T - 1`` (its last complete time) it gives the offset
+resumption frontier: the records a restart can never need again. That frontier is
+committed upstream as a durable per-source record; dump files lying entirely below it
+are then retired (archived or deleted), and the remap's since advances to ``T - 1``
+(the oldest binding a later window still reads: the frontier it advances from).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.ingest.registry import RegisteredFile, Registry
+from cdc_core.reclock.remap import offsets_for
+from cdc_core.shard.shard import Shard
+from cdc_core.vocabulary import RetirePolicy
+
+COMMIT_APP_ID = "upstream-commit"
+COMMIT_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64())])
+
+
+class ResumptionRegression(RuntimeError):
+    """A resumption frontier behind the one already committed upstream: some shard would
+    need input that may already be retired."""
+
+
+@dataclass(frozen=True)
+class ResumptionFrontiers:
+    """``timestamp``: where every shard of the source is complete up to;
+    ``offsets``: the Kafka frontier of everything before it."""
+
+    timestamp: TimeFrontier
+    offsets: OffsetFrontier
+
+
+def timestamp_resumption_frontier(shards: Sequence[Shard]) -> TimeFrontier:
+    """The meet of the (freshly read) uppers of ``shards``."""
+    if not shards:
+        raise ValueError("a source has at least one shard")
+    frontier = TimeFrontier.empty()
+    for shard in shards:
+        frontier = frontier.meet(shard.refresh().upper)
+    return frontier
+
+
+def resumption_frontiers(remap: Shard, shards: Sequence[Shard]) -> ResumptionFrontiers:
+    """Both resumption frontiers of a source; ``shards`` are its shards other than remap."""
+    timestamp = timestamp_resumption_frontier([remap, *shards])
+    return ResumptionFrontiers(timestamp, offsets_for(remap, timestamp))
+
+
+class UpstreamCommit:
+    """The durable record of a source's committed offset resumption frontier.
+
+    A one-file Delta table: rows ``(partition, offset)``; the resumption timestamp is
+    the version of the table's ``upstream-commit`` app transaction, so frontier and time
+    change in one atomic commit. Commits only move forward.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = str(path)
+
+    def read(self) -> ResumptionFrontiers | None:
+        """The committed frontiers, or None before the first commit."""
+        if not DeltaTable.is_deltatable(self.path):
+            return None
+        table = DeltaTable(self.path)
+        return self._frontiers(table)
+
+    @staticmethod
+    def _frontiers(table: DeltaTable) -> ResumptionFrontiers | None:
+        time = table.transaction_version(COMMIT_APP_ID)
+        if time is None:
+            return None
+        rows = table.to_pyarrow_table().to_pylist()
+        return ResumptionFrontiers(
+            TimeFrontier.at(time), OffsetFrontier({r["partition"]: r["offset"] for r in rows})
+        )
+
+    def commit(self, frontiers: ResumptionFrontiers) -> ResumptionFrontiers:
+        """Record ``frontiers`` unless already committed; refuse to move backwards.
+
+        A compare-and-set on the Delta log: on a concurrent commit, re-read and re-check.
+        """
+        time = frontiers.timestamp.time
+        if time is None:
+            raise ValueError("a finished source has no resumption time to commit")
+        while True:
+            table = DeltaTable(self.path) if DeltaTable.is_deltatable(self.path) else None
+            current = None if table is None else self._frontiers(table)
+            if current is not None:
+                behind = not current.offsets <= frontiers.offsets
+                if frontiers.timestamp < current.timestamp or behind:
+                    raise ResumptionRegression(
+                        f"resumption frontier {frontiers.timestamp} {frontiers.offsets} is behind "
+                        f"the committed {current.timestamp} {current.offsets}"
+                    )
+                if current.timestamp == frontiers.timestamp:
+                    return current
+            rows = pa.Table.from_pylist(
+                [{"partition": p, "offset": o} for p, o in frontiers.offsets.offsets.items()],
+                COMMIT_SCHEMA,
+            )
+            properties = CommitProperties(
+                max_commit_retries=0, app_transactions=[Transaction(COMMIT_APP_ID, time)]
+            )
+            try:
+                write_deltalake(
+                    table if table is not None else self.path,
+                    rows,
+                    mode="overwrite",
+                    commit_properties=properties,
+                )
+                return frontiers
+            except CommitFailedError:
+                continue
+
+
+@dataclass(frozen=True)
+class RetireReport:
+    """What one ``retire`` did."""
+
+    committed: ResumptionFrontiers
+    archived: dict[str, str] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
+    remap_since: TimeFrontier = field(default_factory=TimeFrontier.minimum)
+
+    def __str__(self) -> str:
+        return (
+            f"committed {self.committed.timestamp.iso()} offsets {self.committed.offsets}; "
+            f"archived {len(self.archived)}, deleted {len(self.deleted)} dump file(s); "
+            f"remap since {self.remap_since.iso()}"
+        )
+
+
+def retirable(
+    files: Sequence[RegisteredFile], committed: ResumptionFrontiers
+) -> list[RegisteredFile]:
+    """Files no later run can need: every record below the committed offsets, or, for a
+    file without valid records, arrived before the last binding the commit covers."""
+    time = committed.timestamp.time or 0
+    return [
+        f
+        for f in files
+        if not f.retired
+        and (f.lies_below(committed.offsets) or (not f.partitions and f.arrival_ms < time - 1))
+    ]
+
+
+def retire(
+    remap: Shard,
+    shards: Sequence[Shard],
+    registry: Registry,
+    upstream: UpstreamCommit,
+    *,
+    mode: RetirePolicy | str,
+    landing: Path | str,
+    archive: Path | str,
+    now_ms: int,
+) -> RetireReport:
+    """Commit the resumption frontiers upstream, retire the dumps below them (moved under
+    ``archive`` keeping their path relative to ``landing``, or deleted), and compact the
+    remap up to ``T - 1``. Safe to repeat: each step is idempotent."""
+    if mode not in tuple(RetirePolicy):
+        expected = ", ".join(RetirePolicy)
+        raise ValueError(f"unknown retire mode {mode!r}; expected one of {expected}")
+    committed = upstream.commit(resumption_frontiers(remap, shards))
+    archived: dict[str, str] = {}
+    deleted: list[str] = []
+    for registered in retirable(registry.files(), committed):
+        registry_path = registered.path
+        source = Path(registry_path)
+        if mode == RetirePolicy.DELETE:
+            source.unlink(missing_ok=True)
+            deleted.append(registry_path)
+            continue
+        target = Path(archive) / _relative_to(source, Path(landing))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if os.path.lexists(source):  # a dangling or looping link moves as a link
+            shutil.move(source, target)
+        archived[registry_path] = str(target)
+    registry.mark_retired({**archived, **dict.fromkeys(deleted)}, now_ms)
+    time = committed.timestamp.time or 0
+    if remap.refresh().since.less_equal(time - 1) and remap.since.time != time - 1:
+        remap.downgrade_since(TimeFrontier.at(time - 1))
+        remap.compact()
+    return RetireReport(committed, archived, deleted, remap.refresh().since)
+
+
+def _relative_to(path: Path, root: Path) -> Path:
+    relative = os.path.relpath(path, root)
+    return Path(path.name) if relative.startswith("..") else Path(relative)
+
+
+@dataclass(frozen=True)
+class SourceInspection:
+    """What ``reclock inspect`` and the Dagster metadata show for one source."""
+
+    source: str
+    remap_upper: TimeFrontier
+    remap_since: TimeFrontier
+    frontier: OffsetFrontier
+    end_offsets: OffsetFrontier
+    lag: dict[int, int]
+    resumption: ResumptionFrontiers
+    committed: ResumptionFrontiers | None
+    damaged: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def caught_up(self) -> bool:
+        """No registered record is waiting, and no live dump file is damaged or empty:
+        a file whose records cannot be read has records no lag figure can count."""
+        return not any(self.lag.values()) and not self.damaged
+
+    def describe(self) -> str:
+        lines = [
+            f"source {self.source}: remap upper {self.remap_upper.iso()}, "
+            f"since {self.remap_since.iso()}",
+            f"  {'partition':>9} {'frontier':>12} {'registered end':>15} {'lag':>10}",
+        ]
+        for p in sorted(set(self.frontier.partitions) | set(self.end_offsets.partitions)):
+            lag = self.lag.get(p, 0)
+            lines.append(f"  {p:>9} {self.frontier[p]:>12} {self.end_offsets[p]:>15} {lag:>10}")
+        lines.append(
+            f"  resumption: time {self.resumption.timestamp.iso()}, "
+            f"offsets {self.resumption.offsets}"
+        )
+        if self.committed is not None:
+            lines.append(
+                f"  committed upstream: time {self.committed.timestamp.iso()}, "
+                f"offsets {self.committed.offsets}"
+            )
+        if self.damaged:
+            lines.append(
+                f"  NOT caught up: {len(self.damaged)} dump file(s) damaged or without "
+                "records (each reported in errors):"
+            )
+            lines.extend(f"    {path}: {problem}" for path, problem in self.damaged)
+        return "\n".join(lines)
+
+
+def inspect_source(
+    name: str, remap: Shard, shards: Sequence[Shard], registry: Registry, upstream: UpstreamCommit
+) -> SourceInspection:
+    """Per partition: remap frontier at its latest binding, registered end, lag
+    (registered end minus frontier); both resumption frontiers and the commit; and the
+    live dump files that are damaged or hold no record (lag cannot count those)."""
+    frontier = offsets_for(remap, TimeFrontier.empty())
+    files = registry.files()
+    ends = registry.end_offsets(files)
+    lag = {p: max(ends[p] - frontier[p], 0) for p in ends.partitions}
+    damaged = tuple(
+        (f.path, f.problem or f.no_record_reason())
+        for f in files
+        if not f.retired and (f.problem or not f.partitions)
+    )
+    return SourceInspection(
+        source=name,
+        remap_upper=remap.upper,
+        remap_since=remap.since,
+        frontier=frontier,
+        end_offsets=ends,
+        lag=lag,
+        resumption=resumption_frontiers(remap, shards),
+        committed=upstream.read(),
+        damaged=damaged,
+    )

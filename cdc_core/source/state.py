@@ -1,0 +1,129 @@
+"""The ``state`` table: current rows of a source, for readers that want a plain table.
+
+``state`` is derived, not a shard: it is the snapshot of ``changes`` at the newest
+complete time, written as an ordinary Delta table (one row per copy of a record)
+so that any Delta reader sees the current rows without knowing about diffs. The time
+it reflects is stored as an app-transaction version, in the same commit as the rows,
+so a refresh that has nothing new to show writes no new version.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from cdc_core.shard.delta_io import (
+    DIFF,
+    TIME,
+    DataFile,
+    add_action,
+    check_table_features,
+    delete_batches,
+    live_files,
+    nullable_delta_schema,
+    read_files,
+    remove_action,
+    write_files,
+)
+from cdc_core.shard.shard import Shard, consolidate
+
+STATE_AS_OF = "reclock.state_as_of"
+
+
+def published_as_of(path: str) -> int | None:
+    """The time ``state`` at ``path`` was last published as of (None: never), from its
+    Delta log alone."""
+    if not DeltaTable.is_deltatable(path):
+        return None
+    return DeltaTable(path).transaction_version(STATE_AS_OF)
+
+
+def current_rows(snapshot: DataFrame, schema: StructType) -> DataFrame:
+    """A consolidated snapshot as plain rows, one row per copy of a record: what any
+    reader expects of a table, no ``time``/``diff`` to interpret."""
+    copies = F.explode(F.array_repeat(F.lit(1), F.col(DIFF).cast("int")))
+    return snapshot.where(F.col(DIFF) > 0).select(*schema.fieldNames(), copies.alias("_")).drop("_")
+
+
+def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
+    """Rewrite ``state`` as the snapshot of ``changes`` at its newest complete time.
+
+    The new contents are the published rows plus the changes since they were published,
+    so a refresh costs the state and the new changes, not the whole history; when the
+    published rows do not number what ``changes`` says they should (someone wrote to the
+    table), or were published before ``since``, the snapshot is rebuilt from ``changes``.
+    Returns False (and writes nothing) when the table already reflects that time or
+    when ``changes`` has no complete time yet.
+    """
+    upper = changes.upper
+    if upper.time is None or upper.time == 0 or changes.since.time is None:
+        return False
+    as_of = upper.time - 1
+    table = _open_or_create(path, schema)
+    published = table.transaction_version(STATE_AS_OF)
+    if published == as_of:
+        return False
+    published_files = live_files(table)
+    snapshot = (
+        _published_plus_changes(changes, path, schema, published, published_files, as_of)
+        if published is not None
+        and changes.since.less_equal(published)
+        and published < as_of
+        and sum(f.num_records for f in published_files) == changes.size(published)
+        else changes.snapshot(as_of)
+    )
+    rows = current_rows(snapshot, schema)
+    batch_id = uuid.uuid4().hex
+    files = write_files(rows, path, batch_id)
+    actions = [remove_action(f) for f in published_files]
+    actions += [add_action(f, data_change=True) for f in files]
+    try:
+        table.create_write_transaction(
+            actions,
+            mode="append",
+            schema=nullable_delta_schema(schema),
+            commit_properties=CommitProperties(
+                max_commit_retries=0,
+                app_transactions=[Transaction(STATE_AS_OF, as_of)],
+                custom_metadata={"userMetadata": f"reclock publish state: as of time {as_of}"},
+            ),
+        )
+    except CommitFailedError:
+        # A concurrent refresh won; its contents are the same snapshot or a newer one.
+        delete_batches(path, [batch_id])
+        return False
+    return True
+
+
+def _published_plus_changes(
+    changes: Shard,
+    path: str,
+    schema: StructType,
+    published: int,
+    files: list[DataFile],
+    as_of: int,
+) -> DataFrame:
+    """The snapshot at ``as_of`` from the rows published at ``published`` (one update per
+    copy) and the changes after it, all forwarded to ``as_of`` and consolidated."""
+    later = changes.listen(published, as_of).withColumn(TIME, F.lit(as_of).cast("long"))
+    rows = read_files(later.sparkSession, path, files, schema)
+    prior = rows.select(
+        *schema.fieldNames(),
+        F.lit(as_of).cast("long").alias(TIME),
+        F.lit(1).cast("long").alias(DIFF),
+    )
+    return consolidate(prior.unionByName(later), schema.fieldNames())
+
+
+def _open_or_create(path: str, schema: StructType) -> DeltaTable:
+    try:
+        table = DeltaTable(path)
+    except TableNotFoundError:
+        return DeltaTable.create(path, nullable_delta_schema(schema), mode="ignore")
+    check_table_features(table, path)
+    return table

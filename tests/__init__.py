@@ -1,0 +1,1 @@
+"""reclock's tests, one folder per package they exercise."""

@@ -1,0 +1,92 @@
+"""The dump registry: idempotent registration with arrival times, canonical copies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.ingest.dumps import list_dump_files
+from cdc_core.ingest.registry import (
+    DumpFileChanged,
+    MissingDumpFile,
+    PartitionStats,
+    Registry,
+    read_canonical,
+)
+from tests.reclock.test_reclock_support import Rec, register_new, write_dump
+
+
+def test_registration_is_durable_idempotent_and_keeps_stats(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    a = write_dump(landing, "t", "a.json", [Rec(0, 0, 10), Rec(0, 1, 30), Rec(1, 5, 20)])
+    registry = Registry(tmp_path / "registry", "t")
+    assert register_new(spark, registry, landing, arrival_ms=100) == 1
+    b = write_dump(landing, "t", "b.json", [Rec(0, 2, 40)], extra="not json\n")
+    assert register_new(spark, registry, landing, arrival_ms=200) == 1
+    assert register_new(spark, registry, landing, arrival_ms=300) == 0
+
+    files = Registry(tmp_path / "registry", "t").files()  # a fresh handle: it is durable
+    assert [(f.path, f.arrival_ms) for f in files] == [(str(a), 100), (str(b), 200)]
+    assert files[0].partitions == (
+        PartitionStats(0, 0, 1, 10, 30, 2),
+        PartitionStats(1, 5, 5, 20, 20, 1),
+    )
+    assert files[1].partitions == (PartitionStats(0, 2, 2, 40, 40, 1),)
+    assert registry.end_offsets().offsets == {0: 3, 1: 6}
+
+
+def test_file_without_valid_records_is_registered(spark: SparkSession, tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    write_dump(landing, "t", "junk.json", [], extra="{broken\n")
+    registry = Registry(tmp_path / "registry", "t")
+    register_new(spark, registry, landing, arrival_ms=5)
+    [junk] = registry.files()
+    assert junk.partitions == ()
+    assert register_new(spark, registry, landing, arrival_ms=6) == 0
+
+
+def test_a_changed_dump_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    path = write_dump(landing, "t", "a.json", [Rec(0, 0, 1)])
+    registry = Registry(tmp_path / "registry", "t")
+    register_new(spark, registry, landing, arrival_ms=1)
+    write_dump(landing, "t", "a.json", [Rec(0, 0, 1), Rec(0, 1, 2)])
+    with pytest.raises(DumpFileChanged, match=str(path)):
+        registry.register(spark, list_dump_files(landing, "t"), 2)
+
+
+def test_canonical_copy_is_earliest_arrival_and_conflicts_are_reported(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    registry = Registry(tmp_path / "registry", "t")
+    # The early file's name sorts last: arrival, not path, decides which copy is kept.
+    early = write_dump(landing, "t", "z_early.json", [Rec(0, 0, 1), Rec(0, 1, 2), Rec(0, 2, 3)])
+    register_new(spark, registry, landing, arrival_ms=10)
+    late = write_dump(landing, "t", "a_late.json", [Rec(0, 0, 1), Rec(0, 1, 2, payload="other")])
+    register_new(spark, registry, landing, arrival_ms=50)
+
+    canonical = read_canonical(spark, registry, registry.files(), F.lit(True))
+    # Offset 1's copies differ: the kept payload is the early file's.
+    kept = {(r["offset"], r["payload"]) for r in canonical.records.collect()}
+    assert kept == {(0, '{"v": "v0-0"}'), (1, '{"v": "v0-1"}'), (2, '{"v": "v0-2"}')}
+    conflicts = canonical.conflicts.collect()
+    assert [(c["partition"], c["offset"], c["file"]) for c in conflicts] == [(0, 1, str(late))]
+    assert str(early) in conflicts[0]["reason"]
+
+
+def test_a_missing_needed_file_is_named_with_its_offsets(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    path = write_dump(landing, "t", "a.json", [Rec(3, 7, 1), Rec(3, 8, 1)])
+    registry = Registry(tmp_path / "registry", "t")
+    register_new(spark, registry, landing, arrival_ms=1)
+    path.unlink()
+    with pytest.raises(MissingDumpFile, match=r"a\.json \(partition 3 offsets 7\.\.8\)"):
+        read_canonical(spark, registry, registry.files(), F.lit(True))

@@ -1,0 +1,45 @@
+"""The ``reclock`` command line's surface: help on every option, and the progress bar
+that shows on a terminal and stays quiet elsewhere (no Spark: real argparse, real rich)."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from cdc_core.phases import phase
+from pipelines.cli import main, progress_bar
+from tests.assets.test_dagster_surface import SOURCE, deployment
+
+COMMANDS = (["sample"], ["materialize"], ["inspect"], ["retire"], ["snapshot"], ["readers"],
+            ["demo"], ["config", "check"])
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_option_has_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = capsys.readouterr().out
+    options = text.split("options:", 1)[1]
+    # An option without help is a line holding only its flags, followed by another option.
+    lines = [line for line in options.splitlines() if line.strip()]
+    for line, following in zip(lines, [*lines[1:], ""], strict=True):
+        if line.startswith("  -") and not re.search(r"\S\s{2,}\S", line.strip()):
+            assert not following.startswith("  -") and following, f"no help: {line.strip()}"
+
+
+def test_the_progress_bar_draws_on_a_terminal_and_is_quiet_elsewhere(tmp_path: Path) -> None:
+    config = deployment(tmp_path)
+    for terminal in (True, False):
+        out = io.StringIO()
+        console = Console(file=out, force_terminal=terminal, width=100)
+        with progress_bar(config, 3, console), phase(SOURCE, "publish state"):
+            pass
+        drawn = out.getvalue()
+        if terminal:
+            assert f"{SOURCE}: publish state" in drawn and "3/3" in drawn
+        else:
+            assert drawn == ""

@@ -1,0 +1,220 @@
+"""reclock's tables as delta-spark sees them: time travel, history, OPTIMIZE/VACUUM interop.
+
+Users query the outputs with Delta's own Spark connector. Every shard version must
+read, through it, as exactly the collection reclock itself reports at the IntoTime that
+version completes; after a user's OPTIMIZE and VACUUM reclock must carry on exactly; a
+table feature reclock cannot honour must stop it before it writes anything.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from cdc_core.config import Config, load_config
+from cdc_core.frontier import TimeFrontier
+from cdc_core.shard.delta_io import UnsupportedTableFeature
+from cdc_core.shard.shard import UPPER, Shard
+from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.source.state import STATE_AS_OF, refresh_state
+from pipelines.cli import main, materialize
+from pipelines.sample import write_sample
+
+SHARDS = ("remap", "reclocked", "changes", "errors")
+
+
+def multiset(df: DataFrame) -> Counter:
+    return Counter(tuple(row.values()) for row in df.toArrow().to_pylist())
+
+
+def consolidated_at(df: DataFrame, columns: list[str], as_of: int) -> Counter:
+    """Plain Spark over a delta-spark read: the collection at ``as_of``, rows with diffs."""
+    totals = df.where(F.col("time") <= as_of).groupBy(*columns).agg(F.sum("diff").alias("d"))
+    return multiset(totals.where(F.col("d") != 0).select(*columns, "d"))
+
+
+def commit_times(spark: SparkSession, path: str) -> dict[int, str]:
+    """Version -> commit time as DESCRIBE HISTORY shows it (what a user time-travels by)."""
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select(
+        "version", F.date_format("timestamp", "yyyy-MM-dd HH:mm:ss.SSS").alias("at")
+    )
+    return {row["version"]: row["at"] for row in history.collect()}
+
+
+def two_runs(root: Path) -> Config:
+    """The bundled sample materialized in two runs, so every table has an older version."""
+    config = load_config(write_sample(root))
+    middle = config.start_ms + 3 * config.window_ms
+    assert materialize(config, middle, exports=False)
+    assert materialize(config, exports=False)
+    return config
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Config:
+    return two_runs(tmp_path_factory.mktemp("delta-spark"))
+
+
+def test_every_shard_version_reads_as_reclocks_snapshot(lake: Config, spark: SparkSession) -> None:
+    for source in (lake.source("users"), lake.source("orders")):
+        pipeline = SourcePipeline.from_config(spark, lake, source)
+        shards = {"remap": pipeline.remap, "reclocked": pipeline.reclocked,
+                  "changes": pipeline.changes, "errors": pipeline.errors}
+        for name, shard in shards.items():
+            columns = shard.data_schema.names
+            history = commit_times(spark, shard.path)
+            data_versions = [
+                v for v in sorted(history)
+                if (DeltaTable(shard.path, version=v).transaction_version(UPPER) or 0) > 0
+            ]
+            assert len(data_versions) >= 2, f"{source.name}/{name} has an older version"
+            for version in data_versions:
+                upper = DeltaTable(shard.path, version=version).transaction_version(UPPER)
+                expected = multiset(shard.snapshot(upper - 1).drop("time"))
+                by_version = spark.read.format("delta").option("versionAsOf", version)
+                assert consolidated_at(by_version.load(shard.path), columns, upper - 1) == (
+                    expected
+                ), f"{source.name}/{name} at version {version}"
+                stamp = history[version]
+                by_time = spark.read.format("delta").option("timestampAsOf", stamp)
+                assert consolidated_at(by_time.load(shard.path), columns, upper - 1) == (
+                    expected
+                ), f"{source.name}/{name} at commit time {stamp}"
+            latest = spark.read.format("delta").load(shard.path)
+            assert consolidated_at(latest, columns, shard.upper.time - 1) == multiset(
+                shard.snapshot(shard.upper.time - 1).drop("time")
+            )
+
+
+def test_every_state_version_reads_as_the_snapshot_at_its_time(
+    lake: Config, spark: SparkSession
+) -> None:
+    for source in lake.sources:
+        pipeline = SourcePipeline.from_config(spark, lake, source)
+        path = str(lake.lake / source.name / "state")
+        versions = [v for v in range(DeltaTable(path).version() + 1)
+                    if DeltaTable(path, version=v).transaction_version(STATE_AS_OF)]
+        assert len(versions) >= 2, source.name
+        for version in versions:
+            as_of = DeltaTable(path, version=version).transaction_version(STATE_AS_OF)
+            read = spark.read.format("delta").option("versionAsOf", version).load(path)
+            assert multiset(read) == multiset(pipeline.snapshot_at(as_of)), (source.name, version)
+
+
+def test_describe_history_names_reclocks_commits(lake: Config, spark: SparkSession) -> None:
+    def described(path: Path) -> list[str]:
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
+        return [row["userMetadata"] or "" for row in history.select("userMetadata").collect()]
+
+    changes = described(lake.lake / "users" / "changes")
+    assert sum(text.startswith("reclock append: upper [") for text in changes) == 2
+    assert any(text.startswith("reclock create") for text in changes)
+    state = described(lake.lake / "users" / "state")
+    assert sum(text.startswith("reclock publish state: as of time") for text in state) == 2
+
+
+def _state(config: Config) -> dict[str, Counter]:
+    return {
+        s.name: Counter(map(tuple, (r.values() for r in DeltaTable(
+            str(config.lake / s.name / "state")).to_pyarrow_table().to_pylist())))
+        for s in config.sources
+    }
+
+
+def test_reclock_carries_on_exactly_after_optimize_and_vacuum(
+    lake: Config, tmp_path: Path, spark: SparkSession
+) -> None:
+    config = load_config(write_sample(tmp_path))
+    middle = config.start_ms + 3 * config.window_ms
+    assert materialize(config, middle, exports=False)
+    # One source's tables: delta-spark's VACUUM alone takes seconds per table.
+    tables = [config.lake / "users" / table for table in (*SHARDS, "state")]
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        for table in tables:
+            spark.sql(f"OPTIMIZE delta.`{table}`")
+            spark.sql(f"VACUUM delta.`{table}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    optimized = {t: DeltaTable(str(t)).version() for t in tables}
+    assert materialize(config, middle, exports=False)  # re-run: checks pass, nothing new
+    assert {t: DeltaTable(str(t)).version() for t in tables} == optimized
+    assert materialize(config, exports=False)
+    assert _state(config) == _state(lake)
+    as_of = middle + config.window_ms
+    users = SourcePipeline.from_config(spark, config, config.source("users"))
+    clean = SourcePipeline.from_config(spark, lake, lake.source("users"))
+    assert multiset(users.snapshot_at(as_of)) == multiset(clean.snapshot_at(as_of))
+
+
+def _one_batch_shard(spark: SparkSession, path: Path) -> Shard:
+    schema = StructType([StructField("k", LongType()), StructField("v", StringType())])
+    shard = Shard.open(spark, str(path), schema)
+    rows = spark.createDataFrame([(1, "a", 0, 1)], "k long, v string, time long, diff long")
+    assert shard.compare_and_append(rows, TimeFrontier.at(0), TimeFrontier.at(1)) is None
+    return shard
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("'delta.enableDeletionVectors' = true", "deletionVectors"),
+        ("'delta.columnMapping.mode' = 'name'", "columnMapping"),
+        ("'delta.enableChangeDataFeed' = true", "delta.enableChangeDataFeed=true"),
+    ],
+)
+def test_a_feature_reclock_cannot_honour_is_refused_before_writing(
+    spark: SparkSession, tmp_path: Path, setting: str, named: str
+) -> None:
+    shard = _one_batch_shard(spark, tmp_path / "shard")
+    spark.sql(f"ALTER TABLE delta.`{shard.path}` SET TBLPROPERTIES ({setting})")
+    version = DeltaTable(shard.path).version()
+    more = spark.createDataFrame([(2, "b", 1, 1)], "k long, v string, time long, diff long")
+    with pytest.raises(UnsupportedTableFeature, match=named):
+        shard.compare_and_append(more, TimeFrontier.at(1), TimeFrontier.at(2))
+    with pytest.raises(UnsupportedTableFeature, match=named):
+        Shard.open(spark, shard.path, shard.data_schema)
+    assert DeltaTable(shard.path).version() == version
+
+    changes = _one_batch_shard(spark, tmp_path / "changes")
+    state = tmp_path / "state"
+    assert refresh_state(changes, str(state), changes.data_schema)
+    spark.sql(f"ALTER TABLE delta.`{state}` SET TBLPROPERTIES ({setting})")
+    version = DeltaTable(str(state)).version()
+    changes.compare_and_append(more, TimeFrontier.at(1), TimeFrontier.at(2))
+    with pytest.raises(UnsupportedTableFeature, match=named):
+        refresh_state(changes, str(state), changes.data_schema)
+    assert DeltaTable(str(state)).version() == version
+
+
+def test_snapshot_command_prints_writes_and_refuses_outside_since_upper(
+    lake: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str], spark: SparkSession
+) -> None:
+    config_file = str(lake.lake.parent / "reclock.yaml")
+    as_of = "2026-01-01T00:05:00Z"
+    assert main(["snapshot", "--config", config_file, "--source", "users", "--as-of", as_of,
+                 "--limit", "3"]) == 0
+    printed = capsys.readouterr().out
+    pipeline = SourcePipeline.from_config(spark, lake, lake.source("users"))
+    expected = multiset(pipeline.snapshot_at(1767225900000))
+    assert f"users as of {as_of}: {sum(expected.values())} row(s)" in printed
+    assert printed.count("  id=") == 3
+
+    out = tmp_path / "users-at-5"
+    assert main(["snapshot", "--config", config_file, "--source", "users", "--as-of", as_of,
+                 "--out", str(out), "--format", "delta"]) == 0
+    assert multiset(spark.read.format("delta").load(str(out))) == expected
+
+    late = "2031-01-01T00:00:00Z"
+    assert main(["snapshot", "--config", config_file, "--source", "users", "--as-of", late]) == 2
+    error = capsys.readouterr().err
+    assert "no exact snapshot at 2031-01-01T00:00:00Z" in error
+    assert "(since)" in error and "(upper)" in error
+    shutil.rmtree(out)

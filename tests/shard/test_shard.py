@@ -1,0 +1,436 @@
+"""Shard behaviour on real Spark and real Delta tables: frontiers, compare-and-append,
+replicated append, reads, compaction, gc, progress, errors, and the Delta layout."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from cdc_core.checks.invariants import completeness
+from cdc_core.frontier import TimeFrontier
+from cdc_core.shard.shard import (
+    ProgressStatement,
+    Shard,
+    ShardStorageError,
+    ShardUsageError,
+    UpperMismatch,
+)
+
+KV = StructType([StructField("k", StringType()), StructField("v", LongType())])
+UPDATE_DDL = "k string, v long, time long, diff long"
+
+Row = tuple
+
+
+def at(time: int) -> TimeFrontier:
+    return TimeFrontier.at(time)
+
+
+def updates(spark: SparkSession, rows: list[Row]) -> DataFrame:
+    return spark.createDataFrame(rows, UPDATE_DDL)
+
+
+def collected(df: DataFrame) -> list[Row]:
+    return sorted(tuple(row) for row in df.collect())
+
+
+def table_rows(path: str) -> list[Row]:
+    """The table as delta-rs (not Spark, not the shard) reads it."""
+    table = DeltaTable(path).to_pyarrow_table()
+    return sorted(tuple(row.values()) for row in table.to_pylist())
+
+
+def committed_files(path: str) -> set[str]:
+    """The files the table's current version references, as delta-rs reports them."""
+    return {str(Path(uri).relative_to(path)) for uri in DeltaTable(path).file_uris()}
+
+
+def data_files(path: str) -> set[str]:
+    """Every file under the table's data folder, committed or not."""
+    root = Path(path, "data")
+    return {str(p.relative_to(path)) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def shard(spark: SparkSession, tmp_path: Path) -> Shard:
+    return Shard.open(spark, str(tmp_path / "shard"), KV)
+
+
+# ---- open -------------------------------------------------------------------------------
+
+
+def test_a_new_shard_starts_at_the_minimum_and_reopens_with_its_state(spark, tmp_path):
+    path = str(tmp_path / "s")
+    created = Shard.open(spark, path, KV)
+    assert (created.upper, created.since, created.version) == (at(0), at(0), 0)
+    assert created.compare_and_append(updates(spark, [("a", 1, 0, 1)]), at(0), at(3)) is None
+    reopened = Shard.open(spark, path, KV)
+    assert (reopened.upper, reopened.since, reopened.version) == (at(3), at(0), 1)
+
+
+def test_opening_with_another_schema_names_the_differing_columns(spark, tmp_path):
+    path = str(tmp_path / "s")
+    Shard.open(spark, path, KV)
+    other = StructType([StructField("k", IntegerType()), StructField("w", LongType())])
+    with pytest.raises(ShardUsageError) as error:
+        Shard.open(spark, path, other)
+    message = str(error.value)
+    assert "'k'" in message and "'w'" in message and "'v'" in message
+
+
+def test_data_columns_may_not_take_the_shard_column_names(spark, tmp_path):
+    with pytest.raises(ShardUsageError, match="time"):
+        Shard.open(spark, str(tmp_path / "s"), StructType([StructField("time", LongType())]))
+
+
+# ---- compare_and_append -----------------------------------------------------------------
+
+
+def test_compare_and_append_consolidates_and_moves_the_upper(spark, shard):
+    batch = [("a", 1, 0, 1), ("a", 1, 0, 1), ("b", 2, 1, 1), ("c", 3, 2, 1), ("c", 3, 2, -1)]
+    assert shard.compare_and_append(updates(spark, batch), at(0), at(5)) is None
+    assert shard.upper == at(5)
+    # One row per (data, time), diffs summed, the cancelled pair gone.
+    assert table_rows(shard.path) == [("a", 1, 0, 2), ("b", 2, 1, 1)]
+
+
+def test_a_mismatched_expected_upper_returns_the_actual_upper_and_writes_nothing(spark, shard):
+    shard.compare_and_append(updates(spark, [("a", 1, 0, 1)]), at(0), at(5))
+    files, version = data_files(shard.path), shard.version
+    result = shard.compare_and_append(updates(spark, [("b", 1, 0, 1)]), at(0), at(9))
+    assert result == UpperMismatch(expected=at(0), actual=at(5))
+    assert (shard.version, data_files(shard.path)) == (version, files)
+
+
+@pytest.mark.parametrize(
+    ("time", "bound"),
+    [(4, "before the lower bound \\[5\\]"), (9, "not before the new upper \\[9\\]")],
+)
+def test_update_times_outside_the_batch_bounds_are_usage_errors(spark, shard, time, bound):
+    shard.compare_and_append(updates(spark, []), at(0), at(5))
+    with pytest.raises(ShardUsageError, match=bound):
+        shard.compare_and_append(updates(spark, [("a", 1, time, 1)]), at(5), at(9))
+    assert shard.refresh().upper == at(5)
+    assert data_files(shard.path) == set()  # the rejected batch left no files behind
+
+
+def test_null_times_and_null_diffs_are_rejected_not_dropped(spark, shard):
+    for row in [("a", 1, None, 1), ("a", 1, 1, None)]:
+        with pytest.raises(ShardUsageError, match="null"):
+            shard.compare_and_append(updates(spark, [row]), at(0), at(5))
+    assert shard.refresh().upper == at(0)
+
+
+def test_wrong_columns_and_a_regressing_upper_are_usage_errors(spark, shard):
+    extra = spark.createDataFrame([("a", 1, 0, 1, "x")], UPDATE_DDL + ", extra string")
+    with pytest.raises(ShardUsageError, match="extra"):
+        shard.compare_and_append(extra, at(0), at(5))
+    with pytest.raises(ShardUsageError, match="before lower"):
+        shard.compare_and_append(updates(spark, []), at(5), at(3))
+
+
+def test_an_empty_batch_advances_the_upper_and_an_empty_upper_finishes(spark, shard):
+    assert shard.compare_and_append(updates(spark, []), at(0), at(7)) is None
+    assert (shard.upper, shard.version, data_files(shard.path)) == (at(7), 1, set())
+    finished = TimeFrontier.empty()
+    assert shard.compare_and_append(updates(spark, [("z", 9, 100, 1)]), at(7), finished) is None
+    assert shard.refresh().upper.is_empty
+    assert shard.compare_and_append(updates(spark, []), at(7), at(8)) == UpperMismatch(
+        at(7), finished
+    )
+    # The shard stays readable up to its end.
+    assert collected(shard.snapshot(10**12)) == [("z", 9, 10**12, 1)]
+
+
+def test_a_heartbeat_commits_nothing(spark, shard):
+    assert shard.compare_and_append(updates(spark, []), at(0), at(0)) is None
+    assert shard.version == 0
+
+
+# ---- append (replicated writers) --------------------------------------------------------
+
+
+def test_append_writes_once_and_a_rerun_writes_no_new_version(spark, shard):
+    batch = updates(spark, [("a", 1, 0, 1), ("b", 2, 4, 1)])
+    assert shard.append(batch, at(0), at(5)) == {0: 1, 4: 1}  # distinct updates per time
+    version, files = shard.version, data_files(shard.path)
+    assert shard.append(batch, at(0), at(5)) is None
+    assert shard.append(updates(spark, []), at(2), at(4)) is None
+    assert (shard.refresh().version, data_files(shard.path)) == (version, files)
+    assert table_rows(shard.path) == [("a", 1, 0, 1), ("b", 2, 4, 1)]
+
+
+def test_an_append_vouched_consolidated_is_written_as_given_and_a_false_vouch_is_caught(
+    spark, shard
+):
+    twice = updates(spark, [("a", 1, 3, 1), ("a", 1, 3, 1)])
+    assert shard.append(twice, at(0), at(4), consolidated=True) == {3: 2}
+    assert table_rows(shard.path) == [("a", 1, 3, 1), ("a", 1, 3, 1)]
+    verdict = completeness(shard, 1, 4)
+    assert not verdict.passed and "stored twice" in verdict.description
+
+
+def test_append_with_a_gap_is_a_usage_error(spark, shard):
+    with pytest.raises(ShardUsageError, match="gap"):
+        shard.append(updates(spark, [("a", 1, 3, 1)]), at(2), at(5))
+
+
+def test_append_overlapping_the_upper_writes_only_the_uncovered_times(spark, shard):
+    shard.append(updates(spark, [("a", 1, 1, 1)]), at(0), at(3))
+    overlapping = updates(spark, [("a", 1, 1, 1), ("b", 2, 3, 1), ("c", 3, 5, 1)])
+    assert shard.append(overlapping, at(0), at(6)) == {3: 1, 5: 1}
+    assert shard.upper == at(6)
+    assert table_rows(shard.path) == [("a", 1, 1, 1), ("b", 2, 3, 1), ("c", 3, 5, 1)]
+
+
+# ---- reads ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def history(spark, shard) -> Shard:
+    """a: +1@1, -1@4; b: +2@2; c: +1@5 (upper 6)."""
+    shard.compare_and_append(updates(spark, [("a", 1, 1, 1), ("b", 2, 2, 2)]), at(0), at(3))
+    shard.compare_and_append(updates(spark, [("a", 1, 4, -1), ("c", 3, 5, 1)]), at(3), at(6))
+    return shard
+
+
+def test_snapshot_accumulates_up_to_as_of(history):
+    assert collected(history.snapshot(0)) == []
+    assert collected(history.snapshot(3)) == [("a", 1, 3, 1), ("b", 2, 3, 2)]
+    assert collected(history.snapshot(5)) == [("b", 2, 5, 2), ("c", 3, 5, 1)]
+
+
+def test_size_counts_the_records_a_snapshot_holds(history):
+    for time in range(6):
+        assert history.size(time) == sum(row[-1] for row in collected(history.snapshot(time)))
+    assert [history.size(t) for t in (0, 3, 5)] == [0, 3, 3]
+
+
+def test_snapshot_outside_since_and_upper_names_the_violated_bound(history):
+    with pytest.raises(ShardUsageError, match="not before upper \\[6\\]"):
+        history.snapshot(6)
+    history.downgrade_since(at(2))
+    with pytest.raises(ShardUsageError, match="before since \\[2\\]"):
+        history.snapshot(1)
+
+
+def test_a_stale_handle_sees_the_upper_another_handle_moved(spark, history):
+    stale = Shard.open(spark, history.path, KV)
+    history.compare_and_append(updates(spark, [("d", 4, 6, 1)]), at(6), at(8))
+    assert ("d", 4, 7, 1) in collected(stale.snapshot(7))
+
+
+def test_listen_returns_the_updates_in_the_half_open_range(history):
+    assert collected(history.listen(2)) == [("a", 1, 4, -1), ("c", 3, 5, 1)]
+    assert collected(history.listen(0, 2)) == [("a", 1, 1, 1), ("b", 2, 2, 2)]
+    assert collected(history.listen(5)) == []
+    with pytest.raises(ShardUsageError, match="until 6"):
+        history.listen(0, 6)
+
+
+def test_updates_through_reads_on_the_driver_what_listen_reads_in_spark(history):
+    def driver(until: int) -> list[Row]:
+        return sorted(tuple(row.values()) for row in history.updates_through(until).to_pylist())
+
+    assert driver(0) == []
+    assert driver(4) == collected(history.listen(0, 4))
+    assert driver(5) == collected(history.listen(0, 5))
+    with pytest.raises(ShardUsageError, match="not before upper \\[6\\]"):
+        history.updates_through(6)
+    history.downgrade_since(at(4))
+    history.compact()
+    assert driver(5) == [("b", 2, 4, 2), ("c", 3, 5, 1)]  # compacted rows come forwarded
+    with pytest.raises(ShardUsageError, match="before since \\[4\\]"):
+        history.updates_through(3)
+
+
+# ---- since, compaction, gc --------------------------------------------------------------
+
+
+def test_since_only_advances(history):
+    history.downgrade_since(at(3))
+    version = history.version
+    history.downgrade_since(at(3))
+    assert history.version == version  # no-op, no commit
+    with pytest.raises(ShardUsageError, match="only advance"):
+        history.downgrade_since(at(2))
+
+
+def test_logical_compaction_forwards_consolidates_and_keeps_snapshots(history):
+    before = {t: collected(history.snapshot(t)) for t in range(4, 6)}
+    history.downgrade_since(at(4))
+    history.compact()
+    # a's +1@1 and -1@4 met at 4 and cancelled; b moved to 4; c untouched.
+    assert table_rows(history.path) == [("b", 2, 4, 2), ("c", 3, 5, 1)]
+    assert {t: collected(history.snapshot(t)) for t in range(4, 6)} == before
+    assert collected(history.listen(4)) == [("c", 3, 5, 1)]
+
+
+def test_physical_compaction_merges_small_files_once(spark, shard):
+    for t in range(4):
+        shard.compare_and_append(updates(spark, [(f"k{t}", t, t, 1)]), at(t), at(t + 1))
+    assert len(DeltaTable(shard.path).file_uris()) == 4
+    shard.compact()
+    assert len(DeltaTable(shard.path).file_uris()) == 1
+    assert table_rows(shard.path) == [(f"k{t}", t, t, 1) for t in range(4)]
+    version = shard.version
+    shard.compact()
+    assert shard.refresh().version == version  # nothing left to do: no new version
+
+
+def test_gc_keeps_what_readers_may_still_need_and_then_removes_replaced_files(spark, history):
+    old = Shard.open(spark, history.path, KV)  # a reader still on the pre-compaction version
+    history.downgrade_since(at(4))
+    history.compact()
+    assert history.gc(retention_hours=1) == []
+    assert collected(old.snapshot(5)) == [("b", 2, 5, 2), ("c", 3, 5, 1)]
+    removed = history.gc(retention_hours=0)
+    assert len(removed) == 2
+    assert data_files(history.path) == committed_files(history.path)
+    assert collected(history.snapshot(5)) == [("b", 2, 5, 2), ("c", 3, 5, 1)]
+
+
+def test_compaction_at_an_empty_since_drops_everything(history):
+    history.downgrade_since(TimeFrontier.empty())
+    history.compact()
+    assert committed_files(history.path) == set()
+    with pytest.raises(ShardUsageError, match="since \\[\\]"):
+        history.snapshot(5)
+
+
+# ---- progress ---------------------------------------------------------------------------
+
+
+def test_progress_statements_tile_the_time_line_with_distinct_update_counts(spark, shard):
+    shard.compare_and_append(updates(spark, [("a", 1, 0, 1), ("b", 1, 0, 1)]), at(0), at(2))
+    shard.compare_and_append(updates(spark, []), at(2), at(4))
+    many_times = [("a", 1, 4, 1), ("a", 1, 4, 1), ("a", 1, 6, 1), ("b", 1, 6, 1), ("c", 1, 6, 1)]
+    shard.compare_and_append(updates(spark, many_times), at(4), at(7))
+    shard.downgrade_since(at(1))  # commits that do not move the upper record nothing
+    shard.compare_and_append(updates(spark, []), at(7), TimeFrontier.empty())
+    assert shard.progress() == [
+        ProgressStatement(at(0), at(2), ((0, 2),), 1),
+        ProgressStatement(at(2), at(4), (), 2),
+        ProgressStatement(at(4), at(7), ((4, 1), (6, 3)), 3),
+        ProgressStatement(at(7), TimeFrontier.empty(), (), 5),
+    ]
+
+
+# ---- the Delta layout -------------------------------------------------------------------
+
+
+def test_files_match_the_delta_schema_and_carry_statistics(spark, tmp_path):
+    schema = StructType(
+        [
+            StructField("n", IntegerType()),
+            StructField("s", StringType()),
+            StructField("at", TimestampType()),
+        ]
+    )
+    shard = Shard.open(spark, str(tmp_path / "typed"), schema)
+    moment = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    rows = [(1, "x", moment, 3, 1), (None, None, None, 4, 2)]
+    ddl = "n int, s string, at timestamp, time long, diff long"
+    shard.compare_and_append(spark.createDataFrame([], ddl), at(0), at(3))
+    df = spark.createDataFrame(rows, ddl)
+    assert shard.compare_and_append(df, at(3), at(5)) is None
+
+    table = DeltaTable(shard.path)
+    assert all(field.nullable for field in table.schema().fields)
+    read = table.to_pyarrow_table()
+    assert str(read.schema.field("at").type) == "timestamp[us, tz=UTC]"
+    assert sorted(read.to_pylist(), key=lambda r: r["time"]) == [
+        {"n": 1, "s": "x", "at": moment, "time": 3, "diff": 1},
+        {"n": None, "s": None, "at": None, "time": 4, "diff": 2},
+    ]
+    for rel in committed_files(shard.path):
+        physical = pq.read_metadata(os.path.join(shard.path, rel)).schema
+        assert "timeUnit=microseconds" in str(physical.column(2).logical_type)
+    log = Path(shard.path, "_delta_log", f"{shard.version:020d}.json").read_text()
+    adds = [json.loads(line)["add"] for line in log.splitlines() if '"add"' in line]
+    stats = [json.loads(add["stats"]) for add in adds]
+    assert sum(s["numRecords"] for s in stats) == 2
+    assert min(s["minValues"]["time"] for s in stats) == 3
+    assert max(s["maxValues"]["time"] for s in stats) == 4
+    assert sum(s["nullCount"]["n"] for s in stats) == 1
+
+
+# ---- errors and commit conflicts ---------------------------------------------------------
+
+
+def test_a_failed_staging_write_is_a_definite_storage_error(spark, shard):
+    Path(shard.path, "data").write_text("not a folder")  # the location refuses the write
+    with pytest.raises(ShardStorageError) as error:
+        shard.compare_and_append(updates(spark, [("a", 1, 0, 1)]), at(0), at(5))
+    assert error.value.definitely_not_written
+    assert (shard.refresh().upper, shard.version) == (at(0), 0)
+
+
+def test_a_commit_that_landed_despite_an_error_is_recognised_not_repeated(spark, shard):
+    DeltaTable(shard.path).alter.set_table_properties({"delta.checkpointInterval": "1"})
+    shard.refresh()
+    # Block the checkpoint that follows the next commit: the commit lands, the call fails.
+    blocker = Path(shard.path, "_delta_log", f"{shard.version + 1:020d}.checkpoint.parquet")
+    blocker.mkdir()
+    assert shard.compare_and_append(updates(spark, [("a", 1, 0, 1)]), at(0), at(5)) is None
+    assert shard.upper == at(5)
+    assert table_rows(shard.path) == [("a", 1, 0, 1)]
+
+
+def test_a_commit_that_failed_is_definite_once_the_log_shows_it_absent(spark, shard, monkeypatch):
+    staged = shard.stage(updates(spark, [("a", 1, 0, 1)]))
+
+    def refuse(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", refuse)
+    with pytest.raises(ShardStorageError) as error:
+        shard.commit(staged, at(0), at(5))
+    assert error.value.definitely_not_written
+
+
+def test_a_commit_failure_with_an_unreadable_log_is_indeterminate(spark, shard, monkeypatch):
+    staged = shard.stage(updates(spark, [("a", 1, 0, 1)]))
+
+    def refuse(*args, **kwargs):
+        raise OSError("connection reset")
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", refuse)
+    monkeypatch.setattr(DeltaTable, "update_incremental", refuse)
+    with pytest.raises(ShardStorageError) as error:
+        shard.commit(staged, at(0), at(5))
+    assert not error.value.definitely_not_written
+
+
+def test_a_stale_writer_loses_to_a_concurrent_append_and_learns_the_upper(spark, shard):
+    other = Shard.open(spark, shard.path, KV)
+    staged = other.stage(updates(spark, [("b", 2, 1, 1)]))
+    assert shard.compare_and_append(updates(spark, [("a", 1, 1, 1)]), at(0), at(3)) is None
+    # ``other`` still holds version 0 with upper [0]: its commit conflicts in the log.
+    assert other.commit(staged, at(0), at(4)) == UpperMismatch(at(0), at(3))
+    assert table_rows(shard.path) == [("a", 1, 1, 1)]
+    assert not Path(shard.path, "data", staged.batch_id).exists()
+
+
+def test_a_stale_writer_retries_over_a_commit_that_left_the_upper_alone(spark, shard):
+    writer = Shard.open(spark, shard.path, KV)
+    staged = writer.stage(updates(spark, [("a", 1, 2, 1)]))
+    shard.downgrade_since(at(1))
+    assert writer.commit(staged, at(0), at(4)) is None
+    assert (writer.version, writer.upper, writer.since) == (2, at(4), at(1))
+    assert table_rows(shard.path) == [("a", 1, 2, 1)]

@@ -1,0 +1,165 @@
+"""Faults a run must survive: killed (SIGKILL) right after any phase of the engine, a full
+disk, a read-only table. After each, running again leaves exactly the tables of a run that
+never failed; a storage fault is a ShardStorageError naming the table.
+
+Each phase is found by the engine's phase announcements (``cdc_core.phases``): the kill
+lands after that phase's commit and before the next one starts. Between every pair of
+commits there is a phase end, so every crash point between commits is covered.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cdc_core.config import Config, load_config
+from cdc_core.reclock.remap import Windows
+from cdc_core.shard.shard import ShardStorageError
+from cdc_core.source.pipeline import OUTPUTS, SourcePipeline
+from pipelines.cli import materialize
+from pipelines.sample import write_sample
+from tests.lake_rows import table_rows
+
+SOURCE = "users"
+PHASES = (
+    "register dumps",
+    "bind windows",
+    "append reclocked",
+    "plan envelope",
+    "append changes",
+    "append errors",
+    "publish state",
+)
+
+
+def one_source_sample(workdir: Path) -> Path:
+    """The bundled sample, with only its upsert source configured (a shorter run)."""
+    config_file = write_sample(workdir)
+    settings = yaml.safe_load(config_file.read_text())
+    settings["sources"] = [s for s in settings["sources"] if s["name"] == SOURCE]
+    config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return config_file
+
+
+def contents(config: Config) -> dict[str, Counter]:
+    return {table: table_rows(config, SOURCE, table) for table in OUTPUTS}
+
+
+@pytest.fixture(scope="module")
+def never_killed(tmp_path_factory: pytest.TempPathFactory, spark) -> dict[str, Counter]:
+    config = load_config(one_source_sample(tmp_path_factory.mktemp("clean")))
+    assert materialize(config, exports=False)
+    return contents(config)
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_run_killed_after_a_phase_then_rerun_equals_a_clean_run(
+    phase: str, never_killed: dict[str, Counter], tmp_path: Path
+) -> None:
+    config_file = one_source_sample(tmp_path)
+    script = Path(__file__).with_name("kill_at_phase.py")
+    killed = subprocess.run(
+        [sys.executable, str(script), str(config_file), SOURCE, phase],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2],
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    config = load_config(config_file)
+    assert materialize(config, exports=False)
+    assert contents(config) == never_killed
+
+
+@pytest.fixture
+def mounts() -> Iterator[list[Path]]:
+    """Mount points the test creates; unmounted at the end (lazily, should a file be open)."""
+    if os.geteuid() != 0:
+        pytest.skip("size-limited and read-only mounts need root")
+    mounted: list[Path] = []
+    yield mounted
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def mount(mounted: list[Path], *args: str) -> None:
+    run = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if run.returncode:
+        pytest.skip(f"cannot mount here: {run.stderr.strip()}")
+    mounted.append(Path(args[-1]))
+
+
+def windows_of(config: Config, first: int, last: int) -> Windows:
+    """Windows ``first`` to ``last`` (1-based, inclusive) of the config."""
+    width = config.window_ms
+    return Windows(config.start_ms + (first - 1) * width, config.start_ms + last * width, width)
+
+
+def pipeline_of(spark, config: Config) -> SourcePipeline:
+    return SourcePipeline.from_config(spark, config, config.source(SOURCE))
+
+
+def lake_on(tmp_path: Path, lake: Path) -> Config:
+    config_file = one_source_sample(tmp_path)
+    settings = yaml.safe_load(config_file.read_text())
+    settings["lake"] = str(lake)
+    config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return load_config(config_file)
+
+
+def test_a_full_disk_is_a_named_storage_error_and_a_run_after_the_fix_is_exact(
+    spark, tmp_path: Path, mounts: list[Path], never_killed: dict[str, Counter]
+) -> None:
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    mount(mounts, "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(lake))
+    config = lake_on(tmp_path, lake)
+    pipeline = pipeline_of(spark, config)
+    pipeline.register_dumps(arrival_ms=config.start_ms)
+    pipeline.run_windows(windows_of(config, 1, 3))
+    pipeline.finish()
+    stats = os.statvfs(lake)
+    used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+    subprocess.run(["mount", "-o", f"remount,size={used + 16 * 1024}", str(lake)], check=True)
+
+    last = (config.end_ms - config.start_ms) // config.window_ms
+    with pytest.raises(ShardStorageError) as full:
+        pipeline_of(spark, config).run_windows(windows_of(config, 4, last))
+    assert str(lake / SOURCE) in str(full.value)  # names the table
+    assert full.value.definitely_not_written in (True, False)
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(lake)], check=True)
+    after = pipeline_of(spark, config)
+    after.run_windows(windows_of(config, 4, last))
+    after.finish()
+    assert contents(config) == never_killed
+
+
+def test_a_read_only_table_is_a_named_storage_error_and_a_run_after_the_fix_is_exact(
+    spark, tmp_path: Path, mounts: list[Path], never_killed: dict[str, Counter]
+) -> None:
+    config = load_config(one_source_sample(tmp_path))
+    pipeline = pipeline_of(spark, config)
+    pipeline.register_dumps(arrival_ms=config.start_ms)
+    pipeline.run_windows(windows_of(config, 1, 3))
+    pipeline.finish()
+    changes = config.lake / SOURCE / "changes"
+    mount(mounts, "--bind", str(changes), str(changes))
+    subprocess.run(["mount", "-o", "remount,ro,bind", str(changes)], check=True)
+
+    last = (config.end_ms - config.start_ms) // config.window_ms
+    with pytest.raises(ShardStorageError, match=str(changes)) as refused:
+        pipeline_of(spark, config).run_windows(windows_of(config, 4, last))
+    assert refused.value.definitely_not_written
+
+    subprocess.run(["umount", str(changes)], check=True)
+    mounts.clear()
+    after = pipeline_of(spark, config)
+    after.run_windows(windows_of(config, 4, last))
+    after.finish()
+    assert contents(config) == never_killed

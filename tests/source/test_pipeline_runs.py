@@ -1,0 +1,140 @@
+"""A backfill reclocks a range of windows in one pass; scheduled runs take a window at a
+time; a crash may leave bindings without outputs. Every way of cutting the same windows
+into runs must write the same rows, at the same times, to every shard of every source."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from cdc_core.config import Config, load_config
+from cdc_core.phases import PhaseEvent, observing
+from cdc_core.reclock.remap import Windows, mint_bindings
+from cdc_core.shard.leases import WRITER, read_leases
+from cdc_core.source.pipeline import SourcePipeline
+from pipelines.sample import write_sample
+
+WINDOWS = 4  # of the sample's eight: enough for history, short enough for a test
+SHARDS = ("remap", "reclocked", "changes", "errors")
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Config:
+    return load_config(write_sample(tmp_path_factory.mktemp("sample")))
+
+
+def windows(config: Config, first: int, last: int) -> Windows:
+    """Windows ``first .. last`` (1-based) of the sample as one run."""
+    width = config.window_ms
+    return Windows(config.start_ms + (first - 1) * width, config.start_ms + last * width, width)
+
+
+def shard_rows(root: Path) -> dict[str, list[tuple]]:
+    """Every shard's rows (data, time, diff), consolidated and sorted: what it says."""
+    contents = {}
+    for name in SHARDS:
+        totals: dict[tuple, int] = {}
+        for row in DeltaTable(str(root / name)).to_pyarrow_table().to_pylist():
+            diff = row.pop("diff")
+            key = tuple(sorted(row.items(), key=lambda item: item[0]))
+            totals[key] = totals.get(key, 0) + diff
+        contents[name] = sorted(
+            ((key, diff) for key, diff in totals.items() if diff != 0), key=repr
+        )
+    return contents
+
+
+def run(
+    spark: SparkSession, config: Config, lake: Path, name: str, runs: list[Windows], *,
+    bound_first: bool = False,
+) -> tuple[dict[str, list[tuple]], list[tuple[int, int, int, int]]]:
+    """Run ``runs`` in order for source ``name`` in a fresh lake; its shards and the
+    per-window reports (end, records in, changes, errors)."""
+    config = config.model_copy(update={"lake": lake})
+    source = next(s for s in config.sources if s.name == name)
+    pipeline = SourcePipeline.from_config(spark, config, source)
+    pipeline.register_dumps(arrival_ms=config.start_ms + 100 * config.window_ms)
+    if bound_first:  # a crash right after binding: bindings durable, no outputs yet
+        whole = Windows(runs[0].start, runs[-1].end, config.window_ms)
+        mint_bindings(spark, source, pipeline.registry, pipeline.remap, whole)
+    reports = [
+        (r.end, r.records_in, r.updates_out, r.errors_out)
+        for windows in runs
+        for r in pipeline.run_windows(windows)
+    ]
+    return shard_rows(config.lake / name), reports
+
+
+@pytest.mark.parametrize("name", ["users", "orders", "clicks"])
+def test_every_cut_of_the_windows_into_runs_writes_the_same_shards(
+    spark: SparkSession, sample: Config, tmp_path: Path, name: str
+) -> None:
+    backfill, backfill_reports = run(
+        spark, sample, tmp_path / "backfill", name, [windows(sample, 1, WINDOWS)]
+    )
+    scheduled, scheduled_reports = run(
+        spark,
+        sample,
+        tmp_path / "scheduled",
+        name,
+        [windows(sample, 1, 1), windows(sample, 2, WINDOWS)],
+        bound_first=True,
+    )
+    assert scheduled == backfill
+    # The reports count what each window wrote, the same whichever run wrote it.
+    assert scheduled_reports == backfill_reports
+    assert sum(records for _, records, _, _ in backfill_reports) == len(
+        {(key["partition"], key["offset"]) for key in _data(backfill["reclocked"])}
+    )
+    assert [end for end, *_ in backfill_reports] == windows(sample, 1, WINDOWS).ends
+    # Something happened in every shard, so the comparison is not between empty tables.
+    assert all(backfill[shard] for shard in ("remap", "reclocked", "changes"))
+
+
+def _data(rows: list[tuple]) -> list[dict]:
+    return [dict(key) for key, _ in rows]
+
+
+def test_a_run_writes_as_a_registered_writer_and_releases_its_leases(
+    spark: SparkSession, sample: Config, tmp_path: Path
+) -> None:
+    """While a run appends, it is a live registered writer of every shard it writes (its
+    staging safe from any gc); once it ends, nothing of it stays registered."""
+    config = sample.model_copy(update={"lake": tmp_path / "lake"})
+    source = config.sources[0]
+    pipeline = SourcePipeline.from_config(spark, config, source)
+    pipeline.register_dumps(arrival_ms=config.start_ms + 100 * config.window_ms)
+    shards = [pipeline.remap, *pipeline.outputs]
+    seen: dict[str, set[str]] = {}
+
+    def look(event: PhaseEvent) -> None:
+        if event.name == "append changes" and not event.ended:
+            for shard in shards:
+                leases = read_leases(shard.path, DeltaTable(shard.path))
+                seen[shard.path] = {r.holder for r in leases.live(WRITER)}
+
+    with observing(look):
+        pipeline.run_windows(windows(config, 1, 2))
+    writers = set().union(*seen.values())
+    assert len(writers) == 1 and all(seen[shard.path] == writers for shard in shards)
+    for shard in shards:
+        assert read_leases(shard.path, DeltaTable(shard.path)).registrations == {}
+
+
+def test_a_window_run_again_reports_the_figures_its_first_run_wrote(
+    spark: SparkSession, sample: Config, tmp_path: Path
+) -> None:
+    """Windows the outputs already hold write nothing, and report what their run wrote
+    (records in, changes, errors, binding), not zeros: a re-materialized partition keeps
+    its own figures."""
+    config = sample.model_copy(update={"lake": tmp_path / "lake"})
+    pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
+    pipeline.register_dumps(arrival_ms=config.start_ms + 100 * config.window_ms)
+    first = pipeline.run_windows(windows(config, 1, 3))
+    assert any(report.records_in and report.updates_out for report in first)
+    again = pipeline.run_windows(windows(config, 1, 3))
+    assert [dataclasses.replace(r, minted=False) for r in first] == again
