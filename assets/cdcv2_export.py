@@ -34,13 +34,12 @@ from deltalake import DeltaTable
 
 from assets.partitions import to_datetime, window_bounds
 from assets.source_assets import output_key, source_tags
-from cdc_core.cdcv2.export import export_shard
-from cdc_core.cdcv2.stream_files import Encoding, write_stream
+from cdc_core.cdcv2 import Encoding, export_shard, write_stream
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier, iso
+from cdc_core.shard import Shard
 from cdc_core.shard.leases import read_leases, reading
-from cdc_core.shard.shard import Shard
-from cdc_core.source.pipeline import SourcePipeline
+from resources.lake import LakeResource
 
 EXPORT_ENCODING = Encoding.JSON
 EXPORT_FOLDER = "cdcv2"
@@ -189,7 +188,7 @@ def cdcv2_export_asset(
         metadata={"encoding": EXPORT_ENCODING.name, "topic": source.topic},
     )
     def changes_cdcv2(
-        context: AssetExecutionContext, pyspark: PySparkResource
+        context: AssetExecutionContext, pyspark: PySparkResource, lake: LakeResource
     ) -> MaterializeResult:
         """The ``changes`` shard as CDCv2 files, one folder per IntoTime window.
 
@@ -201,7 +200,7 @@ def cdcv2_export_asset(
         so no compaction or gc takes that history away mid-export; the lease is renewed
         once half of it has passed and released at the end, also on failure.
         """
-        pipeline = SourcePipeline.from_config(pyspark.spark_session, config, source)
+        pipeline = lake.open(pyspark.spark_session, config, source)
         root = pipeline.root / EXPORT_FOLDER
         root.mkdir(parents=True, exist_ok=True)
         keys = sorted(context.partition_keys)

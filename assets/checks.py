@@ -31,12 +31,13 @@ from assets.partitions import (
 )
 from assets.source_assets import output_key
 from cdc_core.checks import invariants as checks
-from cdc_core.checks.expectations import validate
+from cdc_core.checks import validate
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import phase
-from cdc_core.reclock.remap import frontier_at
-from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.reclock import frontier_at
+from cdc_core.source import SourcePipeline
 from cdc_core.vocabulary import Envelope
+from resources.lake import LakeResource
 
 
 def judged_range(
@@ -52,9 +53,9 @@ def judged_range(
         start, _ = window_bounds(partitions.time_window_for_partition_key(first))
         _, end = window_bounds(partitions.time_window_for_partition_key(last))
         return start, end
-    upper = pipeline.outputs_upper()
-    if upper <= config.start_ms + 1 or upper == 2**63 - 1:
-        return None
+    upper = pipeline.outputs_upper().time
+    if upper is None or upper <= config.start_ms + 1:
+        return None  # nothing complete yet, or finished (no newest window)
     return upper - 1 - config.window_ms, upper - 1
 
 
@@ -112,9 +113,9 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
             description=description,
         )
         def _check(
-            context: AssetCheckExecutionContext, pyspark: PySparkResource
+            context: AssetCheckExecutionContext, pyspark: PySparkResource, lake: LakeResource
         ) -> AssetCheckResult:
-            pipeline = SourcePipeline.from_config(pyspark.spark_session, config, source)
+            pipeline = lake.open(pyspark.spark_session, config, source)
             window = judged_range(context, config, pipeline)
             if window is None:
                 return AssetCheckResult(passed=True, description="no complete window yet")

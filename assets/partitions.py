@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from dagster import TimeWindow, TimeWindowPartitionsDefinition
 
 from cdc_core.config import Config
-from cdc_core.reclock.remap import Windows
+from cdc_core.reclock import Windows
 
 PARTITION_FORMAT = "%Y-%m-%dT%H:%M:%S"
 # Dagster's documented run tags naming a run's partition, or its range of partitions.

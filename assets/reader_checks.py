@@ -14,11 +14,11 @@ from dagster import (
 from assets.source_assets import output_key
 from cdc_core.config import Config, SourceConfig
 from cdc_core.shard.leases import READER, holds_under
+from resources.lake import LakeResource
 
 
 def readers_check(config: Config, source: SourceConfig) -> AssetChecksDefinition:
     """The readers check, on the source's ``changes`` asset; it reads Delta logs only."""
-    root = str(config.lake / source.name)
     limit_ms = config.readers.warn_after_ms
 
     @asset_check(
@@ -30,8 +30,9 @@ def readers_check(config: Config, source: SourceConfig) -> AssetChecksDefinition
             f"{config.readers.warn_after} (readers.warn_after)."
         ),
     )
-    def readers() -> AssetCheckResult:
-        found = [h for h in holds_under(root) if h.live and h.registration.kind == READER]
+    def readers(lake: LakeResource) -> AssetCheckResult:
+        holds = holds_under(str(lake.source_root(source)))
+        found = [h for h in holds if h.live and h.registration.kind == READER]
         stale = [h for h in found if h.age_ms > limit_ms]
         description = (
             f"{len(stale)} reader(s) pin history older than {config.readers.warn_after}: "

@@ -34,11 +34,10 @@ from pyspark.sql.types import StructType
 from assets.partitions import contiguous_windows, to_datetime, window_key
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import OffsetFrontier
-from cdc_core.ingest.registry import Registry
+from cdc_core.ingest import Registry
 from cdc_core.phases import PhaseEvent, observing
-from cdc_core.source.pipeline import OUTPUTS, SourcePipeline, SourceStatus, WindowReport
+from cdc_core.source import OUTPUTS, SourceStatus, WindowReport
 from resources.lake import LakeResource
-from resources.landing import LandingZone
 
 # Run tag: JSON ``{path: arrival_ms}`` of dump files a sensor saw land before the run.
 ARRIVALS_TAG = "reclock/arrivals"
@@ -101,11 +100,8 @@ def source_assets(
         context: AssetExecutionContext,
         pyspark: PySparkResource,
         lake: LakeResource,
-        landing: LandingZone,
     ) -> Iterator[MaterializeResult]:
-        pipeline = SourcePipeline(
-            pyspark.spark_session, config, source, lake.source_root(source.name), landing.root
-        )
+        pipeline = lake.open(pyspark.spark_session, config, source)
         keys = list(context.partition_keys)
         with observing(lambda event: log_phase(context, config, event)):
             arrived = json.loads(context.run.tags.get(ARRIVALS_TAG, "{}"))

@@ -54,12 +54,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
 from cdc_core.config import Config, parse_config, to_struct_type
-from cdc_core.ingest.dumps import list_dump_files
+from cdc_core.ingest import list_dump_files
 from cdc_core.phases import PhaseEvent, observing
-from cdc_core.reclock.remap import Windows
+from cdc_core.reclock import Windows
 from cdc_core.schemas import DUMP_RECORD
 from cdc_core.shard.delta_io import live_files
-from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.source import SourcePipeline
 from cdc_core.spark import get_spark
 from pipelines.cli import materialize
 from pipelines.sample import UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, generate_dumps

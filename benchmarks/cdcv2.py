@@ -21,11 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from cdc_core.cdcv2 import codec_json
-from cdc_core.cdcv2.columns import DataColumns
-from cdc_core.cdcv2.export import tile_progress
-from cdc_core.cdcv2.model import Progress
-from cdc_core.cdcv2.spark_reader import read_stream
+from cdc_core.cdcv2 import DataColumns, Progress, codec_json, read_stream, tile_progress
 from cdc_core.frontier import TimeFrontier
 from cdc_core.spark import get_spark
 

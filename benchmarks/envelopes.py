@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from cdc_core.envelopes.upsert import apply_upsert
+from cdc_core.envelopes import EnvelopeBatch, apply_upsert
 from cdc_core.spark import get_spark
 
 KEY = StructType([StructField("id", LongType())])
@@ -55,13 +55,15 @@ def write_window(spark: SparkSession, keys: int, size: int, path: str) -> None:
 def run_window(spark: SparkSession, root: Path, run: int) -> float:
     started = time.perf_counter()
     result = apply_upsert(
-        spark.read.parquet(str(root / "window")),
-        time=1000 + run,
-        topic="bench",
-        key_schema=KEY,
-        value_schema=VALUE,
-        prior_changes=spark.read.parquet(str(root / "state")),
-        prior_errors=None,
+        EnvelopeBatch(
+            spark.read.parquet(str(root / "window")),
+            time=1000 + run,
+            topic="bench",
+            key_schema=KEY,
+            value_schema=VALUE,
+            prior_changes=spark.read.parquet(str(root / "state")),
+            prior_errors=None,
+        ),
     )
     outputs: dict[str, DataFrame] = {"changes": result.changes, "errors": result.errors}
     for name, updates in outputs.items():

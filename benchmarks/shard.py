@@ -23,8 +23,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.frontier import TimeFrontier
+from cdc_core.shard import Shard
 from cdc_core.shard.delta_io import count_by_time, shard_schema
-from cdc_core.shard.shard import Shard
 from cdc_core.spark import get_spark
 
 DATA = StructType([StructField("key", StringType()), StructField("value", LongType())])

@@ -53,7 +53,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from cdc_core.checks.expectations import ExpectationSpec
+from cdc_core.checks import ExpectationSpec
 from cdc_core.envelopes.columns import SHARD_COLUMNS
 from cdc_core.envelopes.columns import output_schema as envelope_output_schema
 from cdc_core.frontier import OffsetFrontier

@@ -17,7 +17,6 @@ from assets.source_assets import source_assets
 from cdc_core.config import Config
 from pipelines.sensors import dump_sensor, window_schedule
 from resources.lake import LakeResource
-from resources.landing import LandingZone
 from resources.spark import spark_resource
 
 ALL_WINDOWS_JOB = "all_sources_windows"
@@ -53,8 +52,7 @@ def build_definitions(config: Config) -> Definitions:
         sensors=[dump_sensor(config, job.name)],
         resources={
             "pyspark": spark_resource(config.spark.master, config.spark.conf),
-            "lake": LakeResource(root=str(config.lake)),
-            "landing": LandingZone(root=str(config.landing)),
+            "lake": LakeResource(root=str(config.lake), landing=str(config.landing)),
         },
         executor=in_process_executor,
     )

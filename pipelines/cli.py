@@ -28,15 +28,18 @@ from cdc_core.config import (
 )
 from cdc_core.frontier import iso
 from cdc_core.phases import PhaseEvent, observing
+from cdc_core.shard import ShardUsageError, stored_upper
 from cdc_core.shard.leases import LeaseBook, LeaseUsageError, holds_under
-from cdc_core.shard.shard import ShardUsageError, stored_upper
-from cdc_core.source.pipeline import SourcePipeline, SourceStatus
-from cdc_core.source.resumption import RetireReport
-from cdc_core.source.state import published_as_of
+from cdc_core.source import (
+    RetireReport,
+    SourcePipeline,
+    SourceStatus,
+    published_as_of,
+    stored_outputs_upper,
+)
 from cdc_core.spark import get_spark
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.sample import write_sample
-from pipelines.sensors import outputs_upper
 
 
 def _complete(
@@ -46,7 +49,7 @@ def _complete(
     window, ``state`` is published as of them, and (``exports``) every window's CDCv2
     folder exists; judged from the Delta logs and the folders alone."""
     root = config.lake / source.name
-    if outputs_upper(config, source) <= closed[-1][1]:
+    if stored_outputs_upper(config.lake, source).less_equal(closed[-1][1]):
         return False
     changes = stored_upper(str(root / "changes")).time
     if changes is not None and published_as_of(str(root / "state")) != changes - 1:

@@ -31,35 +31,16 @@ from dagster import (
 
 from assets.partitions import closed_windows, range_tags, to_ms
 from assets.source_assets import ARRIVALS_TAG
-from cdc_core.config import Config, SourceConfig
-from cdc_core.frontier import iso
-from cdc_core.ingest.dumps import list_dump_files
-from cdc_core.ingest.registry import Registry
-from cdc_core.shard.shard import stored_upper
-from cdc_core.vocabulary import Envelope
-
-FINISHED = 2**63 - 1
+from cdc_core.config import Config
+from cdc_core.frontier import TimeFrontier, iso
+from resources.lake import LakeResource
 
 
-def outputs_upper(config: Config, source: SourceConfig) -> int:
-    """Where the source's outputs stand (the meet of their uppers), from the Delta logs."""
-    names = ["reclocked", "changes", "errors"]
-    if source.envelope == Envelope.DEBEZIUM:
-        names.append("dedup")
-    uppers = [stored_upper(str(config.lake / source.name / name)).time for name in names]
-    return min(FINISHED if upper is None else upper for upper in uppers)
-
-
-def unregistered(config: Config, source: SourceConfig) -> list[str]:
-    """Paths of the source's dump files that the registry does not hold yet."""
-    known = {f.path for f in Registry(config.lake / source.name / "dumps", source.topic).files()}
-    return [d.path for d in list_dump_files(config.landing, source.topic) if d.path not in known]
-
-
-def held(upper: int) -> str:
-    if upper == FINISHED:
+def held(upper: TimeFrontier) -> str:
+    """What outputs at ``upper`` hold, in words."""
+    if upper.time is None:
         return "every window"
-    return "nothing yet" if upper <= 1 else f"every time through {iso(upper - 1)}"
+    return "nothing yet" if upper.time <= 1 else f"every time through {iso(upper.time - 1)}"
 
 
 def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
@@ -74,16 +55,18 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
             "arrival times seen here."
         ),
     )
-    def new_dumps(context: SensorEvaluationContext) -> SensorResult:
+    def new_dumps(context: SensorEvaluationContext, lake: LakeResource) -> SensorResult:
         now_ms = int(time.time() * 1000)
         cursor = json.loads(context.cursor) if context.cursor else {}
         requested_through = int(cursor.get("requested_through_ms", config.start_ms))
         seen: dict[str, int] = cursor.get("seen", {})
-        waiting = [path for source in config.sources for path in unregistered(config, source)]
+        waiting = [path for source in config.sources for path in lake.unregistered(source)]
         arrivals = {path: seen.get(path, now_ms) for path in waiting}
         new_files = [path for path in waiting if path not in seen]
-        upper = min(outputs_upper(config, source) for source in config.sources)
-        changeable = closed_windows(config, upper - 1, now_ms)
+        upper = TimeFrontier.empty()
+        for source in config.sources:
+            upper = upper.meet(lake.outputs_upper(source))
+        changeable = [] if upper.time is None else closed_windows(config, upper.time - 1, now_ms)
         newly_closed = [w for w in changeable if w[1] > requested_through]
         wanted = changeable if new_files else newly_closed
         new_cursor = json.dumps(
@@ -102,7 +85,7 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
             )
         first, last = wanted[0][0], wanted[-1][0]
         request = RunRequest(
-            run_key=f"windows:{first}..{last}@{upper}",
+            run_key=f"windows:{first}..{last}@{upper.time}",
             tags={**range_tags(first, last), ARRIVALS_TAG: json.dumps(arrivals)},
         )
         return SensorResult(run_requests=[request], cursor=new_cursor)

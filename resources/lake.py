@@ -1,16 +1,43 @@
-"""The lake resource: where each source's Delta tables live."""
+"""The lake resource: where each source's Delta tables live and where its dumps land.
+
+Every asset, check and sensor opens a source through this one resource, so the paths a
+deployment uses are configured in one place and nothing in the Dagster layer builds them.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from dagster import ConfigurableResource
+from pyspark.sql import SparkSession
+
+from cdc_core.config import Config, SourceConfig
+from cdc_core.frontier import TimeFrontier
+from cdc_core.ingest import Registry, list_dump_files
+from cdc_core.source import SourcePipeline, stored_outputs_upper
 
 
 class LakeResource(ConfigurableResource):
-    """Root folder of the Delta tables; one sub-folder per source."""
+    """``root``: the Delta tables, one folder per source; ``landing``: the dumps, files of
+    topic T anywhere under ``<landing>/<T>/``."""
 
     root: str
+    landing: str
 
-    def source_root(self, source: str) -> Path:
-        return Path(self.root) / source
+    def source_root(self, source: SourceConfig) -> Path:
+        """The folder holding the source's tables."""
+        return Path(self.root) / source.name
+
+    def open(self, spark: SparkSession, config: Config, source: SourceConfig) -> SourcePipeline:
+        """The source's pipeline on this lake: its shards opened (created when missing)."""
+        return SourcePipeline(spark, config, source, Path(self.root), Path(self.landing))
+
+    def outputs_upper(self, source: SourceConfig) -> TimeFrontier:
+        """Where the source's outputs stand, from the Delta logs alone (no Spark)."""
+        return stored_outputs_upper(Path(self.root), source)
+
+    def unregistered(self, source: SourceConfig) -> list[str]:
+        """Paths of the source's dump files that its registry does not hold yet."""
+        known = {f.path for f in Registry(self.source_root(source) / "dumps", source.topic).files()}
+        landed = list_dump_files(Path(self.landing), source.topic)
+        return [dump.path for dump in landed if dump.path not in known]

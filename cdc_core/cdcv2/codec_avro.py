@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 import fastavro
 from pyspark.sql.types import StructType
 
-from cdc_core.cdcv2.columns import DataColumns
+from cdc_core.cdcv2.data_columns import DataColumns
 from cdc_core.cdcv2.model import MalformedMessage, Message
 from cdc_core.cdcv2.records import progress_from_value, to_value, updates_from_value
 

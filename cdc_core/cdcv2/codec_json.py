@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from cdc_core.cdcv2.columns import DataColumns
+from cdc_core.cdcv2.data_columns import DataColumns
 from cdc_core.cdcv2.model import MalformedMessage, Message, Updates
 from cdc_core.cdcv2.records import progress_from_value, to_value, updates_from_value
 

@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 from cdc_core.cdcv2.model import Progress
 from cdc_core.cdcv2.spark_counts import column, count_per_time, data_columns
 from cdc_core.frontier import TimeFrontier
-from cdc_core.shard.shard import Shard, ShardUsageError
+from cdc_core.shard import Shard, ShardUsageError
 
 DEFAULT_TIMES_PER_STATEMENT = 1000
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cdc_core.cdcv2.columns import DataColumns
+from cdc_core.cdcv2.data_columns import DataColumns
 from cdc_core.cdcv2.model import MalformedMessage, Message, Progress, Updates
 from cdc_core.frontier import TimeFrontier
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from cdc_core.cdcv2.decode import DecodedStream, Packing, decode_messages
+from cdc_core.cdcv2.spark_decode import DecodedStream, Packing, decode_messages
 from cdc_core.vocabulary import Format
 
 

@@ -23,10 +23,10 @@ from pyspark.sql.types import StructType
 
 from cdc_core.cdcv2 import codec_json
 from cdc_core.cdcv2.codec_avro import AvroCodec
-from cdc_core.cdcv2.columns import DataColumns
-from cdc_core.cdcv2.decode import DecodedStream, Packing, decode_messages
+from cdc_core.cdcv2.data_columns import DataColumns
 from cdc_core.cdcv2.export import CdcStream
 from cdc_core.cdcv2.model import Message, Updates
+from cdc_core.cdcv2.spark_decode import DecodedStream, Packing, decode_messages
 
 DEFAULT_BATCH_SIZE = 1000
 

@@ -6,3 +6,13 @@ pipeline's back; only aggregates reach the driver.
 Modules: ``invariants`` (completeness, monotone remap, exactly-once, accounted, set
 semantics), ``expectations`` (great-expectations suites on a window's output).
 """
+
+from cdc_core.checks.expectations import ExpectationSpec, ValidationReport, validate
+from cdc_core.checks.invariants import CheckOutcome
+
+__all__ = [
+    "CheckOutcome",
+    "ExpectationSpec",
+    "ValidationReport",
+    "validate",
+]

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdc_core.cdcv2.completeness import check_completeness
+from cdc_core.cdcv2 import check_completeness
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
-from cdc_core.ingest.registry import RegisteredFile
-from cdc_core.reclock.remap import frontier_of, remap_updates
-from cdc_core.shard.shard import Shard
+from cdc_core.ingest import RegisteredFile
+from cdc_core.reclock import frontier_of, remap_updates
+from cdc_core.shard import Shard
 from cdc_core.spark import local_frame
 
 MAX_EXAMPLES = 10

@@ -9,6 +9,7 @@ is the exception: one window per call, at ``time=``.
 """
 
 from cdc_core.envelopes.append_only import apply_none
+from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.classic import DEDUP_STATE, POSITION, apply_debezium
 from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.debezium import apply_debezium_upsert
@@ -31,6 +32,7 @@ __all__ = [
     "DEDUP_STATE",
     "POSITION",
     "ConfigDriftError",
+    "EnvelopeBatch",
     "EnvelopeConfigError",
     "EnvelopeResult",
     "apply_debezium",

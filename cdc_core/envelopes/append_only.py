@@ -7,32 +7,27 @@ not decode is an error row (never retracted).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
+from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.decode import decode_json, decode_key, unwrap_connect_envelope
 from cdc_core.envelopes.reasons import error_rows
-from cdc_core.envelopes.result import EnvelopeResult, column, consolidate, timed
+from cdc_core.envelopes.result import EnvelopeResult, column
 from cdc_core.envelopes.upsert import key_problem, value_problem
 from cdc_core.schemas import ERROR
+from cdc_core.updates import consolidate
 from cdc_core.vocabulary import Envelope
 
 
-def apply_none(
-    records: DataFrame,
-    *,
-    time: int | None = None,
-    topic: str,
-    key_schema: StructType,
-    value_schema: StructType,
-) -> EnvelopeResult:
-    """The NONE envelope for RECLOCKED ``records`` of a batch of binding times (their
-    ``time`` column), or of one window at ``time``: each record is independent, so it
-    simply lands at its own time. Output columns: key columns ++ value columns."""
+def apply_none(batch: EnvelopeBatch) -> EnvelopeResult:
+    """The NONE envelope for a batch: each record is independent, so it simply lands at
+    its own time. Output columns: key columns ++ value columns."""
+    key_schema, value_schema = batch.key_schema, batch.value_schema
     output = output_schema(Envelope.NONE, key_schema, value_schema)
-    staged = unwrap_connect_envelope(timed(records, time), "payload", value_schema, "value_text")
+    staged = unwrap_connect_envelope(
+        batch.timed_records(), "payload", value_schema, "value_text"
+    )
     staged = decode_json(
         staged.filter(F.col("value_text").isNotNull()), "value_text", value_schema, "value"
     )
@@ -54,7 +49,7 @@ def apply_none(
     rows = decoded.filter(F.col("reason").isNull()).select(
         *[column(name) for name in output.names], "time", F.lit(1).cast("long").alias("diff")
     )
-    failed = error_rows(decoded.filter(F.col("reason").isNotNull()), topic)
+    failed = error_rows(decoded.filter(F.col("reason").isNotNull()), batch.topic)
     return EnvelopeResult(
         changes=consolidate(rows, output.names),
         errors=consolidate(failed, ERROR.names),

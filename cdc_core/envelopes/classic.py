@@ -46,6 +46,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.debezium import (
     DELETE_OP,
@@ -56,9 +57,10 @@ from cdc_core.envelopes.debezium import (
 )
 from cdc_core.envelopes.decode import decode_json
 from cdc_core.envelopes.reasons import CONSTRAINT, VALUE_DECODE, error_rows, reason
-from cdc_core.envelopes.result import EnvelopeResult, consolidate, negated, prior_updates, stamped
+from cdc_core.envelopes.result import EnvelopeResult, negated, prior_updates, stamped
 from cdc_core.envelopes.upsert import key_problem, value_problem, with_key
 from cdc_core.schemas import ERROR
+from cdc_core.updates import consolidate
 from cdc_core.vocabulary import Envelope
 
 POSTGRES = "postgresql"
@@ -108,14 +110,6 @@ def state_rows(rows: DataFrame, entry: str, **columns: Column) -> DataFrame:
             for f in DEDUP_STATE.fields[2:]
         ],
         diff.cast("long").alias("diff"),
-    )
-
-
-def consolidated(updates: DataFrame) -> DataFrame:
-    return (
-        updates.groupBy(*DEDUP_STATE.names)
-        .agg(F.sum("diff").alias("diff"))
-        .filter(F.col("diff") != 0)
     )
 
 
@@ -232,23 +226,24 @@ def binlog_files(valid: DataFrame, prior: DataFrame) -> tuple[DataFrame, DataFra
     return known.union(fresh), fresh
 
 
-def apply_debezium(
-    records: DataFrame,
-    *,
-    time: int,
-    topic: str,
-    key_schema: StructType,
-    value_schema: StructType,
-    prior_dedup_state: DataFrame | None = None,
-) -> EnvelopeResult:
-    """The classic DEBEZIUM envelope for one window of RECLOCKED ``records`` (no ``time``
-    column) at ``time``; unlike the upsert-style envelopes it takes one window per call, as
-    its dedup state moves in Kafka order within a window. ``prior_dedup_state``: the
+def apply_debezium(batch: EnvelopeBatch) -> EnvelopeResult:
+    """The classic DEBEZIUM envelope for one window: the batch's records (no ``time``
+    column) at its ``time``; unlike the upsert-style envelopes it takes one window per
+    call, as its dedup state moves in Kafka order within a window. Its prior state is the
     DEDUP_STATE shard at the previous time (+ ``diff``)."""
+    if batch.time is None or "time" in batch.records.columns:
+        raise ValueError(
+            "the classic DEBEZIUM envelope applies one window per call: pass its time= "
+            "and records without a time column"
+        )
+    records, time, topic = batch.records, batch.time, batch.topic
+    key_schema, value_schema = batch.key_schema, batch.value_schema
     output = output_schema(Envelope.DEBEZIUM, key_schema, value_schema)
     spark = records.sparkSession
-    prior_raw = prior_updates(spark, prior_dedup_state, DEDUP_STATE)
-    small_prior = consolidated(prior_raw.filter(F.col("entry") != SNAPSHOT_KEY))
+    prior_raw = prior_updates(spark, batch.prior_dedup_state, DEDUP_STATE)
+    small_prior = consolidate(
+        prior_raw.filter(F.col("entry") != SNAPSHOT_KEY), DEDUP_STATE.names, by_time=False
+    )
     events = decode_events(records, key_schema, value_schema)
     valid = events.filter(F.col("reason").isNull())
     files, fresh_files = binlog_files(valid, small_prior)
@@ -259,10 +254,12 @@ def apply_debezium(
         F.col("last").alias("prior_last"),
     )
     window_keys = valid.filter("is_snapshot").select("partition", F.col("key_json").alias("name"))
-    seen = consolidated(
+    seen = consolidate(
         prior_raw.filter(F.col("entry") == SNAPSHOT_KEY).join(
             F.broadcast(window_keys), ["partition", "name"], "left_semi"
-        )
+        ),
+        DEDUP_STATE.names,
+        by_time=False,
     ).select("partition", F.col("name").alias("key_json"), F.lit(True).alias("seen_before"))
     file_position = F.struct(
         F.col("file_index").alias("major"),
@@ -393,10 +390,12 @@ def state_updates(
     new_keys = decided.filter(F.col("used") & F.col("is_snapshot")).join(
         still_in_snapshot, "partition", "left_semi"
     )
-    dropped_keys = consolidated(
+    dropped_keys = consolidate(
         prior_raw.filter(F.col("entry") == SNAPSHOT_KEY).join(
             F.broadcast(ended), "partition", "left_semi"
-        )
+        ),
+        DEDUP_STATE.names,
+        by_time=False,
     )
     parts = [
         state_rows(

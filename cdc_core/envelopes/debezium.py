@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.decode import decode_json, unwrap_connect_envelope
 from cdc_core.envelopes.reasons import (
@@ -28,7 +29,7 @@ from cdc_core.envelopes.reasons import (
     UNSUPPORTED_OP,
     reason,
 )
-from cdc_core.envelopes.result import EnvelopeResult, timed
+from cdc_core.envelopes.result import EnvelopeResult
 from cdc_core.envelopes.upsert import apply_commands, key_problem, value_problem, with_key
 from cdc_core.vocabulary import Envelope
 
@@ -99,21 +100,12 @@ def truncate_problem() -> Column:
     )
 
 
-def apply_debezium_upsert(
-    records: DataFrame,
-    *,
-    time: int | None = None,
-    topic: str,
-    key_schema: StructType,
-    value_schema: StructType,
-    prior_changes: DataFrame | None = None,
-    prior_errors: DataFrame | None = None,
-) -> EnvelopeResult:
-    """The DEBEZIUM UPSERT envelope for RECLOCKED ``records`` of a batch of binding times
-    (their ``time`` column), or of one window at ``time`` (see ``upsert.apply_upsert``).
-    ``value_schema`` is the after image (it holds the key columns); output = after columns."""
+def apply_debezium_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
+    """The DEBEZIUM UPSERT envelope for a batch (see ``upsert.apply_upsert``). The value
+    schema is the after image (it holds the key columns); output = after columns."""
+    key_schema, value_schema = batch.key_schema, batch.value_schema
     output = output_schema(Envelope.DEBEZIUM_UPSERT, key_schema, value_schema)
-    events = with_key(stage_events(timed(records, time)), key_schema)
+    events = with_key(stage_events(batch.timed_records()), key_schema)
     staged = decode_json(events, "after_text", value_schema, "after")
     is_tombstone = F.col("event_text").isNull()
     deletes = (F.col("op") == DELETE_OP) | F.col("after_text").isNull()
@@ -137,11 +129,4 @@ def apply_debezium_upsert(
     commands = staged.withColumn("reason", problem).withColumn(
         "row", F.when(~is_tombstone & F.col("reason").isNull() & ~deletes, F.col("after"))
     )
-    return apply_commands(
-        commands,
-        topic=topic,
-        key_schema=key_schema,
-        output=output,
-        prior_changes=prior_changes,
-        prior_errors=prior_errors,
-    )
+    return apply_commands(commands, batch, output)

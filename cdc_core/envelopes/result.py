@@ -1,9 +1,8 @@
-"""What an envelope returns for a batch of binding times, and the consolidation every output
-goes through."""
+"""What an envelope returns for a batch of binding times, and the column helpers its
+steps share."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -43,31 +42,6 @@ def column(name: str) -> Column:
 def stamped(df: DataFrame, time: int) -> DataFrame:
     """``df`` with every row at IntoTime ``time`` (a bigint ``time`` column)."""
     return df.withColumn("time", F.lit(time).cast("long"))
-
-
-def timed(records: DataFrame, time: int | None) -> DataFrame:
-    """The records of a batch, each with its binding time in a bigint ``time`` column:
-    their own ``time`` column when ``time`` is None, else ``time`` stamped on all (one
-    window; the records must not carry a ``time`` column then, which would be ambiguous)."""
-    if time is not None:
-        if "time" in records.columns:
-            raise ValueError("records carry a time column: pass time=None to use it")
-        return stamped(records, time)
-    if "time" not in records.columns:
-        raise ValueError("records without a time column need time= (their one window's time)")
-    return records.withColumn("time", F.col("time").cast("long"))
-
-
-def consolidate(updates: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """``updates`` (``columns`` + ``time`` + ``diff``) summed to one row per (data, time),
-    zero diffs dropped."""
-    keys = [*[column(name) for name in columns], F.col("time")]
-    return (
-        updates.groupBy(*keys)
-        .agg(F.sum("diff").cast("long").alias("diff"))
-        .filter(F.col("diff") != 0)
-        .select(*keys, "diff")
-    )
 
 
 def prior_updates(spark: SparkSession, prior: DataFrame | None, schema: StructType) -> DataFrame:

@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.decode import (
     decode_json,
@@ -47,12 +48,11 @@ from cdc_core.envelopes.reasons import (
 from cdc_core.envelopes.result import (
     EnvelopeResult,
     column,
-    consolidate,
     negated,
     prior_updates,
-    timed,
 )
 from cdc_core.schemas import ERROR
+from cdc_core.updates import consolidate
 from cdc_core.vocabulary import Envelope
 
 # The columns of an upsert command: one per record, ``row`` null for deletes and errors,
@@ -86,21 +86,14 @@ def value_problem(name: str, label: str) -> Column:
     return F.when(error.isNotNull(), reason(VALUE_DECODE, F.concat(F.lit(f"{label} "), error)))
 
 
-def apply_upsert(
-    records: DataFrame,
-    *,
-    time: int | None = None,
-    topic: str,
-    key_schema: StructType,
-    value_schema: StructType,
-    prior_changes: DataFrame | None = None,
-    prior_errors: DataFrame | None = None,
-) -> EnvelopeResult:
-    """The UPSERT envelope for RECLOCKED ``records`` of a batch of binding times (their
-    ``time`` column), or of one window at ``time``; the prior state is the shards' updates
-    before the batch. Output columns: key columns ++ value columns."""
+def apply_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
+    """The UPSERT envelope for a batch; its prior state is the ``changes`` and ``errors``
+    updates before the batch. Output columns: key columns ++ value columns."""
+    key_schema, value_schema = batch.key_schema, batch.value_schema
     output = output_schema(Envelope.UPSERT, key_schema, value_schema)
-    staged = unwrap_connect_envelope(timed(records, time), "payload", value_schema, "value_text")
+    staged = unwrap_connect_envelope(
+        batch.timed_records(), "payload", value_schema, "value_text"
+    )
     staged = decode_json(with_key(staged, key_schema), "value_text", value_schema, "value")
     is_tombstone = F.col("value_text").isNull()
     problem = F.when(~is_tombstone, F.coalesce(key_problem(), value_problem("value", "value")))
@@ -110,29 +103,19 @@ def apply_upsert(
     commands = staged.withColumn("reason", problem).withColumn(
         "row", F.when(~is_tombstone & F.col("reason").isNull(), F.struct(*fields))
     )
-    return apply_commands(
-        commands,
-        topic=topic,
-        key_schema=key_schema,
-        output=output,
-        prior_changes=prior_changes,
-        prior_errors=prior_errors,
-    )
+    return apply_commands(commands, batch, output)
 
 
 def apply_commands(
-    commands: DataFrame,
-    *,
-    topic: str,
-    key_schema: StructType,
-    output: StructType,
-    prior_changes: DataFrame | None,
-    prior_errors: DataFrame | None,
+    commands: DataFrame, batch: EnvelopeBatch, output: StructType
 ) -> EnvelopeResult:
     """At each time, replace each touched slot's content by its latest command at that
-    time (``commands`` has at least the COMMAND_COLUMNS): the old content is the slot's
-    latest command at its previous time in the batch, or at its first time, its content
-    in the prior shards (None: empty shards, nothing to replace)."""
+    time (``commands``, the batch's records decoded, has at least the COMMAND_COLUMNS):
+    the old content is the slot's latest command at its previous time in the batch, or at
+    its first time, its content in the prior shards (None: empty, nothing to replace)."""
+    key_schema, prior_changes, prior_errors = (
+        batch.key_schema, batch.prior_changes, batch.prior_errors
+    )
     # One shuffle, by slot: the latest command per (slot, time) and the lag over a slot's
     # times are both windows within a slot, so they share its partitioning and sort order.
     by_slot = commands.select(*COMMAND_COLUMNS).repartition("slot")
@@ -183,10 +166,10 @@ def apply_commands(
         sequenced.filter(F.col("previous_reason").isNotNull()).select(
             *[F.col(f"previous_{c}").alias(c) for c in CONTENT], "time"
         ),
-        topic,
+        batch.topic,
         diff=-1,
     )
-    new_errors = error_rows(sequenced.filter(F.col("reason").isNotNull()), topic)
+    new_errors = error_rows(sequenced.filter(F.col("reason").isNotNull()), batch.topic)
     if prior_errors is not None:
         old_errors = (
             prior_updates(commands.sparkSession, prior_errors, ERROR)

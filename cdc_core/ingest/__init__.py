@@ -7,3 +7,22 @@ records, one canonical copy per offset, however often the offsets were redeliver
 Modules: ``dumps`` (finding and parsing dump files), ``registry`` (the durable file
 registry and the canonical reads of a range).
 """
+
+from cdc_core.ingest.dumps import DumpFile, list_dump_files
+from cdc_core.ingest.registry import (
+    CanonicalReads,
+    DumpFileChanged,
+    MissingDumpFile,
+    RegisteredFile,
+    Registry,
+)
+
+__all__ = [
+    "CanonicalReads",
+    "DumpFile",
+    "DumpFileChanged",
+    "MissingDumpFile",
+    "RegisteredFile",
+    "Registry",
+    "list_dump_files",
+]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
@@ -33,6 +33,7 @@ from cdc_core.ingest.dumps import (
     scan_dump_files,
 )
 from cdc_core.schemas import ERROR, RECLOCKED
+from cdc_core.shard.log import append_rows
 from cdc_core.spark import local_frame
 
 FILES_SCHEMA = pa.schema(
@@ -282,9 +283,7 @@ class Registry:
         if not new:
             return []
         rows = _registration_rows(spark, new, arrival_ms, self.topic)
-        # ``merge``: registries written before the ``problem`` and ``bad_lines`` columns
-        # gain them.
-        write_deltalake(self.files_path, rows, mode="append", schema_mode="merge")
+        append_rows(self.files_path, rows, "register", f"{len(new)} dump file(s)")
         paths = {str(d.path) for d in new}
         return [f for f in self.files() if f.path in paths]
 
@@ -295,9 +294,8 @@ class Registry:
                 {"path": path, "retired_ms": retired_ms, "archived_to": to}
                 for path, to in sorted(retired.items())
             ]
-            write_deltalake(
-                self.retired_path, pa.Table.from_pylist(rows, RETIRED_SCHEMA), mode="append"
-            )
+            table = pa.Table.from_pylist(rows, RETIRED_SCHEMA)
+            append_rows(self.retired_path, table, "retire", f"{len(rows)} dump file(s)")
 
     def end_offsets(self, files: Sequence[RegisteredFile] | None = None) -> OffsetFrontier:
         """Per partition, the highest registered offset + 1 (retired files included);

@@ -6,3 +6,26 @@ appears exactly once in the reclocked collection, at the first binding that cove
 Modules: ``remap`` (minting policies and the remap shard), ``reclocking`` (the reclocked
 collection of a range of bindings).
 """
+
+from cdc_core.reclock.reclocking import ReclockedWindows, reclock_windows
+from cdc_core.reclock.remap import (
+    RemapError,
+    Windows,
+    frontier_at,
+    frontier_of,
+    mint_bindings,
+    offsets_for,
+    remap_updates,
+)
+
+__all__ = [
+    "ReclockedWindows",
+    "RemapError",
+    "Windows",
+    "frontier_at",
+    "frontier_of",
+    "mint_bindings",
+    "offsets_for",
+    "reclock_windows",
+    "remap_updates",
+]

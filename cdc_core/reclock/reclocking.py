@@ -26,8 +26,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.ingest.registry import CanonicalReads, RegisteredFile, Registry
+from cdc_core.frontier import OffsetFrontier
+from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry
 from cdc_core.reclock.remap import (
     RangeBindings,
     ReclockSource,
@@ -37,7 +37,7 @@ from cdc_core.reclock.remap import (
     mint_bindings,
 )
 from cdc_core.schemas import ERROR, RECLOCKED
-from cdc_core.shard.shard import Shard, ShardUsageError
+from cdc_core.shard import Shard, ShardUsageError
 from cdc_core.spark import local_frame
 
 # The error row of a file without records, with its binding time.
@@ -153,7 +153,7 @@ def reclock_range(
         _frame(spark, binding_intervals(base, bindings), ("partition", "_lo", "_hi", "time"))
     )
 
-    def timed(frame: DataFrame) -> DataFrame:
+    def with_binding_time(frame: DataFrame) -> DataFrame:
         """Attach to each row the binding time whose interval holds its offset."""
         return frame.join(
             intervals,
@@ -162,7 +162,7 @@ def reclock_range(
             & (frame["offset"] < intervals["_hi"]),
         ).select(frame["*"], intervals["time"])
 
-    records = timed(canonical.records.select(*RECLOCKED.fieldNames())).withColumn(
+    records = with_binding_time(canonical.records.select(*RECLOCKED.fieldNames())).withColumn(
         "diff", F.lit(1).cast("bigint")
     )
     empty = [f for f in needed if not f.partitions]
@@ -181,7 +181,7 @@ def reclock_range(
         ),
     )
     errors = (
-        timed(canonical.conflicts)
+        with_binding_time(canonical.conflicts)
         .unionByName(file_errors.select(*ERROR.fieldNames(), "time"))
         .unionByName(empty_files)
         .withColumn("diff", F.lit(1).cast("bigint"))
@@ -213,17 +213,6 @@ def reclock_windows(
         spark, source, registry, remap, lower, windows.end + 1, known, reads, reported=reported
     )
     return ReclockedWindows(bindings, reclocked)
-
-
-def append_new(
-    shard: Shard, updates: DataFrame, lower: int, upper: int, *, consolidated: bool = False
-) -> dict[int, int] | None:
-    """``Shard.append`` for updates computed for times ``[lower, upper)``: writes only what
-    the shard does not hold yet; the distinct updates written per time (None when it
-    already covers ``upper``)."""
-    return shard.append(
-        updates, TimeFrontier.at(lower), TimeFrontier.at(upper), consolidated=consolidated
-    )
 
 
 def _frame(spark: SparkSession, rows: Sequence[tuple], names: Sequence[str]) -> DataFrame:

@@ -43,7 +43,7 @@ from cdc_core.ingest.registry import (
     Registry,
     starts_column,
 )
-from cdc_core.shard.shard import Shard, ShardUsageError
+from cdc_core.shard import Shard, ShardUsageError
 from cdc_core.spark import local_frame
 from cdc_core.vocabulary import ReclockPolicy
 

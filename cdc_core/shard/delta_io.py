@@ -30,9 +30,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from cdc_core.spark import local_frame
+from cdc_core.updates import DIFF, TIME
 
-TIME = "time"
-DIFF = "diff"
 DATA_DIR = "data"
 
 # Table features reclock reads and writes correctly: its readers list Parquet files and
@@ -159,6 +158,15 @@ def write_files(df: DataFrame, table_path: str, batch_id: str) -> tuple[WrittenF
             else:
                 written.append(described)
     return tuple(written)
+
+
+def write_arrow(table_path: str, rows: pa.Table, batch_id: str) -> WrittenFile:
+    """Write driver-held ``rows`` (a few rows of metadata, never data) as one Parquet file
+    in ``data/<batch_id>`` of the table, described from its footer."""
+    rel_path = f"{DATA_DIR}/{batch_id}/part-0.parquet"
+    os.makedirs(os.path.join(table_path, DATA_DIR, batch_id))
+    pq.write_table(rows, os.path.join(table_path, rel_path))
+    return describe_file(table_path, rel_path)
 
 
 def describe_file(table_path: str, rel_path: str) -> WrittenFile:

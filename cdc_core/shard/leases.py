@@ -34,15 +34,16 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import CommitProperties, Transaction
+from deltalake.transaction import Transaction
 
 from cdc_core.frontier import TimeFrontier, iso
 from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import DataFile
+from cdc_core.shard.handle import SINCE
+from cdc_core.shard.log import commit_metadata, commit_once, read_frontier
 
 if TYPE_CHECKING:
-    from cdc_core.shard.shard import Shard
+    from cdc_core.shard import Shard
 
 LEASES_APP_ID = "reclock.leases"
 LEASES_KEY = "reclock.leases"
@@ -364,9 +365,6 @@ class LeaseBook:
         """Compare-and-set of the registration table: read, decide, commit at the next
         version with no retry; on a conflict re-read and decide again. ``change`` gets the
         state and the version its commit will have; None means nothing to commit."""
-        from cdc_core.shard.shard import COMMIT_ID_KEY, ShardStorageError
-        from cdc_core.shard.shard import _commit_metadata as commit_metadata
-
         while True:
             leases = self.read()
             commit = leases.version + 1
@@ -377,25 +375,9 @@ class LeaseBook:
             for registration in registrations.values():
                 stored[registration.kind][registration.holder] = registration.stored()
             metadata = commit_metadata("leases", detail, {LEASES_KEY: stored})
-            properties = CommitProperties(
-                max_commit_retries=0,
-                app_transactions=[Transaction(LEASES_APP_ID, commit)],
-                custom_metadata=metadata,
-            )
-            try:
-                self._table.create_write_transaction(
-                    [], "append", self._table.schema(), commit_properties=properties
-                )
-            except CommitFailedError:
+            transactions = [Transaction(LEASES_APP_ID, commit)]
+            if not commit_once(self._table, self.path, [], transactions, metadata):
                 continue  # another commit took that version: decide again on the new state
-            except OSError as failure:
-                if not self._landed(commit, metadata[COMMIT_ID_KEY]):
-                    if self._table.version() >= commit:
-                        continue  # another commit took that version: decide again
-                    raise ShardStorageError(
-                        f"lease commit to {self.path} failed: {failure}",
-                        definitely_not_written=True,
-                    ) from failure
             if self.shard is not None:
                 self.shard.refresh()
             return {
@@ -403,20 +385,9 @@ class LeaseBook:
                 for holder, r in registrations.items()
             }
 
-    def _landed(self, commit: int, commit_id: str) -> bool:
-        """After a failed commit call: is this commit in the log anyway?"""
-        from cdc_core.shard.shard import COMMIT_ID_KEY
-
-        self._table.update_incremental()
-        if self._table.version() < commit:
-            return False
-        return delta_io.commit_info(self.path, commit).get(COMMIT_ID_KEY) == commit_id
-
 
 def _shard_since(table: DeltaTable) -> TimeFrontier:
-    from cdc_core.shard.shard import SINCE, _read_frontier
-
-    return _read_frontier(table, SINCE)
+    return read_frontier(table, SINCE)
 
 
 def _refuse_live(leases: Leases, holder: str) -> None:

@@ -7,3 +7,23 @@ never interrupted.
 Modules: ``pipeline`` (the per-source run and its status), ``state`` (the published
 current rows), ``resumption`` (bounded input reliance: inspect and retire).
 """
+
+from cdc_core.source.pipeline import (
+    OUTPUTS,
+    SourcePipeline,
+    SourceStatus,
+    WindowReport,
+    stored_outputs_upper,
+)
+from cdc_core.source.resumption import RetireReport
+from cdc_core.source.state import published_as_of
+
+__all__ = [
+    "OUTPUTS",
+    "RetireReport",
+    "SourcePipeline",
+    "SourceStatus",
+    "WindowReport",
+    "published_as_of",
+    "stored_outputs_upper",
+]

@@ -29,21 +29,20 @@ from pyspark.sql.types import StructType
 from cdc_core.config import Config, SourceConfig
 from cdc_core.envelopes import (
     DEDUP_STATE,
+    EnvelopeBatch,
+    EnvelopeResult,
     apply_envelope,
     check_fingerprint,
     fingerprint,
 )
-from cdc_core.envelopes.result import EnvelopeResult
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
-from cdc_core.ingest.dumps import DumpFile, list_dump_files
-from cdc_core.ingest.registry import CanonicalReads, Registry
+from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
-from cdc_core.reclock.reclocking import append_new, reclock_windows
-from cdc_core.reclock.remap import Windows, frontier_at
+from cdc_core.reclock import Windows, frontier_at, reclock_windows
 from cdc_core.schemas import ERROR, RECLOCKED, REMAP
+from cdc_core.shard import Shard, ShardUsageError, stored_upper
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
-from cdc_core.shard.shard import Shard, ShardUsageError
 from cdc_core.source.resumption import (
     RetireReport,
     SourceInspection,
@@ -55,6 +54,21 @@ from cdc_core.source.state import current_rows, refresh_state
 from cdc_core.vocabulary import Envelope
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
+
+
+def output_tables(source: SourceConfig) -> list[str]:
+    """The shards written from reclocked data (remap excluded), in commit order."""
+    tables = ["reclocked", "changes", "errors"]
+    return tables + (["dedup"] if source.envelope == Envelope.DEBEZIUM else [])
+
+
+def stored_outputs_upper(lake: Path, source: SourceConfig) -> TimeFrontier:
+    """Where the source's outputs stand (the meet of their uppers), read from the Delta
+    logs alone: no Spark, nothing created, so a sensor's look changes nothing."""
+    meet = TimeFrontier.empty()
+    for table in output_tables(source):
+        meet = meet.meet(stored_upper(str(Path(lake) / source.name / table)))
+    return meet
 
 
 @dataclass(frozen=True)
@@ -132,12 +146,12 @@ class SourcePipeline:
     """The shards of one source and the steps that advance them."""
 
     def __init__(
-        self, spark: SparkSession, config: Config, source: SourceConfig, root: Path, landing: str
+        self, spark: SparkSession, config: Config, source: SourceConfig, lake: Path, landing: Path
     ) -> None:
         self.spark = spark
         self.config = config
         self.source = source
-        self.root = Path(root)
+        self.root = Path(lake) / source.name
         self.landing = Path(landing)
         self.registry = Registry(self.root / "dumps", source.topic)
         self.remap = Shard.open(spark, str(self.root / "remap"), REMAP)
@@ -155,13 +169,13 @@ class SourcePipeline:
     def from_config(
         cls, spark: SparkSession, config: Config, source: SourceConfig
     ) -> SourcePipeline:
-        return cls(spark, config, source, config.lake / source.name, str(config.landing))
+        """Outside Dagster (CLI, tests): the paths are the config's own."""
+        return cls(spark, config, source, config.lake, config.landing)
 
     @property
     def outputs(self) -> list[Shard]:
-        """The shards written from reclocked data (remap excluded)."""
-        shards = [self.reclocked, self.changes, self.errors]
-        return shards + ([self.dedup] if self.dedup is not None else [])
+        """The shards written from reclocked data (remap excluded), in commit order."""
+        return [getattr(self, name) for name in output_tables(self.source)]
 
     def register_dumps(self, arrival_ms: int, arrived: Mapping[str, int] | None = None) -> int:
         """Register dump files not seen before, stamped with their arrival time: the time
@@ -176,12 +190,12 @@ class SourcePipeline:
             )
         return figures["files"]
 
-    def outputs_upper(self) -> int:
-        """Where all outputs stand: the meet of their uppers (0 before the first window)."""
+    def outputs_upper(self) -> TimeFrontier:
+        """Where all outputs stand: the meet of their uppers ([0] before the first window)."""
         meet = TimeFrontier.empty()
         for shard in self.outputs:
             meet = meet.meet(shard.refresh().upper)
-        return meet.time if meet.time is not None else 2**63 - 1
+        return meet
 
     def run_windows(self, windows: Windows) -> list[WindowReport]:
         """Process ``windows`` (a report per window); windows already done write nothing.
@@ -190,9 +204,10 @@ class SourcePipeline:
         by the first binding of the run, so their outputs hold nothing.
         """
         self.check_fingerprint()
-        lower = self.outputs_upper()
-        if lower > windows.end:
+        held = self.outputs_upper()
+        if held.time is None or held.time > windows.end:
             return self._reused(windows)
+        lower = held.time
         done: list[WindowReport] = []
         if lower - 1 > windows.start:
             # Windows the outputs already hold are not bound or read again: their
@@ -211,8 +226,8 @@ class SourcePipeline:
                     )
                 upper = windows.end + 1
                 with phase(self.source.name, "append reclocked") as figures:
-                    records_in = append_new(  # one row per (partition, offset) by construction
-                        self.reclocked, run.reclocked.records, lower, upper, consolidated=True
+                    records_in = self.reclocked.append(  # one row per (partition, offset)
+                        run.reclocked.records, lower, upper, consolidated=True
                     ) or {}
                     figures["rows"] = sum(records_in.values())
                     figures["rows_per_time"] = records_in
@@ -320,18 +335,18 @@ class SourcePipeline:
         errors = reclock_errors.filter(in_range).unionByName(result.errors)
         try:
             with phase(self.source.name, "append changes") as figures:
-                changes = append_new(  # envelope outputs come consolidated
-                    self.changes, result.changes, lower, upper, consolidated=True
+                changes = self.changes.append(  # envelope outputs come consolidated
+                    result.changes, lower, upper, consolidated=True
                 ) or {}
                 figures["rows"] = sum(changes.values())
                 figures["rows_per_time"] = changes
             with phase(self.source.name, "append errors") as figures:
-                written_errors = append_new(self.errors, errors, lower, upper) or {}
+                written_errors = self.errors.append(errors, lower, upper) or {}
                 figures["rows"] = sum(written_errors.values())
                 figures["rows_per_time"] = written_errors
             if self.dedup is not None and result.dedup_state is not None:
                 with phase(self.source.name, "append dedup state"):
-                    append_new(self.dedup, result.dedup_state, lower, upper)
+                    self.dedup.append(result.dedup_state, lower, upper)
         finally:
             result.release()
         return changes, written_errors
@@ -340,11 +355,10 @@ class SourcePipeline:
         """The envelope's changes, errors and dedup state for the records at times
         ``[lower, upper)`` (lazy frames: computed when appended)."""
         in_range = (F.col("time") >= lower) & (F.col("time") < upper)
-        batch = records.filter(in_range).drop("diff")
+        selected = records.filter(in_range).drop("diff")
         classic = self.source.envelope == Envelope.DEBEZIUM
-        return apply_envelope(
-            self.source.envelope,
-            batch.drop("time") if classic else batch,
+        batch = EnvelopeBatch(
+            selected.drop("time") if classic else selected,
             time=upper - 1 if classic else None,
             topic=self.source.topic,
             key_schema=self.source.key_schema,
@@ -353,6 +367,7 @@ class SourcePipeline:
             prior_errors=self._prior(self.errors, lower),
             prior_dedup_state=self._prior(self.dedup, lower),
         )
+        return apply_envelope(self.source.envelope, batch)
 
     @staticmethod
     def _prior(shard: Shard | None, lower: int) -> DataFrame | None:

@@ -13,18 +13,27 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError
+from deltalake import DeltaTable, Transaction
+from deltalake import Schema as DeltaSchema
 
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.ingest.registry import RegisteredFile, Registry
-from cdc_core.reclock.remap import offsets_for
-from cdc_core.shard.shard import Shard
+from cdc_core.ingest import RegisteredFile, Registry
+from cdc_core.reclock import offsets_for
+from cdc_core.shard import Shard, ShardStorageError
+from cdc_core.shard.delta_io import (
+    add_action,
+    delete_batches,
+    live_files,
+    remove_action,
+    write_arrow,
+)
+from cdc_core.shard.log import commit_metadata, commit_once, open_or_create
 from cdc_core.vocabulary import RetirePolicy
 
 COMMIT_APP_ID = "upstream-commit"
@@ -97,9 +106,11 @@ class UpstreamCommit:
         time = frontiers.timestamp.time
         if time is None:
             raise ValueError("a finished source has no resumption time to commit")
+        table = open_or_create(
+            self.path, DeltaSchema.from_arrow(COMMIT_SCHEMA), detail="nothing committed"
+        )
         while True:
-            table = DeltaTable(self.path) if DeltaTable.is_deltatable(self.path) else None
-            current = None if table is None else self._frontiers(table)
+            current = self._frontiers(table)
             if current is not None:
                 behind = not current.offsets <= frontiers.offsets
                 if frontiers.timestamp < current.timestamp or behind:
@@ -113,19 +124,20 @@ class UpstreamCommit:
                 [{"partition": p, "offset": o} for p, o in frontiers.offsets.offsets.items()],
                 COMMIT_SCHEMA,
             )
-            properties = CommitProperties(
-                max_commit_retries=0, app_transactions=[Transaction(COMMIT_APP_ID, time)]
-            )
+            batch_id = uuid.uuid4().hex
+            written = write_arrow(self.path, rows, batch_id)
+            actions = [remove_action(f) for f in live_files(table)]
+            actions.append(add_action(written, data_change=True))
+            metadata = commit_metadata("upstream commit", f"{frontiers.offsets} at {time}")
+            transactions = [Transaction(COMMIT_APP_ID, time)]
             try:
-                write_deltalake(
-                    table if table is not None else self.path,
-                    rows,
-                    mode="overwrite",
-                    commit_properties=properties,
-                )
-                return frontiers
-            except CommitFailedError:
-                continue
+                if commit_once(table, self.path, actions, transactions, metadata):
+                    return frontiers
+            except ShardStorageError as failure:
+                if failure.definitely_not_written:
+                    delete_batches(self.path, [batch_id])
+                raise
+            delete_batches(self.path, [batch_id])  # another commit won: decide again
 
 
 @dataclass(frozen=True)

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import uuid
 
-from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake import DeltaTable, Transaction
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from cdc_core.shard import Shard, ShardStorageError
 from cdc_core.shard.delta_io import (
-    DIFF,
-    TIME,
     DataFile,
     add_action,
-    check_table_features,
     delete_batches,
     live_files,
     nullable_delta_schema,
@@ -30,7 +27,8 @@ from cdc_core.shard.delta_io import (
     remove_action,
     write_files,
 )
-from cdc_core.shard.shard import Shard, consolidate
+from cdc_core.shard.log import commit_metadata, commit_once, open_or_create
+from cdc_core.updates import DIFF, TIME, consolidate
 
 STATE_AS_OF = "reclock.state_as_of"
 
@@ -64,7 +62,7 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     if upper.time is None or upper.time == 0 or changes.since.time is None:
         return False
     as_of = upper.time - 1
-    table = _open_or_create(path, schema)
+    table = open_or_create(path, nullable_delta_schema(schema), detail="state, not published")
     published = table.transaction_version(STATE_AS_OF)
     if published == as_of:
         return False
@@ -82,22 +80,16 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     files = write_files(rows, path, batch_id)
     actions = [remove_action(f) for f in published_files]
     actions += [add_action(f, data_change=True) for f in files]
+    metadata = commit_metadata("publish state", f"as of time {as_of}")
     try:
-        table.create_write_transaction(
-            actions,
-            mode="append",
-            schema=nullable_delta_schema(schema),
-            commit_properties=CommitProperties(
-                max_commit_retries=0,
-                app_transactions=[Transaction(STATE_AS_OF, as_of)],
-                custom_metadata={"userMetadata": f"reclock publish state: as of time {as_of}"},
-            ),
-        )
-    except CommitFailedError:
-        # A concurrent refresh won; its contents are the same snapshot or a newer one.
+        committed = commit_once(table, path, actions, [Transaction(STATE_AS_OF, as_of)], metadata)
+    except ShardStorageError as failure:
+        if failure.definitely_not_written:
+            delete_batches(path, [batch_id])
+        raise
+    if not committed:  # a concurrent refresh won: it published this snapshot or a newer one
         delete_batches(path, [batch_id])
-        return False
-    return True
+    return committed
 
 
 def _published_plus_changes(
@@ -118,12 +110,3 @@ def _published_plus_changes(
         F.lit(1).cast("long").alias(DIFF),
     )
     return consolidate(prior.unionByName(later), schema.fieldNames())
-
-
-def _open_or_create(path: str, schema: StructType) -> DeltaTable:
-    try:
-        table = DeltaTable(path)
-    except TableNotFoundError:
-        return DeltaTable.create(path, nullable_delta_schema(schema), mode="ignore")
-    check_table_features(table, path)
-    return table

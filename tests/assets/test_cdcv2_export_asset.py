@@ -31,14 +31,13 @@ from pyspark.sql import SparkSession
 from assets.cdcv2_export import export_key, export_window
 from assets.partitions import range_tags
 from assets.source_assets import output_key
-from cdc_core.cdcv2 import codec_json
-from cdc_core.cdcv2.columns import DataColumns
+from cdc_core.cdcv2 import DataColumns, codec_json
 from cdc_core.cdcv2.reference import read_all
 from cdc_core.config import Config, ReaderSettings, load_config
 from cdc_core.frontier import TimeFrontier
+from cdc_core.shard import ShardUsageError
 from cdc_core.shard.leases import LeaseBook, read_leases
-from cdc_core.shard.shard import ShardUsageError
-from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.source import SourcePipeline
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

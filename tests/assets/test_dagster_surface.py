@@ -43,8 +43,9 @@ from assets.partitions import closed_windows, range_tags, window_partitions
 from assets.source_assets import ARRIVALS_TAG
 from cdc_core.config import Config, ConfigError, parse_config
 from cdc_core.frontier import iso
-from cdc_core.ingest.registry import Registry
+from cdc_core.ingest import Registry
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
+from resources.lake import LakeResource
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 START_MS = int(START.timestamp() * 1000)
@@ -330,13 +331,14 @@ def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_chang
     config = deployment(tmp_path)
     definitions = build_definitions(config)
     sensor = definitions.resolve_sensor_def("new_dumps")
+    lake = {"lake": LakeResource(root=str(config.lake), landing=str(config.landing))}
     registry = Registry(config.lake / SOURCE / "dumps", SOURCE)
     first_dump = write_dump(config.landing / SOURCE / "a.json", FIRST_DUMP)
 
     # A fresh cursor on an empty lake: every closed window can change. The tick (or a
     # preview, the same evaluation) writes nothing: no lake, no registration.
     before = now_ms()
-    first = tick(sensor, DagsterInstance.ephemeral(), {}, None)
+    first = tick(sensor, DagsterInstance.ephemeral(), lake, None)
     after = now_ms()
     (request,) = first.run_requests
     assert request.run_key == f"windows:{KEYS[0]}..{KEYS[2]}@0"
@@ -346,7 +348,7 @@ def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_chang
     assert list(seen) == [str(first_dump)] and before <= seen[str(first_dump)] <= after
     assert not config.lake.exists() and registry.files() == []
     # Repeated on the same state, the request has the same run key: Dagster runs it once.
-    again = tick(sensor, DagsterInstance.ephemeral(), {}, None)
+    again = tick(sensor, DagsterInstance.ephemeral(), lake, None)
     assert [r.run_key for r in again.run_requests] == [request.run_key]
 
     # The run registers the file with the arrival time the sensor saw.
@@ -361,7 +363,7 @@ def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_chang
     # is asked for, though the cursor says it was requested already.
     late = write_dump(config.landing / SOURCE / "later" / "b.json", SECOND_DUMP)
     versions = {name: DeltaTable(str(config.lake / SOURCE / name)).version() for name in OUTPUTS}
-    second = tick(sensor, DagsterInstance.ephemeral(), {}, first.cursor)
+    second = tick(sensor, DagsterInstance.ephemeral(), lake, first.cursor)
     (request,) = second.run_requests
     assert request.run_key == f"windows:{KEYS[2]}..{KEYS[2]}@{BINDING_TIMES[1] + 1}"
     assert list(json.loads(request.tags[ARRIVALS_TAG])) == [str(late)]
@@ -371,7 +373,7 @@ def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_chang
     }
 
     # Nothing new since: no request; the file keeps its first sighting in the cursor.
-    third = tick(sensor, DagsterInstance.ephemeral(), {}, second.cursor)
+    third = tick(sensor, DagsterInstance.ephemeral(), lake, second.cursor)
     assert third.run_requests == [] and third.skip_message
     assert json.loads(third.cursor)["seen"] == json.loads(second.cursor)["seen"]
 

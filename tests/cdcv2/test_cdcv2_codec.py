@@ -21,10 +21,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from cdc_core.cdcv2 import codec_json
+from cdc_core.cdcv2 import MalformedMessage, Progress, Updates, codec_json
 from cdc_core.cdcv2.codec_avro import AvroCodec, cdc_schema
-from cdc_core.cdcv2.columns import DataColumns, UnsupportedColumnType
-from cdc_core.cdcv2.model import MalformedMessage, Progress, Updates
+from cdc_core.cdcv2.data_columns import DataColumns, UnsupportedColumnType
 from cdc_core.frontier import TimeFrontier
 
 SCHEMA = StructType(

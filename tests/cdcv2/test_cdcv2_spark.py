@@ -15,11 +15,9 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from cdc_core.cdcv2 import codec_json
+from cdc_core.cdcv2 import DataColumns, check_completeness, codec_json, read_stream
 from cdc_core.cdcv2.chain import CountDiscrepancy
 from cdc_core.cdcv2.codec_avro import AvroCodec
-from cdc_core.cdcv2.columns import DataColumns
-from cdc_core.cdcv2.completeness import check_completeness
 from cdc_core.cdcv2.export import export_shard, export_updates
 from cdc_core.cdcv2.model import (
     CountDisagreement,
@@ -32,11 +30,10 @@ from cdc_core.cdcv2.model import (
 )
 from cdc_core.cdcv2.reference import read_all
 from cdc_core.cdcv2.source_format import decode_cdcv2_dumps
-from cdc_core.cdcv2.spark_reader import read_stream
 from cdc_core.cdcv2.stream_files import Encoding, read_stream_files, write_stream
 from cdc_core.frontier import TimeFrontier
 from cdc_core.schemas import DUMP_RECORD
-from cdc_core.shard.shard import ProgressStatement, Shard, ShardUsageError
+from cdc_core.shard import ProgressStatement, Shard, ShardUsageError
 from tests.cdcv2.test_cdcv2_scramble import retile, scramble
 
 T = TimeFrontier.at

@@ -12,7 +12,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from cdc_core.checks.invariants import exactly_once, remap_monotone, state_is_set
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.schemas import RECLOCKED, REMAP
-from cdc_core.shard.shard import Shard
+from cdc_core.shard import Shard
 
 CHANGES = StructType([StructField("id", StringType()), StructField("v", StringType())])
 

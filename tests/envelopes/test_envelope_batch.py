@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_core.envelopes import apply_envelope, apply_upsert, output_schema
+from cdc_core.envelopes import EnvelopeBatch, apply_envelope, apply_upsert, output_schema
 from cdc_core.schemas import ERROR
 from tests.envelopes.test_envelope_support import (
     TOPIC,
@@ -20,7 +20,9 @@ from tests.envelopes.test_envelope_upsert import BAD_N, KEY, VALUE, v
 
 def test_one_key_moves_time_by_time_within_one_call(spark) -> None:
     records = {10: [(0, 0, 1, v("a", 1))], 20: [(0, 1, 1, v("b", 2))], 30: [(0, 2, 1, None)]}
-    result = apply_upsert(batch(spark, records), topic=TOPIC, key_schema=KEY, value_schema=VALUE)
+    result = apply_upsert(
+        EnvelopeBatch(batch(spark, records), topic=TOPIC, key_schema=KEY, value_schema=VALUE),
+    )
     assert timed_updates(result.changes) == sorted(
         [(1, "a", 1, 10, 1), (1, "a", 1, 20, -1), (1, "b", 2, 20, 1), (1, "b", 2, 30, -1)],
         key=repr,
@@ -39,12 +41,14 @@ def test_prior_content_is_replaced_at_each_slots_first_time_in_the_batch(spark) 
         30: [(0, 5, 3, v("c", 3))],
     }
     result = apply_upsert(
-        batch(spark, records),
-        topic=TOPIC,
-        key_schema=KEY,
-        value_schema=VALUE,
-        prior_changes=prior_changes,
-        prior_errors=prior_errors,
+        EnvelopeBatch(
+            batch(spark, records),
+            topic=TOPIC,
+            key_schema=KEY,
+            value_schema=VALUE,
+            prior_changes=prior_changes,
+            prior_errors=prior_errors,
+        ),
     )
     assert timed_updates(result.changes) == sorted(
         [(1, "a", 1, 10, 1), (2, "p", 0, 20, -1), (2, "q", 5, 20, 1), (3, "c", 3, 30, 1)],
@@ -64,17 +68,27 @@ def test_classic_debezium_needs_one_window_time(spark) -> None:
     with pytest.raises(ValueError, match="one window per call"):
         apply_envelope(
             "debezium",
-            batch(spark, {10: []}),
-            topic=TOPIC,
-            key_schema=KEY,
-            value_schema=output_schema("upsert", KEY, VALUE),
+            EnvelopeBatch(
+                batch(spark, {10: []}),
+                topic=TOPIC,
+                key_schema=KEY,
+                value_schema=output_schema("upsert", KEY, VALUE),
+            ),
         )
 
 
 def test_a_time_column_and_time_are_ambiguous(spark) -> None:
     with pytest.raises(ValueError, match="time column"):
         apply_upsert(
-            batch(spark, {10: []}), time=10, topic=TOPIC, key_schema=KEY, value_schema=VALUE
+            EnvelopeBatch(
+                batch(spark, {10: []}),
+                time=10,
+                topic=TOPIC,
+                key_schema=KEY,
+                value_schema=VALUE,
+            ),
         )
     with pytest.raises(ValueError, match="need time="):
-        apply_upsert(reclocked(spark, []), topic=TOPIC, key_schema=KEY, value_schema=VALUE)
+        apply_upsert(
+            EnvelopeBatch(reclocked(spark, []), topic=TOPIC, key_schema=KEY, value_schema=VALUE),
+        )

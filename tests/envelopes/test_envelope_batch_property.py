@@ -8,17 +8,29 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from functools import partial
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import StructType
 
-from cdc_core.envelopes import apply_debezium_upsert, apply_none, apply_upsert, output_schema
+from cdc_core.envelopes import (
+    EnvelopeBatch,
+    apply_debezium_upsert,
+    apply_none,
+    apply_upsert,
+    output_schema,
+)
 from cdc_core.schemas import ERROR
 from tests.envelopes.test_envelope_debezium_upsert import AFTER, ev, row
-from tests.envelopes.test_envelope_support import TOPIC, Run, accumulate, batch, timed_updates
+from tests.envelopes.test_envelope_support import (
+    TOPIC,
+    Run,
+    accumulate,
+    batch,
+    batched,
+    timed_updates,
+)
 from tests.envelopes.test_envelope_upsert import KEY, VALUE
 from tests.envelopes.test_envelope_upsert_property import bound_in, oracle, payload, streams
 
@@ -71,7 +83,7 @@ def test_one_call_equals_window_by_window(spark, envelope, stream, with_prior) -
     }
     times = sorted(windows)
     output = output_schema(envelope, KEY, value_schema)
-    run = Run(spark, output, partial(apply, key_schema=KEY, value_schema=value_schema))
+    run = Run(spark, output, batched(apply, key_schema=KEY, value_schema=value_schema))
     step = run.upsert_window if reads_prior else run.window
     # The windows before the batch only build its prior state (the shards).
     split = max(len(times) - MAX_BATCH, int(with_prior and len(times) > 1))
@@ -93,11 +105,13 @@ def test_one_call_equals_window_by_window(spark, envelope, stream, with_prior) -
         expected_errors += at(time, errors)
 
     result = apply(
-        batch(spark, {time: windows[time] for time in times[split:]}),
-        topic=TOPIC,
-        key_schema=KEY,
-        value_schema=value_schema,
-        **prior,
+        EnvelopeBatch(
+            batch(spark, {time: windows[time] for time in times[split:]}),
+            topic=TOPIC,
+            key_schema=KEY,
+            value_schema=value_schema,
+            **prior,
+        )
     )
     changes, errors = timed_updates(result.changes), timed_updates(result.errors)
     assert changes == sorted(expected_changes, key=repr)

@@ -4,13 +4,17 @@ snapshot dedup by key, the dedup state shard, and the seed's constraints."""
 from __future__ import annotations
 
 import json
-from functools import partial
 
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from cdc_core.envelopes import apply_debezium, has_constraint_violations, output_schema
-from tests.envelopes.test_envelope_support import Run, error, reclocked, updates
+from cdc_core.envelopes import (
+    EnvelopeBatch,
+    apply_debezium,
+    has_constraint_violations,
+    output_schema,
+)
+from tests.envelopes.test_envelope_support import Run, batched, error, reclocked, updates
 
 KEY = StructType([StructField("id", LongType())])
 AFTER = StructType([StructField("id", LongType()), StructField("name", StringType())])
@@ -23,7 +27,7 @@ LATE_SNAPSHOT = (
 
 @pytest.fixture
 def run(spark) -> Run:
-    apply = partial(apply_debezium, key_schema=KEY, value_schema=AFTER)
+    apply = batched(apply_debezium, key_schema=KEY, value_schema=AFTER)
     return Run(spark, output_schema("debezium", KEY, AFTER), apply)
 
 
@@ -160,7 +164,13 @@ def test_broken_constraints_give_error_rows_and_fail_the_check(spark) -> None:
         rec(9, pg("c", None, row(40, "s"), 40, 40)),
     ]
     result = apply_debezium(
-        reclocked(spark, stream), time=10, topic="t", key_schema=KEY, value_schema=AFTER
+        EnvelopeBatch(
+            reclocked(spark, stream),
+            time=10,
+            topic="t",
+            key_schema=KEY,
+            value_schema=AFTER,
+        ),
     )
     reasons = {(r["offset"], r["reason"]) for r in result.errors.collect()}
     assert reasons == {
@@ -193,6 +203,12 @@ def test_broken_constraints_give_error_rows_and_fail_the_check(spark) -> None:
 def test_a_clean_stream_passes_the_check(spark) -> None:
     stream = [rec(0, E1), rec(1, E2), rec(2, E1), rec(3, E2), rec(4, E3)]
     result = apply_debezium(
-        reclocked(spark, stream), time=10, topic="t", key_schema=KEY, value_schema=AFTER
+        EnvelopeBatch(
+            reclocked(spark, stream),
+            time=10,
+            topic="t",
+            key_schema=KEY,
+            value_schema=AFTER,
+        ),
     )
     assert not has_constraint_violations(result.errors)

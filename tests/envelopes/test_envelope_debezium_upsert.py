@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.envelopes import EnvelopeConfigError, apply_debezium_upsert, output_schema
-from tests.envelopes.test_envelope_support import Run, error
+from tests.envelopes.test_envelope_support import Run, batched, error
 
 KEY = StructType([StructField("id", LongType())])
 AFTER = StructType([StructField("id", LongType()), StructField("name", StringType())])
@@ -21,7 +19,7 @@ NO_OP = "unknown op: the value has no op, so it is not a Debezium change event"
 
 @pytest.fixture
 def run(spark) -> Run:
-    apply = partial(apply_debezium_upsert, key_schema=KEY, value_schema=AFTER)
+    apply = batched(apply_debezium_upsert, key_schema=KEY, value_schema=AFTER)
     return Run(spark, output_schema("debezium-upsert", KEY, AFTER), apply)
 
 

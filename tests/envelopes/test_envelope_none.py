@@ -12,7 +12,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from cdc_core.envelopes import EnvelopeConfigError, apply_envelope, apply_none
+from cdc_core.envelopes import EnvelopeBatch, EnvelopeConfigError, apply_envelope, apply_none
 from tests.envelopes.test_envelope_support import error, reclocked, updates
 
 KEY = StructType([StructField("id", LongType())])
@@ -29,7 +29,13 @@ def test_every_decodable_record_is_plus_one_and_tombstones_are_skipped(spark) ->
         (0, 4, 2, "[1, 2]"),
     ]
     result = apply_none(
-        reclocked(spark, records), time=10, topic="t", key_schema=KEY, value_schema=VALUE
+        EnvelopeBatch(
+            reclocked(spark, records),
+            time=10,
+            topic="t",
+            key_schema=KEY,
+            value_schema=VALUE,
+        ),
     )
     assert updates(result.changes, 10) == [(1, "a", 1, 2), (None, "b", None, 1)]
     assert updates(result.errors, 10) == [
@@ -41,11 +47,13 @@ def test_every_decodable_record_is_plus_one_and_tombstones_are_skipped(spark) ->
 def test_without_key_columns_the_key_is_ignored(spark) -> None:
     result = apply_envelope(
         "none",
-        reclocked(spark, [(0, 0, "not json", {"name": "a", "n": 1})]),
-        time=10,
-        topic="t",
-        key_schema=StructType([]),
-        value_schema=VALUE,
+        EnvelopeBatch(
+            reclocked(spark, [(0, 0, "not json", {"name": "a", "n": 1})]),
+            time=10,
+            topic="t",
+            key_schema=StructType([]),
+            value_schema=VALUE,
+        ),
     )
     assert updates(result.changes, 10) == [("a", 1, 1)]
     assert updates(result.errors, 10) == []
@@ -69,7 +77,13 @@ def test_what_not_matching_the_declared_schema_means(spark) -> None:
         (0, 6, 7, {"name": "x", "n": 2147483648}),
     ]
     result = apply_none(
-        reclocked(spark, records), time=10, topic="t", key_schema=KEY, value_schema=value
+        EnvelopeBatch(
+            reclocked(spark, records),
+            time=10,
+            topic="t",
+            key_schema=KEY,
+            value_schema=value,
+        ),
     )
     mismatch = "value decode error: value does not match the declared schema: "
     assert updates(result.changes, 10) == [(1, "5", 7, None, 1)]
@@ -92,5 +106,12 @@ def test_what_not_matching_the_declared_schema_means(spark) -> None:
 def test_an_unknown_envelope_is_a_config_error(spark) -> None:
     with pytest.raises(EnvelopeConfigError, match=r"one of none, upsert, debezium-upsert, "):
         apply_envelope(
-            "upsrt", reclocked(spark, []), time=1, topic="t", key_schema=KEY, value_schema=VALUE
+            "upsrt",
+            EnvelopeBatch(
+                reclocked(spark, []),
+                time=1,
+                topic="t",
+                key_schema=KEY,
+                value_schema=VALUE,
+            ),
         )

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DataType, LongType, StructField, StructType
 
-from cdc_core.envelopes import DEDUP_STATE, EnvelopeResult
+from cdc_core.envelopes import DEDUP_STATE, EnvelopeBatch, EnvelopeResult
 from cdc_core.schemas import ERROR, RECLOCKED
 
 TOPIC = "t"
@@ -86,6 +86,14 @@ def updates(df: DataFrame, time: int) -> list[tuple]:
 def error(partition: int, offset: int, key: object, reason: str, diff: int) -> tuple:
     """An expected ERROR update (file is always null for envelope errors)."""
     return (TOPIC, partition, offset, text(key), reason, None, diff)
+
+
+def batched(
+    apply: Callable[[EnvelopeBatch], EnvelopeResult], **fixed: object
+) -> Callable[..., EnvelopeResult]:
+    """``apply`` taking the records and the batch's other fields as keywords, ``fixed``
+    (e.g. the schemas) given once."""
+    return lambda records, **given: apply(EnvelopeBatch(records, **fixed, **given))
 
 
 def with_diff(schema: StructType) -> StructType:

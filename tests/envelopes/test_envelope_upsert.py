@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from cdc_core.envelopes import EnvelopeConfigError, apply_upsert, output_schema
+from cdc_core.envelopes import EnvelopeBatch, EnvelopeConfigError, apply_upsert, output_schema
 from tests.envelopes.test_envelope_support import (
     Run,
+    batched,
     dataframe,
     error,
     reclocked,
@@ -28,7 +27,7 @@ BAD_N = "value decode error: value does not match the declared schema: field 'n'
 
 @pytest.fixture
 def run(spark) -> Run:
-    apply = partial(apply_upsert, key_schema=KEY, value_schema=VALUE)
+    apply = batched(apply_upsert, key_schema=KEY, value_schema=VALUE)
     return Run(spark, output_schema("upsert", KEY, VALUE), apply)
 
 
@@ -178,12 +177,14 @@ def test_errors_written_by_other_stages_are_never_retracted(spark) -> None:
         "file string, diff long",
     )
     result = apply_upsert(
-        reclocked(spark, [(0, 1, 1, v("a", 1))]),
-        time=10,
-        topic="t",
-        key_schema=KEY,
-        value_schema=VALUE,
-        prior_errors=prior_errors,
+        EnvelopeBatch(
+            reclocked(spark, [(0, 1, 1, v("a", 1))]),
+            time=10,
+            topic="t",
+            key_schema=KEY,
+            value_schema=VALUE,
+            prior_errors=prior_errors,
+        ),
     )
     assert updates(result.errors, 10) == []
     assert updates(result.changes, 10) == [(1, "a", 1, 1)]
@@ -197,12 +198,14 @@ def test_prior_state_may_be_unconsolidated_history(spark) -> None:
         with_diff(output_schema("upsert", KEY, VALUE)),
     )
     result = apply_upsert(
-        reclocked(spark, [(0, 9, 1, None)]),
-        time=10,
-        topic="t",
-        key_schema=KEY,
-        value_schema=VALUE,
-        prior_changes=history,
+        EnvelopeBatch(
+            reclocked(spark, [(0, 9, 1, None)]),
+            time=10,
+            topic="t",
+            key_schema=KEY,
+            value_schema=VALUE,
+            prior_changes=history,
+        ),
     )
     assert updates(result.changes, 10) == [(1, "b", 2, -1)]
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from functools import partial
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_core.envelopes import apply_upsert, output_schema
-from tests.envelopes.test_envelope_support import TOPIC, Run
+from tests.envelopes.test_envelope_support import TOPIC, Run, batched
 from tests.envelopes.test_envelope_upsert import BAD_N, KEY, NULL_KEY, VALUE
 
 PARTITIONS = (0, 1)
@@ -106,7 +105,7 @@ def test_upsert_windows_equal_the_oracle_at_every_time(spark, stream) -> None:
     run = Run(
         spark,
         output_schema("upsert", KEY, VALUE),
-        partial(apply_upsert, key_schema=KEY, value_schema=VALUE),
+        batched(apply_upsert, key_schema=KEY, value_schema=VALUE),
     )
     previous_rows: Counter = Counter()
     for window in range(len(frontiers)):

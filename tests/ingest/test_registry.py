@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from cdc_core.ingest.dumps import list_dump_files
+from cdc_core.ingest import list_dump_files
 from cdc_core.ingest.registry import (
     DumpFileChanged,
     MissingDumpFile,

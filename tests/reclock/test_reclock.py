@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from cdc_core.ingest.registry import Registry
-from cdc_core.reclock.reclocking import ReclockedWindows
+from cdc_core.ingest import Registry
+from cdc_core.reclock import ReclockedWindows
 from tests.reclock.test_reclock_support import (
     Options,
     Rec,

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from cdc_core.ingest.registry import Registry
+from cdc_core.ingest import Registry
 from tests.reclock.test_reclock_support import (
     Options,
     Rec,

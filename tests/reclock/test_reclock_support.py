@@ -10,12 +10,10 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from cdc_core.ingest.dumps import list_dump_files
-from cdc_core.ingest.registry import Registry
-from cdc_core.reclock.reclocking import ReclockedWindows, append_new, reclock_windows
-from cdc_core.reclock.remap import Windows
+from cdc_core.ingest import Registry, list_dump_files
+from cdc_core.reclock import ReclockedWindows, Windows, reclock_windows
 from cdc_core.schemas import RECLOCKED, REMAP
-from cdc_core.shard.shard import Shard
+from cdc_core.shard import Shard
 
 
 @dataclass(frozen=True)
@@ -126,7 +124,7 @@ def run_windows(
         run = reclock_windows(
             spark, source, registry, remap, lower, windows, reported=frozenset(reported)
         )
-        append_new(reclocked, run.reclocked.records, lower, windows.end + 1)
+        reclocked.append(run.reclocked.records, lower, windows.end + 1)
         reported |= {row["file"] for row in run.reclocked.errors.select("file").collect()}
         done.append(run)
     return done

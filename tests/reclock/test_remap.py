@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.ingest.registry import Registry
+from cdc_core.ingest import Registry
 from cdc_core.reclock.remap import (
     MisalignedWindow,
     NonMonotoneBinding,
@@ -21,7 +21,7 @@ from cdc_core.reclock.remap import (
     visible_at,
 )
 from cdc_core.schemas import REMAP
-from cdc_core.shard.shard import Shard
+from cdc_core.shard import Shard
 from tests.reclock.test_reclock_support import Options, Rec, register_new, write_dump
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.frontier import TimeFrontier
-from cdc_core.shard.shard import Shard
+from cdc_core.shard import Shard
 
 KV = StructType([StructField("k", StringType()), StructField("v", LongType())])
 ROUND_WIDTH = 10

@@ -20,9 +20,10 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.config import Config, load_config
 from cdc_core.frontier import TimeFrontier
+from cdc_core.shard import Shard
 from cdc_core.shard.delta_io import UnsupportedTableFeature
-from cdc_core.shard.shard import UPPER, Shard
-from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.shard.handle import UPPER
+from cdc_core.source import SourcePipeline
 from cdc_core.source.state import STATE_AS_OF, refresh_state
 from pipelines.cli import main, materialize
 from pipelines.sample import write_sample

@@ -18,8 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.frontier import TimeFrontier
-from cdc_core.ingest.registry import Registry
-from cdc_core.shard import delta_io
+from cdc_core.ingest import Registry
+from cdc_core.shard import Shard, ShardUsageError, delta_io
 from cdc_core.shard.leases import (
     LEASES_KEY,
     READER,
@@ -32,7 +32,6 @@ from cdc_core.shard.leases import (
     read_leases,
     reading,
 )
-from cdc_core.shard.shard import Shard, ShardUsageError
 from cdc_core.source.resumption import UpstreamCommit, retire
 from pipelines.cli import main
 from tests.reclock.test_reclock_support import (

@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 
 from cdc_core.checks.invariants import completeness
 from cdc_core.frontier import TimeFrontier
-from cdc_core.shard.shard import (
+from cdc_core.shard import (
     ProgressStatement,
     Shard,
     ShardStorageError,

@@ -15,7 +15,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from cdc_core.frontier import TimeFrontier
-from cdc_core.shard.shard import ProgressStatement, Shard
+from cdc_core.shard import ProgressStatement, Shard
 from tests.shard.shard_workers import CRASH_BATCH, KV, ROUND_WIDTH, WORKERS, race_rows
 
 WORKER_SCRIPT = str(Path(__file__).with_name("shard_workers.py"))

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.frontier import TimeFrontier
-from cdc_core.shard.shard import Shard, UpperMismatch
+from cdc_core.shard import Shard, UpperMismatch
 
 KV = StructType([StructField("k", StringType()), StructField("v", LongType())])
 UPDATE_DDL = "k string, v long, time long, diff long"

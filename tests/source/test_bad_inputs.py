@@ -22,7 +22,7 @@ import yaml
 from deltalake import DeltaTable
 
 from cdc_core.config import Config, load_config
-from cdc_core.source.pipeline import OUTPUTS, SourcePipeline
+from cdc_core.source import OUTPUTS, SourcePipeline
 from pipelines.cli import materialize, statuses
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the config's start

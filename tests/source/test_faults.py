@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from cdc_core.config import Config, load_config
-from cdc_core.reclock.remap import Windows
-from cdc_core.shard.shard import ShardStorageError
-from cdc_core.source.pipeline import OUTPUTS, SourcePipeline
+from cdc_core.reclock import Windows
+from cdc_core.shard import ShardStorageError
+from cdc_core.source import OUTPUTS, SourcePipeline
 from pipelines.cli import materialize
 from pipelines.sample import write_sample
 from tests.lake_rows import table_rows

@@ -13,9 +13,9 @@ from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, load_config
 from cdc_core.phases import PhaseEvent, observing
-from cdc_core.reclock.remap import Windows, mint_bindings
+from cdc_core.reclock import Windows, mint_bindings
 from cdc_core.shard.leases import WRITER, read_leases
-from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.source import SourcePipeline
 from pipelines.sample import write_sample
 
 WINDOWS = 4  # of the sample's eight: enough for history, short enough for a test

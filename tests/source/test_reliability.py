@@ -29,13 +29,12 @@ from pyspark.sql import SparkSession
 
 from assets.cdcv2_export import ABANDONED_AFTER_S, export_window
 from assets.partitions import range_tags
-from cdc_core.cdcv2 import codec_json
-from cdc_core.cdcv2.columns import DataColumns
+from cdc_core.cdcv2 import DataColumns, codec_json
 from cdc_core.cdcv2.reference import read_all
 from cdc_core.config import Config, load_config
 from cdc_core.frontier import TimeFrontier
-from cdc_core.reclock.remap import Windows
-from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.reclock import Windows
+from cdc_core.source import SourcePipeline
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.cli import main, materialize
 

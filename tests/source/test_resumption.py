@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.ingest.registry import MissingDumpFile, Registry
+from cdc_core.ingest import MissingDumpFile, Registry
 from cdc_core.reclock.remap import visible_at
 from cdc_core.source.resumption import (
     ResumptionFrontiers,

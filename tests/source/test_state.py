@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.frontier import TimeFrontier
-from cdc_core.shard.shard import Shard
+from cdc_core.shard import Shard
 from cdc_core.source.state import STATE_AS_OF, refresh_state
 
 DATA = StructType([StructField("id", LongType()), StructField("name", StringType())])

@@ -25,7 +25,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.cdcv2 import codec_json
 from cdc_core.cdcv2.codec_avro import AvroCodec
-from cdc_core.cdcv2.columns import DataColumns
+from cdc_core.cdcv2.data_columns import DataColumns
 from cdc_core.cdcv2.model import MalformedMessage, Message, Progress, Updates
 from cdc_core.cdcv2.records import progress_from_value, to_value
 from cdc_core.schemas import ERROR

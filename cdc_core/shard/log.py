@@ -1,0 +1,202 @@
+"""The Delta log as a compare-and-set register: the one way reclock commits to a table.
+
+Invariant: every commit is attempted once, at the version the caller's handle read
+(``max_commit_retries=0``: never a blind retry), and carries a unique commit id. When the
+call fails the log is re-read, and the commit counts as done iff its id is in a newer
+version; so each attempt ends definite: committed, conflicted (another commit took the
+version, and the caller decides again on the new state) or not written. Only a log that
+cannot even be re-read leaves the outcome unknown, and the error says so.
+
+Frontiers (a shard's upper and since, a table's published time) are Delta app-transaction
+versions, so they move in the same commit as the data they describe.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import DeltaError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+
+from cdc_core.frontier import TimeFrontier
+from cdc_core.shard import delta_io
+from cdc_core.shard.delta_io import check_table_features
+
+# Commit metadata keys (Delta commitInfo): what a commit did, the id that lets a writer
+# recognise its own commit after an ambiguous failure, and the CDCv2 progress statement.
+OPERATION_KEY = "reclock.operation"
+COMMIT_ID_KEY = "reclock.commit"
+PROGRESS_KEY = "reclock.progress"
+USER_METADATA_KEY = "userMetadata"
+
+# The empty frontier ("finished") is its own app id, so no magic time stands for it.
+EMPTY_SUFFIX = ".empty"
+
+LOCATION_FAILURES = (DeltaError, OSError, PySparkException, Py4JError)
+
+
+class ShardStorageError(RuntimeError):
+    """The storage location failed. ``definitely_not_written`` says whether the write is
+    known not to have happened (safe to retry blindly) or is indeterminate."""
+
+    def __init__(self, message: str, *, definitely_not_written: bool) -> None:
+        super().__init__(message)
+        self.definitely_not_written = definitely_not_written
+
+
+@contextmanager
+def location_failure(action: str) -> Iterator[None]:
+    """Turn a failure of the storage location during ``action``, which commits nothing,
+    into a ShardStorageError that says the write definitely did not happen."""
+    try:
+        yield
+    except LOCATION_FAILURES as failure:
+        raise ShardStorageError(f"{action} failed: {failure}", definitely_not_written=True) from (
+            failure
+        )
+
+
+def commit_metadata(
+    operation: str, detail: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Commit info: machine-readable keys, a fresh commit id, and ``userMetadata``, the
+    column in which delta-spark's DESCRIBE HISTORY shows what each reclock commit did."""
+    return {
+        OPERATION_KEY: operation,
+        COMMIT_ID_KEY: uuid.uuid4().hex,
+        USER_METADATA_KEY: f"reclock {operation}: {detail}",
+        **(extra or {}),
+    }
+
+
+def frontier_transactions(app_id: str, frontier: TimeFrontier) -> list[Transaction]:
+    """The app transaction that stores ``frontier`` under ``app_id``."""
+    if frontier.is_empty:
+        return [Transaction(app_id + EMPTY_SUFFIX, 1)]
+    return [Transaction(app_id, frontier.time)]
+
+
+def read_frontier(table: DeltaTable, app_id: str) -> TimeFrontier:
+    """The frontier stored under ``app_id`` at the table's loaded version ([0] if none)."""
+    if table.transaction_version(app_id + EMPTY_SUFFIX):
+        return TimeFrontier.empty()
+    return TimeFrontier.at(table.transaction_version(app_id) or 0)
+
+
+def commit_once(
+    table: DeltaTable,
+    path: str,
+    actions: Sequence[AddAction | RemoveAction],
+    app_transactions: Sequence[Transaction],
+    metadata: Mapping[str, Any],
+) -> bool:
+    """Attempt one commit at ``table``'s loaded version; ``metadata`` comes from
+    ``commit_metadata``. Returns True when it is in the log, False when another commit
+    took the version (``table`` then holds the newer state); raises ShardStorageError
+    when it is definitely not written, or when the log cannot be re-read to tell.
+    ``table`` is up to date with the log afterwards in every outcome but the last."""
+    read_version = table.version()
+    properties = CommitProperties(
+        max_commit_retries=0, app_transactions=list(app_transactions), custom_metadata=metadata
+    )
+    try:
+        table.create_write_transaction(
+            list(actions), "append", table.schema(), commit_properties=properties
+        )
+    except LOCATION_FAILURES as failure:
+        if _landed(table, path, read_version, metadata[COMMIT_ID_KEY], failure):
+            return True
+        if table.version() == read_version:
+            raise ShardStorageError(
+                f"commit to {path} failed: {failure}", definitely_not_written=True
+            ) from failure
+        return False
+    try:
+        table.update_incremental()
+    except LOCATION_FAILURES as failure:
+        raise ShardStorageError(
+            f"committed to {path} but could not re-read the log: {failure}",
+            definitely_not_written=False,
+        ) from failure
+    return True
+
+
+def _landed(
+    table: DeltaTable, path: str, read_version: int, commit_id: str, failure: Exception
+) -> bool:
+    """After a failed commit call: re-read the log and report whether the commit is in
+    it anyway (e.g. it landed and a later step failed)."""
+    try:
+        table.update_incremental()
+        newer = table.version() - read_version
+        history = table.history(limit=newer) if newer > 0 else []
+    except LOCATION_FAILURES as unreadable:
+        raise ShardStorageError(
+            f"commit to {path} failed ({failure}) and the log could not be re-read "
+            f"({unreadable}): the commit may or may not have happened",
+            definitely_not_written=False,
+        ) from unreadable
+    return any(entry.get(COMMIT_ID_KEY) == commit_id for entry in history)
+
+
+def open_or_create(
+    location: str,
+    schema: DeltaSchema,
+    *,
+    detail: str,
+    configuration: Mapping[str, str] | None = None,
+    app_transactions: Sequence[Transaction] = (),
+) -> DeltaTable:
+    """Load the table at ``location``, creating it (with ``app_transactions`` in its first
+    commit) when missing; a concurrent creator winning the race is fine. A table using a
+    Delta feature reclock cannot honour is refused before anything is read."""
+    with location_failure(f"opening {location}"):
+        if not DeltaTable.is_deltatable(location):
+            properties = CommitProperties(
+                app_transactions=list(app_transactions),
+                custom_metadata=commit_metadata("create", detail),
+            )
+            try:
+                DeltaTable.create(
+                    location,
+                    schema,
+                    mode="error",
+                    configuration=dict(configuration or {}),
+                    commit_properties=properties,
+                )
+            except DeltaError:
+                if not DeltaTable.is_deltatable(location):
+                    raise
+        table = DeltaTable(location)
+    check_table_features(table, location)
+    return table
+
+
+def append_rows(path: str, rows: pa.Table, operation: str, detail: str) -> None:
+    """Append driver-held ``rows`` (a few rows of metadata, never data) to the plain Delta
+    table at ``path``, creating it with their schema; columns the table lacks (it was
+    written by an older reclock) are added first. Appends commute, so a conflict is
+    simply attempted again on the new version; every attempt's outcome is definite."""
+    table = open_or_create(path, DeltaSchema.from_arrow(rows.schema), detail="empty")
+    present = set(table.schema().to_arrow().names)
+    missing = [field for field in rows.schema if field.name not in present]
+    if missing:
+        table.alter.add_columns(list(DeltaSchema.from_arrow(pa.schema(missing)).fields))
+    batch_id = uuid.uuid4().hex
+    written = delta_io.write_arrow(path, rows, batch_id)
+    add = [delta_io.add_action(written, data_change=True)]
+    try:
+        while not commit_once(table, path, add, [], commit_metadata(operation, detail)):
+            pass
+    except ShardStorageError as failure:
+        if failure.definitely_not_written:
+            delta_io.delete_batches(path, [batch_id])
+        raise

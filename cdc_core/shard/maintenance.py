@@ -1,0 +1,131 @@
+"""The maintenance role of a shard handle: since, compaction and garbage collection.
+
+Invariant: maintenance changes no snapshot a reader may still take. The since moves only
+as far as live readers' holds allow; compaction rewrites only what is before since
+(forwarded to it) or merges small files; gc removes only files no live reader pins and
+no live writer is staging.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from deltalake.transaction import AddAction, RemoveAction
+from pyspark.sql import functions as F
+
+from cdc_core.frontier import TimeFrontier
+from cdc_core.shard import delta_io, leases
+from cdc_core.shard.delta_io import DataFile, WrittenFile
+from cdc_core.shard.handle import SINCE, ShardHandle, ShardUsageError
+from cdc_core.shard.log import (
+    ShardStorageError,
+    commit_metadata,
+    frontier_transactions,
+    location_failure,
+)
+from cdc_core.updates import TIME, consolidate
+
+# Physical compaction aims at files of about this size; files under half of it are small.
+COMPACTED_FILE_BYTES = 128 * 1024 * 1024
+
+
+class ShardMaintainer(ShardHandle):
+    """Bounds history: ``downgrade_since``, ``compact``, ``gc``."""
+
+    def downgrade_since(self, since: TimeFrontier) -> TimeFrontier:
+        """Give up reading at times before ``since`` (monotone; a regression is a usage
+        error). Compaction may then forward older updates to the since. The since moves
+        only as far as the live readers' holds allow (their meet); returns where it is."""
+        self.refresh()
+        if not self._since <= since:
+            raise ShardUsageError(f"since may only advance: it is {self._since}, not {since}")
+        while True:
+            holds = leases.read_leases(self.path, self._table)
+            target = since.meet(holds.hold())
+            if not self._since < target:
+                return self._since
+            committed = self._commit(
+                [],
+                frontier_transactions(SINCE, target),
+                commit_metadata("downgrade_since", f"since {self._since} -> {target}"),
+                still_valid=lambda pointer=holds.pointer, target=target: (
+                    self._since < target
+                    and self._table.transaction_version(leases.LEASES_APP_ID) == pointer
+                ),
+            )
+            if committed:
+                return self._since
+
+    def compact(self) -> None:
+        """Logical (advance times < since to since, consolidate, drop zeros) and physical
+        (fewer, larger files) compaction; changes no snapshot at or after since."""
+        self.refresh()
+        since = self._since
+        inputs = _compaction_inputs(self._files(), since)
+        if not inputs:
+            return
+        batch_id = delta_io.new_batch_id(self.writer)
+        outputs: tuple[WrittenFile, ...] = ()
+        if not since.is_empty:  # an empty since means nobody may ever read: keep nothing
+            outputs = self._rewrite(inputs, since.time, batch_id)
+        replaced = {f.path for f in inputs}
+        actions: list[AddAction | RemoveAction] = [delta_io.remove_action(f) for f in inputs]
+        actions += [delta_io.add_action(f, data_change=False) for f in outputs]
+        committed = self._commit(
+            actions,
+            [],
+            commit_metadata("compact", f"{len(inputs)} file(s) -> {len(outputs)}, since {since}"),
+            still_valid=lambda: replaced <= {f.path for f in self._files()},
+        )
+        if not committed:
+            delta_io.delete_batches(self.path, [batch_id])
+
+    def gc(self, retention_hours: float = 1.0) -> list[str]:
+        """Remove files no live reader can read and no live writer is staging (Delta
+        vacuum, bounded by the holds); returns the removed paths.
+
+        Never removes a file of the current version, nor of any version a live reader
+        pins, nor a live registered writer's staging. Beyond that, files removed from the
+        table (or staged by an unregistered writer) more than ``retention_hours`` ago go,
+        and so does the staging of a registered writer whose lease ran out."""
+        if retention_hours < 0:
+            raise ShardUsageError(f"retention must not be negative: {retention_hours}")
+        with location_failure(f"garbage-collecting {self.path}"):
+            self._reload()  # never judge references by a stale version
+            removed = leases.collectable_files(
+                self.path, self._table, self._files(), int(retention_hours * 3_600_000)
+            )
+            for path in removed:
+                os.remove(os.path.join(self.path, path))
+            delta_io.remove_empty_folders(self.path)
+            self._reload()
+        return sorted(removed)
+
+    def _rewrite(
+        self, inputs: Sequence[DataFile], since: int, batch_id: str
+    ) -> tuple[WrittenFile, ...]:
+        """Forward times before ``since`` to it, consolidate and write about
+        COMPACTED_FILE_BYTES per file."""
+        rows = delta_io.read_files(self._spark, self.path, inputs, self._schema)
+        forwarded = rows.withColumn(TIME, F.greatest(F.col(TIME), F.lit(since).cast("long")))
+        files = max(1, sum(f.size for f in inputs) // COMPACTED_FILE_BYTES)
+        compacted = consolidate(forwarded, self.data_schema.names).coalesce(files)
+        try:
+            with location_failure(f"compacting {self.path}"):
+                return delta_io.write_files(compacted, self.path, batch_id)
+        except ShardStorageError:
+            delta_io.delete_batches(self.path, [batch_id])
+            raise
+
+
+def _compaction_inputs(files: Sequence[DataFile], since: TimeFrontier) -> list[DataFile]:
+    """Every file holding times before since, rewritten together so that updates cancelling
+    once forwarded meet and vanish (files starting at since are left alone, or compacted
+    output would be rewritten forever), plus small files when at least two can be merged."""
+    historical = [f for f in files if since.is_empty or f.may_hold_times(None, since.time - 1)]
+    taken = {f.path for f in historical}
+    small = [f for f in files if f.size < COMPACTED_FILE_BYTES // 2 and f.path not in taken]
+    if historical:
+        return historical + small
+    return small if len(small) >= 2 else []

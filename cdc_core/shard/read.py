@@ -1,0 +1,123 @@
+"""The read role of a shard handle: snapshots, listens and the progress record.
+
+Invariant: a read at ``t`` requires ``since <= t < upper``: it is then exact (compaction
+never changes a snapshot at or after since) and final (no later append writes at ``t``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from cdc_core.frontier import TimeFrontier
+from cdc_core.shard.handle import ShardHandle, ShardUsageError
+from cdc_core.shard.log import PROGRESS_KEY, location_failure
+from cdc_core.updates import DIFF, TIME
+
+
+@dataclass(frozen=True)
+class ProgressStatement:
+    """CDCv2 progress recorded with every commit: the number of distinct
+    ``(data, time)`` updates at each time in ``[lower, upper)`` (zero counts omitted)."""
+
+    lower: TimeFrontier
+    upper: TimeFrontier
+    counts: tuple[tuple[int, int], ...]
+    version: int
+
+
+class ShardReader(ShardHandle):
+    """Reads at complete, uncompacted times; Spark for data, the driver for metadata."""
+
+    def snapshot(self, as_of: int) -> DataFrame:
+        """Consolidated contents at ``as_of``: data columns + ``time`` (= as_of) + ``diff``
+        (summed, zeros dropped). Requires since <= as_of < upper (ShardUsageError naming
+        the violated bound otherwise)."""
+        self._check_since(as_of, "as_of")
+        self._check_complete(as_of, "as_of")
+        data = self.data_schema.names
+        rows = self._read(None, as_of).where(F.col(TIME) <= as_of)
+        totals = rows.groupBy(*data).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
+        return totals.select(*data, F.lit(as_of).cast("long").alias(TIME), DIFF)
+
+    def size(self, as_of: int) -> int:
+        """The number of records at ``as_of`` (the sum of its snapshot's diffs), from the
+        ``time`` and ``diff`` columns alone: no consolidation by data is needed, since
+        updates that cancel sum to zero anyway."""
+        self._check_since(as_of, "as_of")
+        self._check_complete(as_of, "as_of")
+        rows = self._read(None, as_of).where(F.col(TIME) <= as_of)
+        return rows.agg(F.sum(DIFF)).first()[0] or 0
+
+    def listen(self, as_of: int, until: int | None = None) -> DataFrame:
+        """Updates with as_of < time <= until (until defaults to upper - 1; to everything
+        when the shard is finished): data columns + time + diff. Requires since <= as_of
+        and until < upper."""
+        self._check_since(as_of, "as_of")
+        if until is None:
+            until = None if self._upper.is_empty else self._upper.time - 1
+        else:
+            self._check_complete(until, "until")
+        if until is not None and until < as_of:
+            raise ShardUsageError(f"until {until} is before as_of {as_of}")
+        selected: Column = F.col(TIME) > as_of
+        if until is not None:
+            selected &= F.col(TIME) <= until
+        return self._read(as_of + 1, until).where(selected)
+
+    def updates_through(self, until: int) -> pa.Table:
+        """Every stored update at times ``<= until``, read on the driver without a Spark
+        job: for shards small enough to be metadata, like the remap, where a job would cost
+        far more than the read. Updates before since carry their own time or since, as
+        compaction left them. Requires since <= until < upper."""
+        self._check_since(until, "until")
+        self._check_complete(until, "until")
+        schema = to_arrow_schema(self._schema, timezone="UTC")
+        files = self._files_holding(None, until)
+        with location_failure(f"reading {self.path}"):
+            tables = [
+                pq.read_table(os.path.join(self.path, f.path), filters=[(TIME, "<=", until)])
+                for f in files
+            ]
+        return pa.concat_tables(
+            [schema.empty_table(), *(t.select(schema.names).cast(schema) for t in tables)]
+        )
+
+    def progress(self) -> list[ProgressStatement]:
+        """The progress statements recorded by every commit, oldest first."""
+        with location_failure(f"reading the history of {self.path}"):
+            history = self._table.history()
+        return [
+            ProgressStatement(
+                lower=_frontier_from_json(statement["lower"]),
+                upper=_frontier_from_json(statement["upper"]),
+                counts=tuple((time, count) for time, count in statement["counts"]),
+                version=entry["version"],
+            )
+            for entry in reversed(history)
+            if (statement := entry.get(PROGRESS_KEY)) is not None
+        ]
+
+    def _check_since(self, time: int, name: str) -> None:
+        if not self._since.less_equal(time):
+            raise ShardUsageError(
+                f"{name} {time} is before since {self._since}: history there is compacted"
+            )
+
+    def _check_complete(self, time: int, name: str) -> None:
+        if self._upper.less_equal(time):
+            self.refresh()  # the shard may have moved on since this handle last looked
+        if self._upper.less_equal(time):
+            raise ShardUsageError(
+                f"{name} {time} is not before upper {self._upper}: not complete yet"
+            )
+
+
+def _frontier_from_json(time: int | None) -> TimeFrontier:
+    return TimeFrontier.empty() if time is None else TimeFrontier.at(time)

@@ -1,0 +1,208 @@
+"""The write role of a shard handle: appends that move the upper with the data.
+
+Invariant: an append commits updates at times in ``[lower, new upper)`` and the new
+upper in one compare-and-set commit, iff the upper is still ``lower``; staged files that
+are not committed are deleted (or collected by gc), so no reader ever sees them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from cdc_core.frontier import TimeFrontier
+from cdc_core.shard import delta_io, leases
+from cdc_core.shard.delta_io import WrittenFile
+from cdc_core.shard.handle import UPPER, ShardHandle, ShardUsageError
+from cdc_core.shard.log import (
+    PROGRESS_KEY,
+    ShardStorageError,
+    commit_metadata,
+    frontier_transactions,
+    location_failure,
+)
+from cdc_core.updates import TIME, consolidate
+
+
+@dataclass(frozen=True)
+class UpperMismatch:
+    """Returned (not raised) by compare_and_append when the shard's upper moved."""
+
+    expected: TimeFrontier
+    actual: TimeFrontier
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """Consolidated updates written as Parquet under the table folder but not committed:
+    invisible to readers until ``commit``. gc removes them if nobody ever does: once the
+    registered writer's lease ran out, or after the retention for an unregistered one."""
+
+    batch_id: str
+    files: tuple[WrittenFile, ...]
+    counts: tuple[tuple[int, int], ...]  # distinct updates per time, ascending
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether the batch holds no update."""
+        return not self.files
+
+
+def check_advance(lower: TimeFrontier, upper: TimeFrontier) -> None:
+    """A frontier never moves backwards (ShardUsageError)."""
+    if not lower <= upper:
+        raise ShardUsageError(f"upper {upper} is before lower {lower}")
+
+
+def _check_times(staged: StagedBatch, lower: TimeFrontier, upper: TimeFrontier) -> None:
+    """Every update time must lie in [lower, upper); checked on the files' footers."""
+    if any(f.null_times for f in staged.files):
+        raise ShardUsageError("updates contain a null time")
+    if any(f.null_diffs for f in staged.files):
+        raise ShardUsageError("updates contain a null diff")
+    if staged.is_empty:
+        return
+    earliest = min(f.min_time for f in staged.files if f.min_time is not None)
+    latest = max(f.max_time for f in staged.files if f.max_time is not None)
+    if not lower.less_equal(earliest):
+        raise ShardUsageError(f"update time {earliest} is before the lower bound {lower}")
+    if upper.less_equal(latest):
+        raise ShardUsageError(f"update time {latest} is not before the new upper {upper}")
+
+
+class ShardWriter(ShardHandle):
+    """Appends: linearizable (``compare_and_append``) or idempotent (``append``)."""
+
+    def compare_and_append(
+        self,
+        updates: DataFrame,
+        expected_upper: TimeFrontier,
+        new_upper: TimeFrontier,
+    ) -> UpperMismatch | None:
+        """Linearizable append: commit ``updates`` (data columns + time + diff) and move
+        the upper to ``new_upper`` iff the current upper equals ``expected_upper``.
+        Updates are consolidated per (data, time) before writing (zero diffs dropped).
+        All times must lie in [expected_upper, new_upper) (ShardUsageError otherwise).
+        Returns None on success, UpperMismatch(actual upper) when the upper moved."""
+        check_advance(expected_upper, new_upper)
+        self.refresh()
+        if self._upper != expected_upper:
+            return UpperMismatch(expected_upper, self._upper)
+        return self.commit(self.stage(updates), expected_upper, new_upper)
+
+    def append(
+        self,
+        updates: DataFrame,
+        lower: TimeFrontier | int,
+        upper: TimeFrontier | int,
+        *,
+        consolidated: bool = False,
+    ) -> dict[int, int] | None:
+        """Append for replicated writers of identical definite data: a batch whose
+        [lower, upper) is already covered by the shard's upper is a no-op (None) that
+        writes nothing; a batch with lower == current upper is committed and its distinct
+        updates per time are returned; a gap is a usage error. When the upper lies inside
+        the batch, only the updates at times not yet covered are written: the rest is
+        already there, because the data is definite. ``consolidated``: the caller vouches
+        for one row per (data, time) without zero diffs, which spares a shuffle (the
+        completeness check still recounts it). Plain ints stand for ``[lower]``/``[upper]``."""
+        lower, upper = _frontier(lower), _frontier(upper)
+        check_advance(lower, upper)
+        while True:
+            self.refresh()
+            current = self._upper
+            if upper <= current:
+                return None
+            if not lower <= current:
+                raise ShardUsageError(
+                    f"batch [{lower}, {upper}) would leave a gap after the upper {current}"
+                )
+            uncovered = updates if lower == current else updates.where(F.col(TIME) >= current.time)
+            staged = self.stage(uncovered, consolidated=consolidated)
+            if self.commit(staged, current, upper) is None:
+                return dict(staged.counts)
+
+    def stage(self, updates: DataFrame, *, consolidated: bool = False) -> StagedBatch:
+        """The first half of compare_and_append: consolidate ``updates`` (unless the caller
+        says they are) and write them as Parquet under the table folder (Spark), then
+        describe them from their footers."""
+        conformed = self._conform(updates)
+        if not consolidated:
+            conformed = consolidate(conformed, self.data_schema.names)
+        batch_id = delta_io.new_batch_id(self.writer)
+        try:
+            with location_failure(f"writing updates under {self.path}"):
+                files = delta_io.write_files(conformed, self.path, batch_id)
+                counts = delta_io.count_by_time(self._spark, self.path, files, self._schema)
+        except ShardStorageError:
+            delta_io.delete_batches(self.path, [batch_id])
+            raise
+        return StagedBatch(batch_id, files, tuple(sorted(counts.items())))
+
+    def commit(
+        self, staged: StagedBatch, expected_upper: TimeFrontier, new_upper: TimeFrontier
+    ) -> UpperMismatch | None:
+        """The second half of compare_and_append (driver only): commit ``staged`` and move
+        the upper to ``new_upper`` iff the upper is ``expected_upper``, checked against
+        the version this handle last read. Staged files that are not committed are deleted."""
+        try:
+            check_advance(expected_upper, new_upper)
+            _check_times(staged, expected_upper, new_upper)
+        except ShardUsageError:
+            self.discard(staged)
+            raise
+        if self._upper != expected_upper:
+            self.refresh()  # the handle may merely be behind
+        if self._upper != expected_upper:
+            self.discard(staged)
+            return UpperMismatch(expected_upper, self._upper)
+        if staged.is_empty and new_upper == expected_upper:
+            return None  # nothing to record: a heartbeat
+        self._writer_live()
+        progress = {
+            "lower": expected_upper.time,
+            "upper": new_upper.time,
+            "counts": [list(count) for count in staged.counts],
+        }
+        committed = self._commit(
+            [delta_io.add_action(f, data_change=True) for f in staged.files],
+            frontier_transactions(UPPER, new_upper),
+            commit_metadata(
+                "append",
+                f"upper {expected_upper} -> {new_upper}, {len(staged.files)} file(s)",
+                {PROGRESS_KEY: progress},
+            ),
+            still_valid=lambda: self._upper == expected_upper and self._writer_live(),
+        )
+        if committed:
+            return None
+        self.discard(staged)
+        return UpperMismatch(expected_upper, self._upper)
+
+    def discard(self, staged: StagedBatch) -> None:
+        """Delete the files of a batch that will not be committed."""
+        delta_io.delete_batches(self.path, [staged.batch_id])
+
+    def _writer_live(self) -> bool:
+        """Raises LeaseExpired when this handle's registered writer's lease ran out."""
+        if self.writer is not None:
+            leases.check_writer(self.path, self._table, self.writer)
+        return True
+
+    def _conform(self, updates: DataFrame) -> DataFrame:
+        """The updates in the shard's column order and types (safe casts only)."""
+        missing = [c for c in self._schema.names if c not in updates.columns]
+        extra = [c for c in updates.columns if c not in self._schema.names]
+        if missing or extra:
+            raise ShardUsageError(f"updates lack columns {missing} and have extra {extra}")
+        try:
+            return updates.to(self._schema)
+        except PySparkException as failure:
+            raise ShardUsageError(f"updates do not fit the shard schema: {failure}") from failure
+
+
+def _frontier(bound: TimeFrontier | int) -> TimeFrontier:
+    return bound if isinstance(bound, TimeFrontier) else TimeFrontier.at(bound)

@@ -1,0 +1,31 @@
+"""Differential updates: rows of data columns plus ``time`` (IntoTime) and ``diff``.
+
+Invariant: a collection of updates means the multiset whose count of each record at time
+``t`` is the sum of the diffs of its updates at times ``<= t``; consolidation keeps that
+meaning while leaving one row per (data, time) and no zero diff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+TIME = "time"
+DIFF = "diff"
+
+
+def consolidate(
+    updates: DataFrame, data_columns: Sequence[str], *, by_time: bool = True
+) -> DataFrame:
+    """One row per (data, time) with the summed diff, zero sums dropped; ``by_time=False``
+    sums across times too (updates without a ``time`` column, e.g. one snapshot).
+
+    A group holding a null diff keeps a null diff, so that a shard's validation rejects
+    it instead of the sum silently skipping it. Names are matched exactly (dots and
+    spaces included)."""
+    keys = [F.col(f"`{name}`") for name in data_columns] + ([F.col(TIME)] if by_time else [])
+    diff = F.col(DIFF)
+    summed = F.when(F.count(F.lit(1)) == F.count(diff), F.sum(diff)).cast("long").alias(DIFF)
+    return updates.groupBy(*keys).agg(summed).where(diff.isNull() | (diff != 0))
