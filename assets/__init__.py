@@ -1,0 +1,1 @@
+"""Dagster assets and asset checks: thin wrappers that run ``cdc_core`` per source."""

@@ -52,6 +52,7 @@ PUBLISH_ATTEMPTS = 20
 
 
 def export_key(source: str) -> AssetKey:
+    """The asset key of a source's CDCv2 export of ``changes``."""
     return output_key(source, "changes_cdcv2")
 
 
@@ -67,6 +68,7 @@ class WindowExport:
     progress_statements: int
 
     def summary(self) -> str:
+        """One log line: the window, its counts, its times in ISO UTC and its folder."""
         return (
             f"window {self.key}: {self.updates} update(s), {self.progress_statements} "
             f"progress statement(s), times [{iso(self.start + 1)}, {iso(self.end + 1)}) "

@@ -76,6 +76,7 @@ def to_result(
     severity: AssetCheckSeverity,
     config: Config,
 ) -> AssetCheckResult:
+    """A check outcome as Dagster's result, naming the window(s) it judged."""
     start, end = window
     return AssetCheckResult(
         passed=outcome.passed,

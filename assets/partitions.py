@@ -28,14 +28,17 @@ def window_partitions(config: Config) -> TimeWindowPartitionsDefinition:
 
 
 def to_datetime(ms: int) -> datetime:
+    """Epoch milliseconds as an aware UTC datetime."""
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def to_ms(moment: datetime) -> int:
+    """An aware datetime as epoch milliseconds (IntoTime)."""
     return int(moment.timestamp() * 1000)
 
 
 def window_bounds(window: TimeWindow) -> tuple[int, int]:
+    """A Dagster time window as IntoTime bounds ``(start, end)``."""
     return to_ms(window.start), to_ms(window.end)
 
 

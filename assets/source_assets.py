@@ -52,6 +52,7 @@ DESCRIPTIONS = {
 
 
 def output_key(source: str, output: str) -> AssetKey:
+    """The asset key of one output table of a source: ``[source, output]``."""
     return AssetKey([source, output])
 
 
@@ -153,11 +154,13 @@ class Backlog:
 
     @classmethod
     def of(cls, registry: Registry) -> "Backlog":
+        """Registered end offsets and newest Kafka timestamp, read from the registry alone."""
         files = registry.files()
         newest = max((s.max_ts for f in files for s in f.partitions), default=None)
         return cls(registry.end_offsets(files), newest)
 
     def offsets_behind(self, frontier: OffsetFrontier) -> int:
+        """Registered offsets that ``frontier`` leaves for later windows."""
         return sum(max(self.ends[p] - frontier[p], 0) for p in self.ends.partitions)
 
     def seconds_behind(self, end_ms: int) -> float:
@@ -234,5 +237,6 @@ SHARD_COLUMNS = (
 
 
 def column_schema(schema: StructType, *, shard: bool) -> TableSchema:
+    """A table's columns for the UI (``time``/``diff`` appended for shards)."""
     columns = [TableColumn(name=f.name, type=f.dataType.simpleString()) for f in schema]
     return TableSchema(columns=columns + (list(SHARD_COLUMNS) if shard else []))

@@ -107,6 +107,7 @@ class ConfigError(ValueError):
 
     @property
     def field(self) -> str:
+        """The field named by the first problem (what a caller shows first)."""
         return self.problems[0].field
 
 
@@ -439,10 +440,12 @@ class ReaderSettings(_Section):
 
     @property
     def lease_ms(self) -> int:
+        """``lease`` in milliseconds."""
         return duration_ms(self.lease)
 
     @property
     def warn_after_ms(self) -> int:
+        """``warn_after`` in milliseconds."""
         return duration_ms(self.warn_after)
 
 
@@ -521,10 +524,12 @@ class SourceConfig(_Section):
 
     @property
     def key_schema(self) -> StructType:
+        """The key columns as a Spark schema."""
         return to_struct_type(self.key)
 
     @property
     def value_schema(self) -> StructType:
+        """The value columns as a Spark schema."""
         return to_struct_type(self.value)
 
     @property
@@ -601,6 +606,7 @@ class Config(_Section):
 
     @property
     def window_ms(self) -> int:
+        """``window`` in milliseconds."""
         return duration_ms(self.window)
 
     @property
@@ -609,6 +615,7 @@ class Config(_Section):
         return window_cron(self.window_ms)
 
     def source(self, name: str) -> SourceConfig:
+        """The source named ``name``; KeyError listing the configured names otherwise."""
         for source in self.sources:
             if source.name == name:
                 return source

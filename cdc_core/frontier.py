@@ -30,18 +30,22 @@ class TimeFrontier:
 
     @classmethod
     def minimum(cls) -> TimeFrontier:
+        """The frontier before any time: nothing is complete."""
         return cls(0)
 
     @classmethod
     def at(cls, time: int) -> TimeFrontier:
+        """The frontier ``[time]``: every time before ``time`` is complete."""
         return cls(int(time))
 
     @classmethod
     def empty(cls) -> TimeFrontier:
+        """The empty frontier: every time is complete (the collection is finished)."""
         return cls(None)
 
     @property
     def is_empty(self) -> bool:
+        """True iff the frontier is empty (finished)."""
         return self.time is None
 
     def less_equal(self, time: int) -> bool:
@@ -57,9 +61,11 @@ class TimeFrontier:
         return self <= other and self != other
 
     def join(self, other: TimeFrontier) -> TimeFrontier:
+        """The later of the two frontiers (least upper bound)."""
         return other if self <= other else self
 
     def meet(self, other: TimeFrontier) -> TimeFrontier:
+        """The earlier of the two frontiers (greatest lower bound)."""
         return self if self <= other else other
 
     def __str__(self) -> str:
@@ -88,6 +94,7 @@ class OffsetFrontier:
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[int, int]]) -> OffsetFrontier:
+        """The frontier of ``(partition, next offset)`` pairs."""
         return cls(dict(pairs))
 
     def __getitem__(self, partition: int) -> int:
@@ -95,6 +102,7 @@ class OffsetFrontier:
 
     @property
     def partitions(self) -> list[int]:
+        """The partitions the frontier names (others are at offset 0)."""
         return list(self.offsets)
 
     def contains(self, partition: int, offset: int) -> bool:
@@ -114,10 +122,12 @@ class OffsetFrontier:
         return hash(tuple(self.offsets.items()))
 
     def join(self, other: OffsetFrontier) -> OffsetFrontier:
+        """Per partition the larger next offset (least upper bound)."""
         keys = set(self.offsets) | set(other.offsets)
         return OffsetFrontier({p: max(self[p], other[p]) for p in keys})
 
     def meet(self, other: OffsetFrontier) -> OffsetFrontier:
+        """Per partition the smaller next offset (greatest lower bound)."""
         keys = set(self.offsets) | set(other.offsets)
         return OffsetFrontier({p: min(self[p], other[p]) for p in keys})
 

@@ -32,6 +32,7 @@ class PhaseEvent:
 
     @property
     def ended(self) -> bool:
+        """True for the event that closes a phase (it carries the phase's seconds)."""
         return self.seconds is not None
 
 

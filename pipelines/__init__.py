@@ -1,0 +1,1 @@
+"""Dagster definitions (job, schedule, sensor) and the ``reclock`` command line."""

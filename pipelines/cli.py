@@ -118,6 +118,7 @@ def _instance() -> DagsterInstance:
 
 
 def statuses(config: Config, only: str | None = None) -> list[SourceStatus]:
+    """Every source's status (or the one named ``only``)."""
     spark = get_spark(config.spark.master, config.spark.conf)
     return [
         SourcePipeline.from_config(spark, config, source).status()
@@ -127,6 +128,7 @@ def statuses(config: Config, only: str | None = None) -> list[SourceStatus]:
 
 
 def print_summary(config: Config) -> None:
+    """One line per source: windows done, upper, state rows and current errors."""
     print(f"{'source':<12}{'windows':>9}  {'upper':<26}{'state rows':>11}{'errors':>8}")
     for status in statuses(config):
         print(
@@ -145,6 +147,7 @@ def print_retired(source: str, report: RetireReport) -> None:
 
 
 def print_inspection(config: Config, source: str | None) -> None:
+    """``reclock inspect``: frontiers, lag and tables of each source."""
     for status in statuses(config, source):
         print(status.describe())
         print()
@@ -205,6 +208,7 @@ def manage_reader(config: Config, args: argparse.Namespace) -> None:
 
 
 def parse_lease(text: str) -> int:
+    """A positive duration (``30m``) in milliseconds; argparse error otherwise."""
     try:
         lease_ms = duration_ms(text)
     except ValueError:
@@ -219,10 +223,12 @@ WORKDIR_HELP = "folder for the demo's dumps, config, lake and Dagster instance (
 
 
 def parse_time(text: str) -> int:
+    """An ISO time (``Z`` accepted) as epoch milliseconds."""
     return to_ms(datetime.fromisoformat(text.replace("Z", "+00:00")))
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``reclock`` command line; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="reclock", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     sample = commands.add_parser("sample", help="write the demo dumps and config")

@@ -44,6 +44,7 @@ def held(upper: TimeFrontier) -> str:
 
 
 def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
+    """The ``new_dumps`` sensor: asks for the closed windows new dump files can still change."""
     @sensor(
         name="new_dumps",
         job_name=job_name,
@@ -94,6 +95,7 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
 
 
 def window_schedule(config: Config, job_name: str) -> ScheduleDefinition:
+    """The ``latest_closed_window`` schedule: the window that just closed, until ``end``."""
     @schedule(
         name="latest_closed_window",
         job_name=job_name,

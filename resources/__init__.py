@@ -1,0 +1,1 @@
+"""Dagster resources: the Spark session and the lake, through which assets open a source."""

@@ -85,6 +85,7 @@ class AvroCodec:
         return to_value(message, self.columns)
 
     def message(self, value: object) -> Message:
+        """One decoded container value: an array of updates or a progress record."""
         if isinstance(value, list):
             return updates_from_value(value, self.columns, unwrap_unions=False)
         return progress_from_value(value)
@@ -119,6 +120,7 @@ class AvroCodec:
         fastavro.writer(out, self.schema, (self.value(m) for m in messages), codec="deflate")
 
     def read_container(self, source: BinaryIO) -> Iterator[Message]:
+        """The messages of one Avro container file, in order; damage: ``MalformedMessage``."""
         try:
             for value in fastavro.reader(source, self.schema):
                 yield self.message(value)

@@ -20,11 +20,13 @@ _PROGRESS_KEYS = {"progress", "com.materialize.cdc.progress"}
 
 
 def encode(message: Message, columns: DataColumns) -> str:
+    """One message as a single JSON line (``{"updates": [...]}`` or ``{"progress": {...}}``)."""
     key = "updates" if isinstance(message, Updates) else "progress"
     return json.dumps({key: to_value(message, columns)}, separators=(",", ":"))
 
 
 def decode(text: str, columns: DataColumns) -> Message:
+    """The message of one JSON line; anything else raises ``MalformedMessage``."""
     try:
         envelope = json.loads(text)
     except (json.JSONDecodeError, TypeError) as error:

@@ -36,6 +36,7 @@ class CompletenessReport:
 
     @property
     def complete(self) -> bool:
+        """True iff every time below ``upper`` is covered and its updates match their counts."""
         return self.upper <= self.covered and not self.discrepancies and not self.duplicated_times
 
 

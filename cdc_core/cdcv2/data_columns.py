@@ -68,12 +68,15 @@ class DataColumns:
 
     @property
     def names(self) -> list[str]:
+        """The data columns' names, in schema order (the order of a ``Data`` tuple)."""
         return [field.name for field in self.schema.fields]
 
     def avro_type(self, name: str) -> str:
+        """The Avro type a column is encoded as."""
         return _KINDS[type(self.schema[name].dataType)].avro
 
     def to_record(self, data: Data) -> dict[str, object]:
+        """A ``Data`` tuple as a record keyed by column name (the encoded row)."""
         return dict(zip(self.names, data, strict=True))
 
     def from_record(self, record: object, unwrap_unions: bool = False) -> Data:

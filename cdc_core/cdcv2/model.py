@@ -75,13 +75,16 @@ class ProgressLike(Protocol):
     """Anything shaped like a progress statement (e.g. the shard's ``ProgressStatement``)."""
 
     @property
-    def lower(self) -> TimeFrontier: ...
+    def lower(self) -> TimeFrontier:
+        """Times before this are not described by the message."""
 
     @property
-    def upper(self) -> TimeFrontier: ...
+    def upper(self) -> TimeFrontier:
+        """Times at or after this are not described by the message."""
 
     @property
-    def counts(self) -> tuple[tuple[int, int], ...]: ...
+    def counts(self) -> tuple[tuple[int, int], ...]:
+        """Distinct updates per time, as ``(time, count)`` pairs."""
 
 
 @dataclass(frozen=True)

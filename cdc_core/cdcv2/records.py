@@ -16,6 +16,7 @@ ProgressValue = dict[str, object]
 
 
 def to_value(message: Message, columns: DataColumns) -> UpdatesValue | ProgressValue:
+    """A message as the plain value both codecs encode (a list of updates or a progress record)."""
     if isinstance(message, Updates):
         return [
             {"data": columns.to_record(data), "time": time, "diff": diff}
@@ -29,6 +30,7 @@ def to_value(message: Message, columns: DataColumns) -> UpdatesValue | ProgressV
 
 
 def updates_from_value(value: object, columns: DataColumns, unwrap_unions: bool) -> Updates:
+    """The updates of a decoded value; shape errors raise ``MalformedMessage`` naming the field."""
     if not isinstance(value, list):
         raise MalformedMessage(f"updates must be an array, got {value!r}")
     updates = []
@@ -40,6 +42,7 @@ def updates_from_value(value: object, columns: DataColumns, unwrap_unions: bool)
 
 
 def progress_from_value(value: object) -> Progress:
+    """The progress statement of a decoded value; shape errors raise ``MalformedMessage``."""
     record = _record(value, ("lower", "upper", "counts"), "progress")
     lower = _frontier(record["lower"], "lower")
     upper = _frontier(record["upper"], "upper")

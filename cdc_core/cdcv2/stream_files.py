@@ -32,6 +32,7 @@ DEFAULT_BATCH_SIZE = 1000
 
 
 class Encoding(Enum):
+    """How a stream's files are encoded; the value is the files' suffix."""
     JSON = ".jsonl"
     AVRO = ".avro"
 

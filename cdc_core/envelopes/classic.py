@@ -114,6 +114,7 @@ def state_rows(rows: DataFrame, entry: str, **columns: Column) -> DataFrame:
 
 
 def position_text(position: Column) -> Column:
+    """A source position as ``(a, b, ...)`` text, for error messages."""
     parts = [position[name].cast("string") for name in POSITION.names]
     return F.concat(F.lit("("), F.concat_ws(", ", *parts), F.lit(")"))
 

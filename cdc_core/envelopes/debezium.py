@@ -91,6 +91,7 @@ def event_problem(image: str) -> Column:
 
 
 def truncate_problem() -> Column:
+    """The reason a TRUNCATE event is refused (null for any other op)."""
     return F.when(
         F.col("event_error").isNull() & (F.col("op") == TRUNCATE_OP),
         reason(

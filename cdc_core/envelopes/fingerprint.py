@@ -38,11 +38,13 @@ def fingerprint(envelope: str, key_schema: StructType, value_schema: StructType)
 
 
 def describe_field(field: StructField) -> str:
+    """A column's type as stored in a fingerprint (``bigint not null``)."""
     nullable = "" if field.nullable else " not null"
     return f"{field.dataType.simpleString()}{nullable}"
 
 
 def schema_drift(label: str, old: StructType, new: StructType) -> list[str]:
+    """What changed from ``old`` to ``new`` columns, one line per change (empty: compatible)."""
     old_fields = {f.name: f for f in old.fields}
     new_fields = {f.name: f for f in new.fields}
     changes = [f"{label} column {name!r} removed" for name in old_fields if name not in new_fields]

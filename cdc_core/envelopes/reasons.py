@@ -47,6 +47,7 @@ def reason(category: str, detail: Column | str) -> Column:
 
 
 def category_of(reason_column: Column) -> Column:
+    """The category of an error reason: the text before its first ``": "``."""
     return F.substring_index(reason_column, ": ", 1)
 
 

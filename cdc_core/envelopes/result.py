@@ -30,6 +30,7 @@ class EnvelopeResult:
     cached: tuple[DataFrame, ...] = ()
 
     def release(self) -> None:
+        """Unpersist the frames cached while computing the result (after it is appended)."""
         for frame in self.cached:
             frame.unpersist()
 
@@ -56,4 +57,5 @@ def prior_updates(spark: SparkSession, prior: DataFrame | None, schema: StructTy
 
 
 def negated(updates: DataFrame) -> DataFrame:
+    """The same updates with every diff negated (retractions of what was asserted)."""
     return updates.withColumn("diff", -F.col("diff"))

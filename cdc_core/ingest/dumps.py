@@ -85,6 +85,7 @@ class DumpFile:
 
     @classmethod
     def unreadable(cls, path: str, problem: str) -> DumpFile:
+        """A path that could not be read, registered with its problem so it is reported once."""
         return cls(path, -1, -1, problem)
 
 
@@ -118,10 +119,12 @@ class DumpRead:
 
     @property
     def records(self) -> DataFrame:
+        """The lines that decoded to a record, as ``DUMP_RECORD`` rows."""
         return self.lines.where(F.col("reason").isNull()).select(*DUMP_RECORD.names)
 
     @property
     def errors(self) -> DataFrame:
+        """The lines that failed or were dropped, as ``ERROR`` rows with their source position."""
         failed = self.lines.where(F.col("reason").isNotNull()).select(*ERROR.names)
         dropped = self.lines.where(F.col("dropped").isNotNull()).select(
             *(F.col("dropped" if name == "reason" else name).alias(name) for name in ERROR.names)

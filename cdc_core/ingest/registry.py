@@ -122,6 +122,7 @@ class RegisteredFile:
         )
 
     def describe(self) -> str:
+        """The file's offset ranges per partition, for error messages."""
         ranges = ", ".join(
             f"partition {s.partition} offsets {s.min_offset}..{s.max_offset}"
             for s in self.partitions
@@ -204,6 +205,7 @@ class CanonicalReads:
         return canonical
 
     def release(self) -> None:
+        """Unpersist every canonical read cached by this run."""
         for _, _, canonical in self._reads:
             canonical.lines.unpersist()
         self._reads.clear()

@@ -54,16 +54,20 @@ class ReclockSource(Protocol):
     """The per-source options reclocking needs (``cdc_core.config.SourceConfig`` has them)."""
 
     @property
-    def topic(self) -> str: ...
+    def topic(self) -> str:
+        """The Kafka topic whose offsets are bound."""
 
     @property
-    def reclock(self) -> str: ...
+    def reclock(self) -> str:
+        """The minting policy (``arrival`` or ``event-time``)."""
 
     @property
-    def allow_offset_gaps(self) -> bool: ...
+    def allow_offset_gaps(self) -> bool:
+        """Whether a binding may skip offsets missing from the dumps (compacted topics)."""
 
     @property
-    def start_offsets(self) -> OffsetFrontier | Mapping[int, int] | None: ...
+    def start_offsets(self) -> OffsetFrontier | Mapping[int, int] | None:
+        """Where each partition starts when no binding exists yet."""
 
 
 class RemapError(ValueError):
@@ -91,6 +95,7 @@ def configured_starts(source: ReclockSource) -> dict[int, int]:
 
 
 def start_offset(source: ReclockSource, partition: int) -> int:
+    """The configured start offset of ``partition`` (0 when not configured)."""
     return configured_starts(source).get(partition, 0)
 
 
@@ -147,10 +152,12 @@ class Windows:
 
     @classmethod
     def one(cls, start: int, end: int) -> Windows:
+        """The single window ``[start, end)``."""
         return cls(start, end, end - start)
 
     @property
     def ends(self) -> list[int]:
+        """Each window's end, in time order (its binding time is ``end``)."""
         return list(range(self.start + self.width, self.end + 1, self.width))
 
     def from_end(self, end: int) -> Windows:
@@ -383,6 +390,7 @@ class RangeBindings:
 
     @property
     def top(self) -> OffsetFrontier:
+        """The frontier bound at the range's last time."""
         return self.at(None)
 
     def at(self, time: int | None) -> OffsetFrontier:
@@ -393,6 +401,7 @@ class RangeBindings:
 
     @classmethod
     def read(cls, remap: Shard, lower: int, upper: int) -> RangeBindings:
+        """The bindings of ``[lower, upper)`` from the remap; usage error when not yet bound."""
         remap_upper = remap.refresh().upper
         if not TimeFrontier.at(upper) <= remap_upper:
             raise ShardUsageError(f"remap is bound only up to {remap_upper}, not to {upper}")

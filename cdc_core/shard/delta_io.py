@@ -221,6 +221,7 @@ def _footer_columns(meta: pq.FileMetaData) -> dict[str, _ColumnFooter]:
 
 
 def add_action(file: WrittenFile, *, data_change: bool) -> AddAction:
+    """The Delta Add action that makes a written file part of the table."""
     return AddAction(
         path=file.path,
         size=file.size,
@@ -232,6 +233,7 @@ def add_action(file: WrittenFile, *, data_change: bool) -> AddAction:
 
 
 def remove_action(file: DataFile) -> RemoveAction:
+    """The Delta Remove action that drops a file from the table (its bytes stay for gc)."""
     return RemoveAction(
         path=file.path,
         data_change=False,

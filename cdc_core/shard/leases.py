@@ -77,9 +77,11 @@ class Registration:
 
     @property
     def expires_ms(self) -> int:
+        """Log time (ms) at which the lease runs out unless renewed."""
         return self.renewed_ms + self.lease_ms
 
     def stored(self) -> dict[str, Any]:
+        """The registration as stored in the commit info (holder and kind are its keys)."""
         kept = {"lease_ms": self.lease_ms, "renewed": self.renewed_version}
         if self.kind == READER:
             kept |= {"since": self.since, "version": self.version}
@@ -97,6 +99,7 @@ class Leases:
     registrations: dict[str, Registration] = field(default_factory=dict)
 
     def live(self, kind: str | None = None) -> list[Registration]:
+        """Registrations whose lease has not run out at the log's time, of one kind or all."""
         return [
             r
             for r in self.registrations.values()
@@ -104,6 +107,7 @@ class Leases:
         ]
 
     def expired(self) -> list[Registration]:
+        """Registrations whose lease ran out at the log's time."""
         return [r for r in self.registrations.values() if r.expires_ms <= self.log_ms]
 
     def hold(self) -> TimeFrontier:
@@ -114,10 +118,12 @@ class Leases:
         return held
 
     def oldest_pinned_version(self) -> int | None:
+        """The oldest table version a live reader pins (None: no pin)."""
         pins = [r.version for r in self.live(READER) if r.version is not None]
         return min(pins) if pins else None
 
     def live_writers(self) -> set[str]:
+        """Holders of live writer leases (gc keeps their staging)."""
         return {r.holder for r in self.live(WRITER)}
 
 
@@ -231,9 +237,11 @@ class LeaseBook:
 
     @classmethod
     def of(cls, shard: Shard) -> LeaseBook:
+        """The lease book of an open shard."""
         return cls(shard.path, shard)
 
     def read(self) -> Leases:
+        """The registrations as of the log's latest version."""
         self._table.update_incremental()
         return read_leases(self.path, self._table)
 
@@ -468,6 +476,7 @@ class Hold:
     age_ms: int
 
     def describe(self) -> str:
+        """One line for ``reclock readers``: holder, since, expiry in log time, what it pins."""
         r = self.registration
         since = "-" if r.since is None else iso(r.since)
         state = "live" if self.live else "EXPIRED"

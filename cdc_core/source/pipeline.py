@@ -85,6 +85,7 @@ class WindowReport:
     errors_out: int
 
     def summary(self) -> str:
+        """One line for logs: the window, its binding and its figures."""
         verb = "bound" if self.minted else "reused binding"
         return (
             f"{self.source} window [{iso(self.start)}, {iso(self.end)}): {verb} {self.frontier}; "
@@ -95,6 +96,7 @@ class WindowReport:
 
 @dataclass(frozen=True)
 class TableStatus:
+    """One table of a source, as ``reclock inspect`` shows it."""
     path: Path
     schema: StructType
     version: int
@@ -122,16 +124,19 @@ class SourceStatus:
 
     @property
     def upper(self) -> TimeFrontier:
+        """Where the source's outputs stand (the resumption timestamp)."""
         return self.inspection.resumption.timestamp
 
     @property
     def windows_done(self) -> int:
+        """How many configured windows the outputs hold."""
         upper = self.upper.time
         if upper is None or upper <= self.start_ms:
             return 0
         return (upper - 1 - self.start_ms) // self.window_ms
 
     def describe(self) -> str:
+        """What ``reclock inspect`` prints: frontiers, lag, and each table's version and rows."""
         lines = [self.inspection.describe(), "  tables:"]
         for name, table in self.tables.items():
             lines.append(
@@ -408,11 +413,13 @@ class SourcePipeline:
         return current_rows(self.changes.snapshot(as_of), self.source.output_schema)
 
     def inspect(self) -> SourceInspection:
+        """Frontiers and lag of the source, from the logs and the registry."""
         return inspect_source(
             self.source.name, self.remap, self.outputs, self.registry, self.upstream
         )
 
     def status(self) -> SourceStatus:
+        """The inspection plus every table's version, rows and schema."""
         inspection = self.inspect()
         tables = {
             "remap": _table_status(self.remap),

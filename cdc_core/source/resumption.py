@@ -237,6 +237,7 @@ class SourceInspection:
         return not any(self.lag.values()) and not self.damaged
 
     def describe(self) -> str:
+        """What ``reclock inspect`` prints for the remap: frontiers and per-partition lag."""
         lines = [
             f"source {self.source}: remap upper {self.remap_upper.iso()}, "
             f"since {self.remap_since.iso()}",
