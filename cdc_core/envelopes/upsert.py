@@ -23,6 +23,9 @@ shuffled.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -47,7 +50,6 @@ from cdc_core.envelopes.reasons import (
 )
 from cdc_core.envelopes.result import (
     EnvelopeResult,
-    column,
     negated,
     prior_updates,
 )
@@ -154,12 +156,13 @@ def apply_commands(
     if prior_changes is not None:
         # At a slot's first time its prior content (the consolidated history of the keys
         # the batch touches) is replaced: only that part needs consolidating.
-        first_keys = first.filter(F.col("key_value").isNotNull()).select("key_value.*", "time")
-        replaced = (
-            prior_updates(commands.sparkSession, prior_changes, output)
-            .join(F.broadcast(first_keys), on=key_schema.names)
-            .select(*[column(name) for name in output.names], "time", "diff")
-        )
+        # Key columns may be null (a key is a record, null fields included): null-safe.
+        first_keys = first.filter(F.col("key_value").isNotNull()).select("key_value", "time")
+        prior = prior_updates(commands.sparkSession, prior_changes, output)
+        same_key = [prior[name].eqNullSafe(F.col("key_value")[name]) for name in key_schema.names]
+        replaced = prior.join(
+            F.broadcast(first_keys), on=functools.reduce(operator.and_, same_key)
+        ).select(*[prior[name] for name in output.names], "time", "diff")
         first_rows = consolidate(negated(replaced).unionByName(first_rows), output.names)
     changes = changes.unionByName(first_rows)
     previous_errors = error_rows(
