@@ -71,6 +71,8 @@ COLUMN_TYPES: dict[str, DataType] = {
     "date": DateType(),
 }
 TYPE_ALIASES = {"long": "bigint"}
+# The column types a CDCv2 stream's rows can hold (the Materialize CDC Avro schema's).
+CDCV2_COLUMN_TYPES = ("string", "int", "bigint", "double", "boolean")
 
 MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 60 * MS_PER_MINUTE
@@ -183,15 +185,6 @@ def _one_of(vocabulary: type[StrEnum]) -> BeforeValidator:
             raise _problem(f"must be one of {names} (got {value!r})") from None
 
     return BeforeValidator(check)
-
-
-def _implemented(format: Format) -> Format:
-    """The pipeline reads every dump as plain JSON, so CDCv2 topics would be misread."""
-    if format is not Format.JSON:
-        raise _problem(
-            f"only json is implemented for sources; {format} topics cannot be ingested yet"
-        )
-    return format
 
 
 def _column_name(value: Any) -> str:
@@ -317,12 +310,7 @@ Topic = Annotated[
     WithJsonSchema({"type": "string", "pattern": f"^{_KAFKA_TOPIC.pattern}$"}),
 ]
 Flag = Annotated[bool, BeforeValidator(_flag)]
-SourceFormat = Annotated[
-    Format,
-    _one_of(Format),
-    AfterValidator(_implemented),
-    WithJsonSchema({"enum": [Format.JSON.value]}),
-]
+SourceFormat = Annotated[Format, _one_of(Format), WithJsonSchema({"enum": list(Format)})]
 Folder = Annotated[
     Path, BeforeValidator(_absolute), WithJsonSchema({"type": "string", "minLength": 1})
 ]
@@ -446,6 +434,9 @@ class ReaderSettings(_Section):
         return duration_ms(self.warn_after)
 
 
+_CDCV2_FORMATS = [str(f) for f in Format if f.cdcv2]
+
+
 class SourceConfig(_Section):
     """One Kafka topic turned into one set of Delta tables under <lake>/<name>.
 
@@ -453,12 +444,23 @@ class SourceConfig(_Section):
     ``bigint``), in declaration order.
     """
 
+    # Editors judge the format/envelope pairing as ``_envelope_rules`` does.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"format": {"enum": _CDCV2_FORMATS}}, "required": ["format"]},
+            "then": {"properties": {"envelope": {"const": str(Envelope.MATERIALIZE)}}},
+            "else": {"properties": {"envelope": {"not": {"const": str(Envelope.MATERIALIZE)}}}},
+        }
+    )
+
     name: Identifier
     """The source's name (an identifier): its tables live under <lake>/<name>."""
     topic: Topic
     """The Kafka topic; its dumps are read from <landing>/<topic>/."""
     format: SourceFormat = Format.JSON
-    """How dump payloads are encoded: json (cdcv2-json and cdcv2-avro are not implemented)."""
+    """How dump payloads are encoded: json records, or a CDCv2 stream (cdcv2-json, or
+    cdcv2-avro: base64 of Confluent-framed Avro of the Materialize CDC schema), whose
+    envelope is materialize."""
     key: Columns = Field(default_factory=dict)
     """Key columns (name: type), in order; needed by every envelope but none."""
     value: Annotated[Columns, AfterValidator(_some_columns)] = Field(
@@ -484,6 +486,28 @@ class SourceConfig(_Section):
     def _envelope_rules(self) -> SourceConfig:
         """Rules tying the envelope to the key and value columns."""
         problems: list[Located] = []
+        if self.format.cdcv2 != (self.envelope is Envelope.MATERIALIZE):
+            problems.append(
+                (
+                    ("envelope",),
+                    f"format {self.format} needs envelope materialize"
+                    if self.format.cdcv2
+                    else f"envelope materialize reads CDCv2 streams: format must be "
+                    f"{Format.CDCV2_JSON} or {Format.CDCV2_AVRO} (got {self.format})",
+                    str(self.envelope),
+                )
+            )
+        if self.envelope is Envelope.MATERIALIZE:
+            if self.key:
+                problems.append(
+                    (("key",), "a CDCv2 stream has no key: its rows are its data", self.key)
+                )
+            problems += [
+                (("value", name), f"type {kind} cannot be carried by a CDCv2 stream "
+                 f"(supported: {', '.join(CDCV2_COLUMN_TYPES)})", kind)
+                for name, kind in self.value.items()
+                if kind not in CDCV2_COLUMN_TYPES
+            ]
         if self.envelope.keyed and not self.key:
             problems.append(
                 (("key",), f"envelope {self.envelope} needs at least one key column", self.key)

@@ -10,11 +10,16 @@ from enum import StrEnum
 
 
 class Format(StrEnum):
-    """How a topic's dump payloads are encoded."""
+    """How a topic's dump payloads are encoded: plain records, or a CDCv2 stream (one
+    message per record; such a topic's envelope is ``materialize``)."""
 
     JSON = "json"
     CDCV2_JSON = "cdcv2-json"
     CDCV2_AVRO = "cdcv2-avro"
+
+    @property
+    def cdcv2(self) -> bool:
+        return self is not Format.JSON
 
 
 class Envelope(StrEnum):
@@ -24,11 +29,13 @@ class Envelope(StrEnum):
     UPSERT = "upsert"
     DEBEZIUM_UPSERT = "debezium-upsert"
     DEBEZIUM = "debezium"
+    MATERIALIZE = "materialize"  # the updates of a CDCv2 stream, as Materialize names it
 
     @property
     def keyed(self) -> bool:
-        """Every envelope but ``none`` identifies rows by their Kafka key columns."""
-        return self is not Envelope.NONE
+        """Every envelope but ``none`` and ``materialize`` identifies rows by their Kafka
+        key columns."""
+        return self not in (Envelope.NONE, Envelope.MATERIALIZE)
 
     @property
     def after_image(self) -> bool:

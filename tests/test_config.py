@@ -286,13 +286,24 @@ def test_debezium_key_columns_must_be_after_image_columns() -> None:
 
 @pytest.mark.parametrize("envelope", ["none", "upsert"])
 @pytest.mark.parametrize("format", ["cdcv2-json", "cdcv2-avro"])
-def test_cdcv2_formats_are_refused_until_the_pipeline_reads_them(
-    format: str, envelope: str
-) -> None:
-    # The pipeline reads every dump as plain JSON: accepting these would misread the topic.
+def test_cdcv2_formats_need_the_materialize_envelope(format: str, envelope: str) -> None:
+    # A CDCv2 topic read by another envelope would be misread as plain records.
     error = rejected(config_with(sources__0__format=format, sources__0__envelope=envelope))
-    assert [problem.field for problem in error.problems] == ["sources[0].format"]
-    assert "only json is implemented for sources" in str(error) and format in str(error)
+    assert [problem.field for problem in error.problems] == ["sources[0].envelope"]
+    assert f"format {format} needs envelope materialize" in str(error)
+
+
+def test_materialize_reads_cdcv2_streams_without_key_and_with_cdcv2_types() -> None:
+    stream = {"sources__0__format": "cdcv2-avro", "sources__0__envelope": "materialize"}
+    config = parse_config(config_with(**stream, sources__0__key=None), Path("/base"))
+    assert config.sources[0].format is Format.CDCV2_AVRO
+    assert config.sources[0].output_schema.names == ["name"]
+    error = rejected(config_with(sources__0__envelope="materialize", sources__0__key=None))
+    assert error.field == "sources[0].envelope" and "format must be cdcv2-json" in str(error)
+    error = rejected(config_with(**stream))
+    assert error.field == "sources[0].key" and "has no key" in str(error)
+    error = rejected(config_with(**stream, sources__0__key=None, sources__0__value__d="date"))
+    assert error.field == "sources[0].value.d" and "cannot be carried by a CDCv2" in str(error)
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -328,7 +339,7 @@ def test_every_problem_is_reported_at_once() -> None:
             ("sources[0].start_offsets.3", "offset must be a non-negative integer (got int -2)"),
             (
                 "sources[1].envelope",
-                "must be one of none, upsert, debezium-upsert, debezium (got 'upsrt')",
+                "must be one of none, upsert, debezium-upsert, debezium, materialize (got 'upsrt')",
             ),
             ("sources[1].name", "duplicate source name 'users'"),
             ("sources[1].topic", "must be a non-empty string (got dict {'a': 1})"),
@@ -423,16 +434,16 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(typo)
     assert str(caught.value) == (
-        f"{typo}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium "
-        "(got 'upsrt')"
+        f"{typo}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium, "
+        "materialize (got 'upsrt')"
     )
     typos = tmp_path / "typos.yaml"
     typos.write_text(typo.read_text().replace("window: 5m", "windw: 5m"))
     with pytest.raises(ConfigError) as caught:
         load_config(typos)
     assert sorted(str(caught.value).splitlines()) == [
-        f"{typos}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium "
-        "(got 'upsrt')",
+        f"{typos}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium, "
+        "materialize (got 'upsrt')",
         f"{typos}: window: is required",
         f"{typos}: windw: unknown key; did you mean 'window'? "
         "(expected: lake, landing, window, start, end, spark, readers, sources)",
@@ -483,6 +494,7 @@ def test_editors_judge_by_the_schema_as_the_model_does() -> None:
         {"sources": []},
         {"sources__0__envelope": "upsrt"},
         {"sources__0__format": "cdcv2-json"},
+        {"sources__0__envelope": "materialize", "sources__0__key": None},
         {"sources__0__value__time": "bigint"},
         {"sources__0__value__age": "integer"},
         {"sources__0__value": {}},

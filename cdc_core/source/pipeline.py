@@ -330,8 +330,10 @@ class SourcePipeline:
         """Apply the envelope to the records at times ``[lower, upper)`` and append its
         outputs; returns the distinct changes and errors written per time."""
         in_range = (F.col("time") >= lower) & (F.col("time") < upper)
-        with phase(self.source.name, "plan envelope"):
+        with phase(self.source.name, "plan envelope") as figures:
             result = self._envelope_result(records, lower, upper)
+            if result.completeness:  # a CDCv2 stream: how far it is complete, per window
+                figures["cdcv2_complete"] = {t: str(f) for t, f in result.completeness.items()}
         errors = reclock_errors.filter(in_range).unionByName(result.errors)
         try:
             with phase(self.source.name, "append changes") as figures:
@@ -366,6 +368,8 @@ class SourcePipeline:
             prior_changes=self._prior(self.changes, lower),
             prior_errors=self._prior(self.errors, lower),
             prior_dedup_state=self._prior(self.dedup, lower),
+            format=self.source.format,
+            prior_records=self._prior(self.reclocked, lower) if self.source.format.cdcv2 else None,
         )
         return apply_envelope(self.source.envelope, batch)
 
