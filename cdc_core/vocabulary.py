@@ -22,6 +22,22 @@ class Format(StrEnum):
         return self is not Format.JSON
 
 
+class RecordEncoding(StrEnum):
+    """How a Kafka key or value is written in a dump: JSON text (an object or a scalar),
+    plain text, raw bytes (base64 text in the dump), or Avro in the Confluent wire format
+    (base64 text of magic byte 0, a 4-byte schema id and the Avro binary)."""
+
+    JSON = "json"
+    TEXT = "text"
+    BYTES = "bytes"
+    AVRO = "avro"
+
+    @property
+    def single_column(self) -> str | None:
+        """The one column type text and bytes decode into (None: any columns)."""
+        return {RecordEncoding.TEXT: "string", RecordEncoding.BYTES: "bytes"}.get(self)
+
+
 class Envelope(StrEnum):
     """How a source's records turn into changes."""
 

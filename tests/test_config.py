@@ -84,8 +84,9 @@ BASE: dict[str, Any] = {
 
 
 SOURCE_KEYS = (
-    "name, topic, format, key, value, envelope, reclock, allow_offset_gaps, start_offsets, "
-    "retire, expectations, owners"
+    "name, topic, format, key, value, key_encoding, value_encoding, key_avro_schema, "
+    "value_avro_schema, envelope, reclock, allow_offset_gaps, start_offsets, retire, "
+    "expectations, owners"
 )
 
 
@@ -324,7 +325,7 @@ def test_every_problem_is_reported_at_once() -> None:
             (
                 "colour",
                 "unknown key (expected: lake, landing, window, start, end, spark, readers, "
-                "sources)",
+                "schema_folder, sources)",
             ),
             ("end", "must be after start (2026-01-01T00:00:00Z)"),
             ("spark.mastr", "unknown key; did you mean 'master'? (expected: master, conf)"),
@@ -446,7 +447,7 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
         "materialize (got 'upsrt')",
         f"{typos}: window: is required",
         f"{typos}: windw: unknown key; did you mean 'window'? "
-        "(expected: lake, landing, window, start, end, spark, readers, sources)",
+        "(expected: lake, landing, window, start, end, spark, readers, schema_folder, sources)",
     ]
 
 
@@ -474,6 +475,19 @@ def readme_example() -> dict[str, Any]:
 
 def test_readme_example_is_a_valid_config_naming_every_field(tmp_path: Path) -> None:
     example = readme_example()
+    # The Avro schemas the example names, as a user would have them.
+    (tmp_path / "schemas" / "payments-value").mkdir(parents=True)
+    (tmp_path / "schemas" / "payments-key.avsc").write_text('"string"')
+    payment = {"type": "record", "name": "Payment", "fields": [
+        {"name": "amount", "type": "double"}, {"name": "memo", "type": ["null", "string"]}]}
+    (tmp_path / "schemas" / "payments-value.avsc").write_text(json.dumps(payment))
+    (tmp_path / "schemas" / "payments-value" / "1.json").write_text(
+        json.dumps({"id": 8, "schema": json.dumps(payment)})
+    )
+    (tmp_path / "schemas" / "payments-key").mkdir()
+    (tmp_path / "schemas" / "payments-key" / "1.json").write_text(
+        json.dumps({"id": 7, "schema": '"string"'})
+    )
 
     config = parse_config(example, tmp_path)
 
@@ -551,3 +565,120 @@ def test_reader_settings_default_and_refuse_empty_or_malformed_durations() -> No
     )
     assert "readers.lease: must be a duration" in str(rejected(config_with(readers={"lease": 5})))
     assert "readers.lifetime: unknown key" in str(rejected(config_with(readers={"lifetime": "1h"})))
+
+
+USER_AVRO = {
+    "type": "record",
+    "name": "User",
+    "fields": [{"name": "name", "type": ["null", "string"]}, {"name": "n", "type": "int"}],
+}
+
+
+def schema_folder(root: Path) -> Path:
+    """A schema folder as the registry serves subjects: users-value versions 1 and 2."""
+    for version, fields in ((1, USER_AVRO["fields"][:1]), (2, USER_AVRO["fields"])):
+        path = root / "schemas" / "users-value" / f"{version}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entry = {"id": 40 + version, "schema": json.dumps({**USER_AVRO, "fields": fields})}
+        path.write_text(json.dumps(entry))
+    return root / "schemas"
+
+
+def test_avro_schemas_load_from_a_file_or_a_subject_and_must_fit_the_columns(
+    tmp_path: Path,
+) -> None:
+    folder = schema_folder(tmp_path)
+    (tmp_path / "key.avsc").write_text('"long"')
+    avro = {
+        "schema_folder": str(folder),
+        "sources__0__key_encoding": "avro",
+        "sources__0__key_avro_schema": {"file": "key.avsc", "id": 3},
+        "sources__0__value_encoding": "avro",
+        "sources__0__value_avro_schema": {"subject": "users-value"},
+    }
+    config = parse_config(config_with(**avro), tmp_path)
+    users = config.sources[0]
+    assert users.avro_schema("key", config.schema_folder).schema_id == 3
+    latest = users.avro_schema("value", config.schema_folder)
+    assert (latest.schema_id, latest.origin) == (42, "users-value version 2")
+    assert parse_config(
+        config_with(**{**avro, "sources__0__value_avro_schema": {"subject": "users-value",
+                                                                   "version": 1}}),
+        tmp_path,
+    ).sources[0].avro_schema("value", folder).schema_id == 41
+    # Declared columns the schema cannot fill are named, at load.
+    error = rejected_at(tmp_path, config_with(**avro, sources__0__value={"name": "bigint"}))
+    assert error.field == "sources[0].value.name" and "cannot hold" in str(error)
+    error = rejected_at(tmp_path, config_with(**avro, sources__0__value={"email": "string"}))
+    assert error.field == "sources[0].value.email" and "is not a field of" in str(error)
+    error = rejected_at(
+        tmp_path, config_with(**{**avro, "sources__0__value_avro_schema": {"subject": "nobody"}})
+    )
+    assert error.field == "sources[0].value_avro_schema" and "no version of subject" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"sources__0__key_encoding": "avro"}, "sources[0].key_avro_schema", "needs it"),
+        (
+            {"sources__0__value_avro_schema": {"file": "v.avsc", "id": 1}},
+            "sources[0].value_avro_schema",
+            "is only for value_encoding avro",
+        ),
+        (
+            {"sources__0__value_encoding": "avro",
+             "sources__0__value_avro_schema": {"file": "v.avsc"}},
+            "sources[0].value_avro_schema.id",
+            "needs the schema id",
+        ),
+        (
+            {"sources__0__value_encoding": "avro",
+             "sources__0__value_avro_schema": {"subject": "users-value"}},
+            "sources[0].value_avro_schema",
+            "needs schema_folder",
+        ),
+        ({"sources__0__key_encoding": "text"}, "sources[0].key_encoding", "of type string"),
+        ({"sources__0__value_encoding": "bytes"}, "sources[0].value_encoding", "of type bytes"),
+        ({"sources__1__value_encoding": "text"}, "sources[1].value_encoding", "json or avro"),
+        ({"sources__0__key_encoding": "protobuf"}, "sources[0].key_encoding", "json, text, bytes"),
+        (
+            {"sources__0__envelope": "none", "sources__0__key": None,
+             "sources__0__key_encoding": "text"},
+            "sources[0].key_encoding",
+            "no key columns",
+        ),
+        (
+            {"sources__0__format": "cdcv2-json", "sources__0__envelope": "materialize",
+             "sources__0__key": None, "sources__0__value_encoding": "bytes",
+             "sources__0__value": {"b": "bytes"}},
+            "sources[0].value_encoding",
+            "decodes its own values",
+        ),
+    ],
+)
+def test_encoding_options_are_judged_at_load(
+    changes: dict[str, Any], field: str, words: str
+) -> None:
+    error = rejected(config_with(**changes))
+    assert field in [problem.field for problem in error.problems], str(error)
+    assert words in str(error)
+
+
+def test_text_and_bytes_fill_one_column() -> None:
+    config = parse_config(
+        config_with(
+            sources__0__key={"k": "string"},
+            sources__0__key_encoding="text",
+            sources__0__value={"blob": "bytes"},
+            sources__0__value_encoding="bytes",
+        ),
+        Path("/base"),
+    )
+    assert config.sources[0].output_schema.simpleString() == "struct<k:string,blob:binary>"
+
+
+def rejected_at(base: Path, data: dict[str, Any]) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, base)
+    return caught.value

@@ -14,7 +14,9 @@ What "does not match the declared schema" means (Spark's JSON reader, made expli
 Missing optional fields become null and unknown fields are ignored.
 
 Kafka Connect's JSON converter with schemas enabled wraps every message as
-``{"schema": ..., "payload": ...}``; both that and the bare form are accepted.
+``{"schema": ..., "payload": ...}``; both that and the bare form are accepted. Keys and
+values in another encoding arrive here as JSON text too (``encodings``), with an
+``encoding_error_column`` saying why a text could not even be read; that error comes first.
 
 Each step adds real columns (instead of nesting expressions) so that every JSON text is
 parsed once per record and the generated code stays small.
@@ -28,6 +30,8 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
+
+from cdc_core.envelopes.encodings import encoding_error_column
 
 CORRUPT_FIELD = "__reclock_corrupt_record__"
 CONNECT_WRAPPER_FIELDS = ("schema", "payload")
@@ -44,6 +48,8 @@ def unwrap_connect_envelope(df: DataFrame, text: str, schema: StructType, into: 
     """Add ``into``: the ``payload`` of a schema-enabled JSON converter message in column
     ``text``, else the text itself. A wrapped null payload is a null value. Never unwraps
     when the schema has a ``schema`` or ``payload`` column (the forms would be ambiguous)."""
+    if encoding_error_column(text) in df.columns:  # carried along with the text
+        df = df.withColumn(encoding_error_column(into), F.col(encoding_error_column(text)))
     if set(CONNECT_WRAPPER_FIELDS) & set(schema.names):
         return df.withColumn(into, F.col(text))
     keys = f"_{into}_keys"
@@ -125,8 +131,15 @@ def decode_json(
     not_object = F.json_object_keys(F.col(text)).isNull() & (
         as_text.isNull() | as_text[CORRUPT_FIELD].isNotNull() | ~F.col(text).rlike(r"^\s*\{")
     )
+    no_error = (F.col(text).isNull() | decoded, F.lit(None))
+    unreadable = F.col(encoding_error_column(text))  # not even readable in its encoding
     error = (
-        F.when(F.col(text).isNull() | decoded, F.lit(None))
+        F.when(unreadable.isNotNull(), unreadable).when(*no_error)
+        if encoding_error_column(text) in df.columns
+        else F.when(*no_error)
+    )
+    error = (
+        error
         .when(~F.is_valid_utf8(F.col(text)), F.lit(NOT_UTF8))
         .when(not_object, F.lit(NOT_AN_OBJECT))
         .when(
@@ -159,7 +172,7 @@ def decode_key(df: DataFrame, raw: str, key_schema: StructType, into: str) -> Da
         as_object = F.concat(F.lit(opening), F.col(text), F.lit("}"))
         df = df.withColumn(text, F.when(is_object, F.col(text)).otherwise(as_object))
     df = decode_json(df, text, key_schema, into, required=(), present=key_schema.names)
-    df = df.drop(text)
+    df = df.drop(text, encoding_error_column(text))
     if len(key_schema.fields) == 1:
         error = F.col(error_column(into))
         not_json = F.lit("is neither a JSON object nor a JSON scalar")

@@ -35,6 +35,7 @@ from cdc_core.envelopes import (
     check_fingerprint,
     fingerprint,
 )
+from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
@@ -164,6 +165,14 @@ class SourcePipeline:
             else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
+        self.encodings = {
+            part: PartEncoding(
+                source.key_encoding if part == "key" else source.value_encoding,
+                tuple(source.key if part == "key" else source.value),
+                source.avro_schema(part, config.schema_folder),
+            )
+            for part in ("key", "value")
+        }
 
     @classmethod
     def from_config(
@@ -357,7 +366,9 @@ class SourcePipeline:
         """The envelope's changes, errors and dedup state for the records at times
         ``[lower, upper)`` (lazy frames: computed when appended)."""
         in_range = (F.col("time") >= lower) & (F.col("time") < upper)
-        selected = records.filter(in_range).drop("diff")
+        selected = as_json_text(
+            records.filter(in_range).drop("diff"), self.encodings["key"], self.encodings["value"]
+        )
         classic = self.source.envelope == Envelope.DEBEZIUM
         batch = EnvelopeBatch(
             selected.drop("time") if classic else selected,
