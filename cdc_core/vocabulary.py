@@ -38,6 +38,15 @@ class RecordEncoding(StrEnum):
         return {RecordEncoding.TEXT: "string", RecordEncoding.BYTES: "bytes"}.get(self)
 
 
+class DumpLayout(StrEnum):
+    """How a dump file holds records: kcat ``-J`` JSON lines (each record with its
+    position), or a Kafka Connect storage sink file (values only, positions from its name:
+    ``<topic>+<partition>+<start offset>.<json|avro>[.gz]``)."""
+
+    KCAT = "kcat"
+    CONNECT = "connect"
+
+
 class Envelope(StrEnum):
     """How a source's records turn into changes."""
 

@@ -107,7 +107,7 @@ def _avro_to_json(schema: AvroSchema, columns: Sequence[str]) -> Callable[[Colum
                 rows.append({"text": None, "error": str(error)})
                 continue
             rows.append({"text": json.dumps(value if single is None else {single: value},
-                                            default=_json_value), "error": None})  # fmt: skip
+                                            default=json_value), "error": None})  # fmt: skip
         return pa.array(rows, type=pa.struct([("text", pa.string()), ("error", pa.string())]))
 
     return F.arrow_udf(convert, _CONVERTED)
@@ -146,7 +146,7 @@ def _read_avro(text: str, parsed: Any, schema_id: int, origin: str) -> Any:
     return value
 
 
-def _json_value(value: object) -> object:
+def json_value(value: object) -> object:
     """JSON for what fastavro returns beyond JSON's types, as Spark's JSON reader takes it."""
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
