@@ -67,7 +67,14 @@ from cdc_core.envelopes.columns import SHARD_COLUMNS
 from cdc_core.envelopes.columns import output_schema as envelope_output_schema
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.spark import SparkConnectUnsupported, refuse_spark_connect
-from cdc_core.vocabulary import Envelope, Format, ReclockPolicy, RecordEncoding, RetirePolicy
+from cdc_core.vocabulary import (
+    Envelope,
+    Format,
+    IncludeField,
+    ReclockPolicy,
+    RecordEncoding,
+    RetirePolicy,
+)
 
 # Column types a schema may use; ``long`` is accepted as an alias of ``bigint``.
 COLUMN_TYPES: dict[str, DataType] = {
@@ -531,6 +538,9 @@ class SourceConfig(_Section):
     """The Avro schema of the values, for value_encoding avro."""
     envelope: Annotated[Envelope, _one_of(Envelope)]
     """How records turn into changes."""
+    include: tuple[Annotated[IncludeField, _one_of(IncludeField)], ...] = ()
+    """Kafka metadata of each row's (winning) record as extra columns: partition, offset,
+    timestamp, key (the key as the dump holds it)."""
     reclock: Annotated[ReclockPolicy, _one_of(ReclockPolicy)]
     """What binds a record to a window: its arrival, or its event time (ts)."""
     allow_offset_gaps: Flag = False
@@ -571,6 +581,7 @@ class SourceConfig(_Section):
                 if kind not in CDCV2_COLUMN_TYPES
             ]
         problems += self._encoding_problems()
+        problems += self._include_problems()
         if self.envelope.keyed and not self.key:
             problems.append(
                 (("key",), f"envelope {self.envelope} needs at least one key column", self.key)
@@ -640,6 +651,31 @@ class SourceConfig(_Section):
                 )
         return problems
 
+    def _include_problems(self) -> list[Located]:
+        """Metadata columns must be new names, and mean something for the envelope."""
+        problems: list[Located] = []
+        refused = {
+            Envelope.DEBEZIUM: set(IncludeField),  # rows come from before and after images
+            Envelope.MATERIALIZE: set(IncludeField),  # rows come from a stream's updates
+            # As in Materialize: the after image holds the key; headers are not kept.
+            Envelope.DEBEZIUM_UPSERT: {IncludeField.KEY, IncludeField.HEADERS},
+        }.get(self.envelope, set())
+        seen: set[IncludeField] = set()
+        for index, field in enumerate(self.include):
+            if field is IncludeField.HEADERS:
+                problem = "headers are not implemented: dumps' headers are not kept"
+            elif field in refused:
+                problem = f"envelope {self.envelope} cannot include {field}"
+            elif field in seen:
+                problem = f"{field} is included twice"
+            elif field in self.key or field in self.value:
+                problem = f"column {field!r} is already a key or value column"
+            else:
+                seen.add(field)
+                continue
+            problems.append((("include", index), problem, str(field)))
+        return problems
+
     def avro_schema(self, part: str, schema_folder: Path | None) -> AvroSchema | None:
         """The loaded Avro schema of ``part`` (key or value), None when not avro."""
         reference = self.key_avro_schema if part == "key" else self.value_avro_schema
@@ -656,7 +692,9 @@ class SourceConfig(_Section):
     @property
     def output_schema(self) -> StructType:
         """Data columns of the ``changes`` table, as the envelope defines them."""
-        return envelope_output_schema(self.envelope, self.key_schema, self.value_schema)
+        return envelope_output_schema(
+            self.envelope, self.key_schema, self.value_schema, self.include
+        )
 
 
 class Config(_Section):

@@ -47,6 +47,17 @@ class DumpLayout(StrEnum):
     CONNECT = "connect"
 
 
+class IncludeField(StrEnum):
+    """Kafka metadata of the record a row comes from (its winning record for the upsert
+    envelopes), each an output column of its own name, after the data columns."""
+
+    PARTITION = "partition"
+    OFFSET = "offset"
+    TIMESTAMP = "timestamp"
+    HEADERS = "headers"
+    KEY = "key"
+
+
 class Envelope(StrEnum):
     """How a source's records turn into changes."""
 

@@ -85,7 +85,7 @@ BASE: dict[str, Any] = {
 
 SOURCE_KEYS = (
     "name, topic, format, key, value, key_encoding, value_encoding, key_avro_schema, "
-    "value_avro_schema, envelope, reclock, allow_offset_gaps, start_offsets, retire, "
+    "value_avro_schema, envelope, include, reclock, allow_offset_gaps, start_offsets, retire, "
     "expectations, owners"
 )
 
@@ -682,3 +682,22 @@ def rejected_at(base: Path, data: dict[str, Any]) -> ConfigError:
     with pytest.raises(ConfigError) as caught:
         parse_config(data, base)
     return caught.value
+
+
+def test_include_adds_metadata_columns_and_refuses_what_cannot_work() -> None:
+    config = parse_config(config_with(sources__0__include=["offset", "timestamp"]), Path("/b"))
+    assert config.sources[0].output_schema.names == ["id", "name", "offset", "timestamp"]
+    cases = [
+        ({"sources__0__include": ["headers"]}, "sources[0].include[0]", "not implemented"),
+        ({"sources__0__include": ["offset", "offset"]}, "sources[0].include[1]", "twice"),
+        ({"sources__0__include": ["ts"]}, "sources[0].include[0]", "partition, offset, timestamp"),
+        ({"sources__1__include": ["partition"]}, "sources[1].include[0]", "cannot include"),
+        (
+            {"sources__0__include": ["partition"], "sources__0__value": {"partition": "int"}},
+            "sources[0].include[0]",
+            "already a key or value column",
+        ),
+    ]
+    for changes, field, words in cases:
+        error = rejected(config_with(**changes))
+        assert field in [p.field for p in error.problems] and words in str(error), changes

@@ -15,7 +15,7 @@ from pyspark.sql.types import StructType
 
 from cdc_core.envelopes.result import stamped
 from cdc_core.updates import TIME
-from cdc_core.vocabulary import Format
+from cdc_core.vocabulary import Format, IncludeField
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,8 @@ class EnvelopeBatch:
     updates before the batch (None: an empty shard); each envelope reads what it needs.
     ``format``: how payloads are encoded; ``prior_records``: the RECLOCKED updates before
     the batch, which only the ``materialize`` envelope reads (a CDCv2 stream is judged
-    whole: a message bound long ago may complete a time only now)."""
+    whole: a message bound long ago may complete a time only now); ``include``: the Kafka
+    metadata columns each row carries from its record."""
 
     records: DataFrame
     _: KW_ONLY
@@ -39,6 +40,7 @@ class EnvelopeBatch:
     prior_dedup_state: DataFrame | None = None
     format: Format = Format.JSON
     prior_records: DataFrame | None = None
+    include: tuple[IncludeField, ...] = ()
 
     def timed_records(self) -> DataFrame:
         """The records, each with its binding time in a bigint ``time`` column (ValueError

@@ -29,5 +29,5 @@ def apply_envelope(envelope: Envelope | str, batch: EnvelopeBatch) -> EnvelopeRe
     unknown name, or key/value schemas the envelope cannot take, raise
     EnvelopeConfigError before any Spark work. Classic DEBEZIUM takes one window per call,
     so it needs the batch's ``time`` (ValueError without)."""
-    output_schema(envelope, batch.key_schema, batch.value_schema)
+    output_schema(envelope, batch.key_schema, batch.value_schema, batch.include)
     return APPLY[Envelope(envelope)](batch)

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_core.envelopes.avro_schemas import AvroSchema
+from cdc_core.envelopes.metadata import DUMP_KEY
 from cdc_core.vocabulary import RecordEncoding
 
 _CONFLUENT_HEADER = struct.Struct(">bI")
@@ -64,6 +65,8 @@ def as_json_text(records: DataFrame, key: PartEncoding, value: PartEncoding) -> 
         if part.encoding is RecordEncoding.JSON:
             continue
         converted = f"_{name}_as_json"
+        if name == "key":  # what ``include: [key]`` shows
+            records = records.withColumn(DUMP_KEY, F.col(name))
         records = records.withColumn(converted, _converted(F.col(name), part))
         records = records.withColumn(
             name, F.coalesce(F.col(converted)["text"], F.col(name))

@@ -39,6 +39,7 @@ from cdc_core.envelopes.decode import (
     key_slot,
     unwrap_connect_envelope,
 )
+from cdc_core.envelopes.metadata import metadata_columns
 from cdc_core.envelopes.reasons import (
     KEY_DECODE,
     NULL_KEY,
@@ -92,7 +93,7 @@ def apply_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
     """The UPSERT envelope for a batch; its prior state is the ``changes`` and ``errors``
     updates before the batch. Output columns: key columns ++ value columns."""
     key_schema, value_schema = batch.key_schema, batch.value_schema
-    output = output_schema(Envelope.UPSERT, key_schema, value_schema)
+    output = output_schema(Envelope.UPSERT, key_schema, value_schema, batch.include)
     staged = unwrap_connect_envelope(
         batch.timed_records(), "payload", value_schema, "value_text"
     )
@@ -101,7 +102,7 @@ def apply_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
     problem = F.when(~is_tombstone, F.coalesce(key_problem(), value_problem("value", "value")))
     fields = [F.col("key_value")[name].alias(name) for name in key_schema.names] + [
         F.col("value")[name].alias(name) for name in value_schema.names
-    ]
+    ] + metadata_columns(staged, batch.include)
     commands = staged.withColumn("reason", problem).withColumn(
         "row", F.when(~is_tombstone & F.col("reason").isNull(), F.struct(*fields))
     )

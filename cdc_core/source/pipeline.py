@@ -273,7 +273,10 @@ class SourcePipeline:
         removing the outputs (the documented reset) removes it too."""
         path = self.root / "changes" / "_reclock_fingerprint.json"
         current = fingerprint(
-            self.source.envelope, self.source.key_schema, self.source.value_schema
+            self.source.envelope,
+            self.source.key_schema,
+            self.source.value_schema,
+            self.source.include,
         )
         stored = path.read_text() if path.exists() else None
         check_fingerprint(stored, current)
@@ -380,6 +383,7 @@ class SourcePipeline:
             prior_errors=self._prior(self.errors, lower),
             prior_dedup_state=self._prior(self.dedup, lower),
             format=self.source.format,
+            include=self.source.include,
             prior_records=self._prior(self.reclocked, lower) if self.source.format.cdcv2 else None,
         )
         return apply_envelope(self.source.envelope, batch)
