@@ -105,7 +105,7 @@ def _avro_to_json(schema: AvroSchema, columns: Sequence[str]) -> Callable[[Colum
                 rows.append({"text": None, "error": None})
                 continue
             try:
-                value = _read_avro(text, parsed, schema_id, origin)
+                value = _read_avro(text, parsed, writer, schema_id, origin)
             except AvroRecordError as error:
                 rows.append({"text": None, "error": str(error)})
                 continue
@@ -120,7 +120,28 @@ class AvroRecordError(ValueError):
     """One record's bytes that do not decode with the configured writer schema."""
 
 
-def _read_avro(text: str, parsed: Any, schema_id: int, origin: str) -> Any:
+_UNREADABLE = (EOFError, ValueError, IndexError, UnicodeDecodeError, struct.error)
+
+
+def _failing_field(body: bytes, writer: Any, error: Exception) -> tuple[str, int, Exception]:
+    """Which top-level field of a record schema the bytes fail in (``"field 'x' "``), where
+    that field starts, and its error; for other schemas, the start and ``error``."""
+    if not (isinstance(writer, dict) and writer.get("type") == "record"):
+        return "", 0, error
+    named: dict[str, Any] = {}
+    fastavro.parse_schema(writer, named_schemas=named)
+    stream = io.BytesIO(body)
+    for field in writer.get("fields", []):
+        start = stream.tell()
+        field_schema = fastavro.parse_schema(field["type"], named_schemas=named)
+        try:
+            fastavro.schemaless_reader(stream, field_schema, field_schema)
+        except _UNREADABLE as failure:
+            return f"field {field['name']!r} ", start, failure
+    return "", stream.tell(), error
+
+
+def _read_avro(text: str, parsed: Any, writer: Any, schema_id: int, origin: str) -> Any:
     try:
         payload = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -138,10 +159,11 @@ def _read_avro(text: str, parsed: Any, schema_id: int, origin: str) -> Any:
     body = io.BytesIO(payload[_CONFLUENT_HEADER.size :])
     try:
         value = fastavro.schemaless_reader(body, parsed, parsed)
-    except (EOFError, ValueError, IndexError, UnicodeDecodeError, struct.error) as error:
+    except _UNREADABLE as error:
+        field, at, error = _failing_field(payload[_CONFLUENT_HEADER.size :], writer, error)
         raise AvroRecordError(
-            f"does not match Avro schema {origin} (at byte {_CONFLUENT_HEADER.size + body.tell()}"
-            f" of the record): {error!r}"
+            f"does not match Avro schema {origin}: {field}at byte "
+            f"{_CONFLUENT_HEADER.size + at} of the record: {error!r}"
         ) from None
     left = len(payload) - _CONFLUENT_HEADER.size - body.tell()
     if left:
