@@ -522,7 +522,8 @@ class SourceConfig(_Section):
     cdcv2-avro: base64 of Confluent-framed Avro of the Materialize CDC schema), whose
     envelope is materialize."""
     key: Columns = Field(default_factory=dict)
-    """Key columns (name: type), in order; needed by every envelope but none."""
+    """Key columns (name: type), in order; needed by every envelope but none (and none for
+    materialize, whose rows have no key)."""
     value: Annotated[Columns, AfterValidator(_some_columns)] = Field(
         json_schema_extra={"minProperties": 1}
     )
