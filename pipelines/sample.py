@@ -40,6 +40,7 @@ SAMPLE_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SAMPLE_WINDOW_MS = 60_000
 SAMPLE_WINDOWS = 8
 SAMPLE_PARTITIONS = 3
+SCHEMA_FOLDER = "schemas"  # beside the demo's config: the payments topic's Avro schemas
 
 # Columns of the generated upsert (users) topic, for configs that read it.
 UPSERT_KEY_SCHEMA = {"id": "bigint"}
@@ -177,9 +178,10 @@ def write_sample(workdir: Path, seed: int = 7) -> Path:
     return config_path
 
 
-def sample_config_yaml() -> str:
-    """The config ``write_sample`` writes beside the demo's dumps."""
-    return _sample_config_yaml(SAMPLE_START_MS + SAMPLE_WINDOWS * SAMPLE_WINDOW_MS)
+def sample_config_yaml(schemas: str = SCHEMA_FOLDER) -> str:
+    """The config ``write_sample`` writes beside the demo's dumps; ``schemas``: the folder
+    of the payments topic's Avro schemas (relative to the config, or absolute)."""
+    return _sample_config_yaml(SAMPLE_START_MS + SAMPLE_WINDOWS * SAMPLE_WINDOW_MS, schemas)
 
 
 def generate_dumps(
@@ -339,7 +341,6 @@ def click_stream(
         yield Message(partition, _timestamp(rng, start_ms, span_ms, index, records), None, payload)
 
 
-SCHEMA_FOLDER = "schemas"
 PAYMENT_KEY_SCHEMA_ID = 101
 PAYMENT_VALUE_SCHEMA_ID = 102
 PAYMENT_KEY_AVRO = "long"
@@ -715,7 +716,7 @@ def _connector_restart(resent: list[Message], ts: int) -> Iterator[Message]:
         yield Message(message.partition, ts, message.key, payload)
 
 
-def _sample_config_yaml(end_ms: int) -> str:
+def _sample_config_yaml(end_ms: int, schemas: str) -> str:
     """The demo config; every source reclocks by event time so runs are deterministic."""
 
     def source(name: str, key: dict[str, str], value: dict[str, str], envelope: str) -> dict:
@@ -741,8 +742,7 @@ def _sample_config_yaml(end_ms: int) -> str:
     payments = source("payments", {"id": "bigint"}, PAYMENTS_VALUE_SCHEMA, "upsert")
     payments |= {
         "key_encoding": "avro",
-        "key_avro_schema": {"file": f"{SCHEMA_FOLDER}/payments-key.avsc",
-                            "id": PAYMENT_KEY_SCHEMA_ID},
+        "key_avro_schema": {"file": f"{schemas}/payments-key.avsc", "id": PAYMENT_KEY_SCHEMA_ID},
         "value_encoding": "avro",
         "value_avro_schema": {"subject": "payments-value", "version": 1},
         "include": ["partition", "offset"],
@@ -756,7 +756,7 @@ def _sample_config_yaml(end_ms: int) -> str:
         "window": "1m",
         "start": _iso(SAMPLE_START_MS),
         "end": _iso(end_ms),
-        "schema_folder": SCHEMA_FOLDER,
+        "schema_folder": schemas,
         "sources": [
             users,
             source("orders", {"id": "bigint"}, ORDERS_VALUE_SCHEMA, "debezium-upsert"),
