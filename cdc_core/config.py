@@ -41,6 +41,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 from pyspark.sql.types import (
+    BinaryType,
     BooleanType,
     DataType,
     DateType,
@@ -54,11 +55,26 @@ from pyspark.sql.types import (
 )
 
 from cdc_core.checks import ExpectationSpec
+from cdc_core.envelopes.avro_schemas import (
+    LATEST,
+    AvroSchema,
+    AvroSchemaError,
+    column_problems,
+    load_schema_file,
+    load_subject,
+)
 from cdc_core.envelopes.columns import SHARD_COLUMNS
 from cdc_core.envelopes.columns import output_schema as envelope_output_schema
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.spark import SparkConnectUnsupported, refuse_spark_connect
-from cdc_core.vocabulary import Envelope, Format, ReclockPolicy, RetirePolicy
+from cdc_core.vocabulary import (
+    Envelope,
+    Format,
+    IncludeField,
+    ReclockPolicy,
+    RecordEncoding,
+    RetirePolicy,
+)
 
 # Column types a schema may use; ``long`` is accepted as an alias of ``bigint``.
 COLUMN_TYPES: dict[str, DataType] = {
@@ -69,8 +85,11 @@ COLUMN_TYPES: dict[str, DataType] = {
     "boolean": BooleanType(),
     "timestamp": TimestampType(),
     "date": DateType(),
+    "bytes": BinaryType(),
 }
 TYPE_ALIASES = {"long": "bigint"}
+# The column types a CDCv2 stream's rows can hold (the Materialize CDC Avro schema's).
+CDCV2_COLUMN_TYPES = ("string", "int", "bigint", "double", "boolean")
 
 MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 60 * MS_PER_MINUTE
@@ -184,15 +203,6 @@ def _one_of(vocabulary: type[StrEnum]) -> BeforeValidator:
             raise _problem(f"must be one of {names} (got {value!r})") from None
 
     return BeforeValidator(check)
-
-
-def _implemented(format: Format) -> Format:
-    """The pipeline reads every dump as plain JSON, so CDCv2 topics would be misread."""
-    if format is not Format.JSON:
-        raise _problem(
-            f"only json is implemented for sources; {format} topics cannot be ingested yet"
-        )
-    return format
 
 
 def _column_name(value: Any) -> str:
@@ -318,12 +328,7 @@ Topic = Annotated[
     WithJsonSchema({"type": "string", "pattern": f"^{_KAFKA_TOPIC.pattern}$"}),
 ]
 Flag = Annotated[bool, BeforeValidator(_flag)]
-SourceFormat = Annotated[
-    Format,
-    _one_of(Format),
-    AfterValidator(_implemented),
-    WithJsonSchema({"enum": [Format.JSON.value]}),
-]
+SourceFormat = Annotated[Format, _one_of(Format), WithJsonSchema({"enum": list(Format)})]
 Folder = Annotated[
     Path, BeforeValidator(_absolute), WithJsonSchema({"type": "string", "minLength": 1})
 ]
@@ -449,6 +454,52 @@ class ReaderSettings(_Section):
         return duration_ms(self.warn_after)
 
 
+def _version(value: Any) -> int | str:
+    if value == LATEST or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    raise _problem(f"must be a version number (1, 2, ...) or latest (got {value!r})")
+
+
+class AvroSchemaRef(_Section):
+    """Where an Avro schema comes from, with no registry server: a schema file and the
+    schema id records written with it carry, or a subject version in ``schema_folder``."""
+
+    model_config = ConfigDict(title="AvroSchema")
+
+    file: Folder | None = None
+    """An .avsc file (relative: to the config file's folder); needs id."""
+    id: Annotated[int, BeforeValidator(_count("schema id"))] | None = None
+    """The registry id of the file's schema: records carrying another id are errors."""
+    subject: Text | None = None
+    """A subject in schema_folder: <schema_folder>/<subject>/<version>.json."""
+    version: Annotated[int | str, BeforeValidator(_version)] = LATEST
+    """The subject's version: a number, or latest (the highest in the folder)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AvroSchemaRef:
+        problems: list[Located] = []
+        if (self.file is None) == (self.subject is None):
+            problems.append(((), "give either file (with id) or subject (with version)", None))
+        elif self.file is not None and self.id is None:
+            problems.append((("id",), "a schema file needs the schema id its records carry", None))
+        elif self.subject is not None and self.id is not None:
+            problems.append((("id",), "a subject's version file holds its id already", self.id))
+        _raise_all(type(self).__name__, problems)
+        return self
+
+    def load(self, schema_folder: Path | None) -> AvroSchema:
+        """The schema it names (AvroSchemaError when it cannot be read)."""
+        if self.file is not None:
+            return load_schema_file(self.file, self.id or 0)
+        if schema_folder is None:
+            raise AvroSchemaError("a subject needs schema_folder (at the top of the config)")
+        return load_subject(schema_folder, self.subject or "", self.version)
+
+
+Encoding = Annotated[RecordEncoding, _one_of(RecordEncoding)]
+_CDCV2_FORMATS = [str(f) for f in Format if f.cdcv2]
+
+
 class SourceConfig(_Section):
     """One Kafka topic turned into one set of Delta tables under <lake>/<name>.
 
@@ -456,20 +507,44 @@ class SourceConfig(_Section):
     ``bigint``), in declaration order.
     """
 
+    # Editors judge the format/envelope pairing as ``_envelope_rules`` does.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"format": {"enum": _CDCV2_FORMATS}}, "required": ["format"]},
+            "then": {"properties": {"envelope": {"const": str(Envelope.MATERIALIZE)}}},
+            "else": {"properties": {"envelope": {"not": {"const": str(Envelope.MATERIALIZE)}}}},
+        }
+    )
+
     name: Identifier
     """The source's name (an identifier): its tables live under <lake>/<name>."""
     topic: Topic
     """The Kafka topic; its dumps are read from <landing>/<topic>/."""
     format: SourceFormat = Format.JSON
-    """How dump payloads are encoded: json (cdcv2-json and cdcv2-avro are not implemented)."""
+    """How dump payloads are encoded: json records, or a CDCv2 stream (cdcv2-json, or
+    cdcv2-avro: base64 of Confluent-framed Avro of the Materialize CDC schema), whose
+    envelope is materialize."""
     key: Columns = Field(default_factory=dict)
-    """Key columns (name: type), in order; needed by every envelope but none."""
+    """Key columns (name: type), in order; needed by every envelope but none (and none for
+    materialize, whose rows have no key)."""
     value: Annotated[Columns, AfterValidator(_some_columns)] = Field(
         json_schema_extra={"minProperties": 1}
     )
     """Value columns (name: type), in order; the after image for the Debezium envelopes."""
+    key_encoding: Encoding = RecordEncoding.JSON
+    """How Kafka keys are written: json (object or scalar), text, bytes (base64 in the
+    dump) or avro (Confluent wire format, base64 in the dump; needs key_avro_schema)."""
+    value_encoding: Encoding = RecordEncoding.JSON
+    """How Kafka values are written: json, text, bytes or avro (needs value_avro_schema)."""
+    key_avro_schema: AvroSchemaRef | None = None
+    """The Avro schema of the keys, for key_encoding avro."""
+    value_avro_schema: AvroSchemaRef | None = None
+    """The Avro schema of the values, for value_encoding avro."""
     envelope: Annotated[Envelope, _one_of(Envelope)]
     """How records turn into changes."""
+    include: tuple[Annotated[IncludeField, _one_of(IncludeField)], ...] = ()
+    """Kafka metadata of each row's (winning) record as extra columns: partition, offset,
+    timestamp, key (the key as the dump holds it)."""
     reclock: Annotated[ReclockPolicy, _one_of(ReclockPolicy)]
     """What binds a record to a window: its arrival, or its event time (ts)."""
     allow_offset_gaps: Flag = False
@@ -487,6 +562,30 @@ class SourceConfig(_Section):
     def _envelope_rules(self) -> SourceConfig:
         """Rules tying the envelope to the key and value columns."""
         problems: list[Located] = []
+        if self.format.cdcv2 != (self.envelope is Envelope.MATERIALIZE):
+            problems.append(
+                (
+                    ("envelope",),
+                    f"format {self.format} needs envelope materialize"
+                    if self.format.cdcv2
+                    else f"envelope materialize reads CDCv2 streams: format must be "
+                    f"{Format.CDCV2_JSON} or {Format.CDCV2_AVRO} (got {self.format})",
+                    str(self.envelope),
+                )
+            )
+        if self.envelope is Envelope.MATERIALIZE:
+            if self.key:
+                problems.append(
+                    (("key",), "a CDCv2 stream has no key: its rows are its data", self.key)
+                )
+            problems += [
+                (("value", name), f"type {kind} cannot be carried by a CDCv2 stream "
+                 f"(supported: {', '.join(CDCV2_COLUMN_TYPES)})", kind)
+                for name, kind in self.value.items()
+                if kind not in CDCV2_COLUMN_TYPES
+            ]
+        problems += self._encoding_problems()
+        problems += self._include_problems()
         if self.envelope.keyed and not self.key:
             problems.append(
                 (("key",), f"envelope {self.envelope} needs at least one key column", self.key)
@@ -522,6 +621,70 @@ class SourceConfig(_Section):
         _raise_all(type(self).__name__, problems)
         return self
 
+    def _encoding_problems(self) -> list[Located]:
+        """Each encoding must be able to fill the columns it decodes into."""
+        problems: list[Located] = []
+        parts = (
+            ("key", self.key_encoding, self.key_avro_schema, self.key),
+            ("value", self.value_encoding, self.value_avro_schema, self.value),
+        )
+        for part, encoding, avro, columns in parts:
+            field = f"{part}_encoding"
+            if self.format.cdcv2 and encoding is not RecordEncoding.JSON:
+                problem = f"format {self.format} decodes its own values"
+                problems.append(((field,), problem, encoding))
+            elif part == "key" and not self.key and encoding is not RecordEncoding.JSON:
+                problems.append(((field,), "there are no key columns to decode", encoding))
+            elif avro is None and encoding is RecordEncoding.AVRO:
+                problems.append(((f"{part}_avro_schema",), f"{field} avro needs it", None))
+            elif avro is not None and encoding is not RecordEncoding.AVRO:
+                problems.append(
+                    ((f"{part}_avro_schema",), f"is only for {field} avro (got {encoding})", None)
+                )
+            kind = encoding.single_column
+            if kind is None or not columns:
+                continue
+            if part == "value" and self.envelope.after_image:
+                problems.append(
+                    ((field,), f"envelope {self.envelope} needs json or avro values", encoding)
+                )
+            elif list(columns.values()) != [kind]:
+                problems.append(
+                    ((field,), f"{encoding} fills exactly one {part} column, of type {kind} "
+                     f"(got {', '.join(f'{n}: {t}' for n, t in columns.items())})", encoding)
+                )
+        return problems
+
+    def _include_problems(self) -> list[Located]:
+        """Metadata columns must be new names, and mean something for the envelope."""
+        problems: list[Located] = []
+        refused = {
+            Envelope.DEBEZIUM: set(IncludeField),  # rows come from before and after images
+            Envelope.MATERIALIZE: set(IncludeField),  # rows come from a stream's updates
+            # As in Materialize: the after image holds the key; headers are not kept.
+            Envelope.DEBEZIUM_UPSERT: {IncludeField.KEY, IncludeField.HEADERS},
+        }.get(self.envelope, set())
+        seen: set[IncludeField] = set()
+        for index, field in enumerate(self.include):
+            if field is IncludeField.HEADERS:
+                problem = "headers are not implemented: dumps' headers are not kept"
+            elif field in refused:
+                problem = f"envelope {self.envelope} cannot include {field}"
+            elif field in seen:
+                problem = f"{field} is included twice"
+            elif field in self.key or field in self.value:
+                problem = f"column {field!r} is already a key or value column"
+            else:
+                seen.add(field)
+                continue
+            problems.append((("include", index), problem, str(field)))
+        return problems
+
+    def avro_schema(self, part: str, schema_folder: Path | None) -> AvroSchema | None:
+        """The loaded Avro schema of ``part`` (key or value), None when not avro."""
+        reference = self.key_avro_schema if part == "key" else self.value_avro_schema
+        return None if reference is None else reference.load(schema_folder)
+
     @property
     def key_schema(self) -> StructType:
         """The key columns as a Spark schema."""
@@ -535,7 +698,9 @@ class SourceConfig(_Section):
     @property
     def output_schema(self) -> StructType:
         """Data columns of the ``changes`` table, as the envelope defines them."""
-        return envelope_output_schema(self.envelope, self.key_schema, self.value_schema)
+        return envelope_output_schema(
+            self.envelope, self.key_schema, self.value_schema, self.include
+        )
 
 
 class Config(_Section):
@@ -557,6 +722,9 @@ class Config(_Section):
     """Optional Spark session overrides."""
     readers: ReaderSettings = ReaderSettings()
     """Optional: reader leases (lease) and when a reader pinning history is warned about."""
+    schema_folder: Folder | None = None
+    """Optional: Avro schemas by subject, <schema_folder>/<subject>/<version>.json holding
+    {"id": ..., "schema": "..."} as the registry serves them (relative: as lake)."""
     sources: tuple[SourceConfig, ...] = Field(json_schema_extra={"minItems": 1})
     """The topics to turn into Delta tables (at least one, with unique names)."""
 
@@ -603,6 +771,30 @@ class Config(_Section):
             raise _problem(f"must be a non-empty list of sources (got {_describe(value)})")
         _raise_all(cls.__name__, problems)
         return sources
+
+    @model_validator(mode="after")
+    def _avro_schemas_fit(self) -> Config:
+        """Every Avro schema a source names is read now, and must fit its columns."""
+        problems: list[Located] = []
+        for index, source in enumerate(self.sources):
+            for part in ("key", "value"):
+                try:
+                    schema = source.avro_schema(part, self.schema_folder)
+                except AvroSchemaError as error:
+                    problems.append((("sources", index, f"{part}_avro_schema"), str(error), None))
+                    continue
+                if schema is None:
+                    continue
+                columns = source.key if part == "key" else source.value
+                after_image = part == "value" and source.envelope.after_image
+                problems += [
+                    (("sources", index, part, name), problem, columns[name])
+                    for name, problem in column_problems(
+                        schema, columns, after_image=after_image
+                    ).items()
+                ]
+        _raise_all(type(self).__name__, problems)
+        return self
 
     @property
     def window_ms(self) -> int:

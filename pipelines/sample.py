@@ -17,16 +17,20 @@ Everything is derived from the seed, so the same seed writes identical bytes.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import io
 import json
 import os
 import random
+import struct
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, NamedTuple
 
+import fastavro
 import yaml
 
 # The C string encoder behind json.dumps(str), without its per-call overhead.
@@ -36,6 +40,7 @@ SAMPLE_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SAMPLE_WINDOW_MS = 60_000
 SAMPLE_WINDOWS = 8
 SAMPLE_PARTITIONS = 3
+SCHEMA_FOLDER = "schemas"  # beside the demo's config: the payments topic's Avro schemas
 
 # Columns of the generated upsert (users) topic, for configs that read it.
 UPSERT_KEY_SCHEMA = {"id": "bigint"}
@@ -116,8 +121,10 @@ class Record(NamedTuple):
 
 def write_sample(workdir: Path, seed: int = 7) -> Path:
     """Write the bundled demo (dumps under ``<workdir>/landing``) and its config; return the
-    config path. Topics: ``users`` (upsert), ``orders`` (Debezium Postgres, debezium-upsert)
-    and ``clicks`` (no envelope), 3 partitions each, over 8 one-minute windows."""
+    config path. Topics: ``users`` (upsert), ``orders`` (Debezium Postgres, debezium-upsert),
+    ``clicks`` (no envelope), ``payments`` (Avro keys and values in the Confluent wire
+    format, upsert; schemas under ``<workdir>/schemas``) and ``pageviews`` (Kafka Connect
+    sink files, no envelope), 3 partitions each, over 8 one-minute windows."""
     workdir = Path(workdir)
     landing = workdir / "landing"
     span_ms = SAMPLE_WINDOWS * SAMPLE_WINDOW_MS
@@ -153,14 +160,28 @@ def write_sample(workdir: Path, seed: int = 7) -> Path:
     )
     _write_topic(landing, "clicks", click_messages, clicks, files=3)
 
+    payments = random.Random(f"{seed}:payments")
+    write_payment_schemas(workdir / SCHEMA_FOLDER)
+    payment_messages = list(
+        avro_payment_messages(payments, records=360, start_ms=SAMPLE_START_MS, span_ms=span_ms)
+    )
+    _write_topic(landing, "payments", payment_messages, payments, files=4)
+
+    pageviews = random.Random(f"{seed}:pageviews")
+    pageview_messages = click_stream(
+        pageviews, records=360, start_ms=SAMPLE_START_MS, span_ms=span_ms
+    )
+    write_connect_sink_files(landing / "pageviews", "pageviews", pageview_messages, pageviews)
+
     config_path = workdir / "reclock.yaml"
     config_path.write_text(sample_config_yaml(), encoding="utf-8")
     return config_path
 
 
-def sample_config_yaml() -> str:
-    """The config ``write_sample`` writes beside the demo's dumps."""
-    return _sample_config_yaml(SAMPLE_START_MS + SAMPLE_WINDOWS * SAMPLE_WINDOW_MS)
+def sample_config_yaml(schemas: str = SCHEMA_FOLDER) -> str:
+    """The config ``write_sample`` writes beside the demo's dumps; ``schemas``: the folder
+    of the payments topic's Avro schemas (relative to the config, or absolute)."""
+    return _sample_config_yaml(SAMPLE_START_MS + SAMPLE_WINDOWS * SAMPLE_WINDOW_MS, schemas)
 
 
 def generate_dumps(
@@ -318,6 +339,113 @@ def click_stream(
         payload = f'{{"user_id":{rng.randrange(120)},"url":"/{page}"}}'
         partition = rng.randrange(SAMPLE_PARTITIONS)
         yield Message(partition, _timestamp(rng, start_ms, span_ms, index, records), None, payload)
+
+
+PAYMENT_KEY_SCHEMA_ID = 101
+PAYMENT_VALUE_SCHEMA_ID = 102
+PAYMENT_KEY_AVRO = "long"
+PAYMENT_VALUE_AVRO = {
+    "type": "record",
+    "name": "Payment",
+    "namespace": "demo",
+    "fields": [
+        {"name": "amount", "type": "double"},
+        {"name": "currency", "type": {"type": "enum", "name": "Currency",
+                                      "symbols": ["EUR", "USD", "CHF"]}},
+        {"name": "memo", "type": ["null", "string"], "default": None},
+    ],
+}  # fmt: skip
+PAYMENTS_VALUE_SCHEMA = {"amount": "double", "currency": "string", "memo": "string"}
+CONNECT_FLUSH_RECORDS = 40  # records per sink file, as the sink's flush.size
+
+
+def write_payment_schemas(folder: Path) -> None:
+    """The payments topic's schemas as a user keeps them without a registry server: the
+    key's as a schema file, the value's as a subject version (the registry's answer)."""
+    (folder / "payments-value").mkdir(parents=True, exist_ok=True)
+    (folder / "payments-key.avsc").write_text(json.dumps(PAYMENT_KEY_AVRO) + "\n")
+    entry = {"subject": "payments-value", "version": 1, "id": PAYMENT_VALUE_SCHEMA_ID,
+             "schema": json.dumps(PAYMENT_VALUE_AVRO)}  # fmt: skip
+    (folder / "payments-value" / "1.json").write_text(json.dumps(entry) + "\n")
+
+
+def confluent_avro(schema: object, value: object, schema_id: int) -> str:
+    """base64 text of the Confluent wire format (magic byte 0, schema id, Avro binary),
+    as a kcat ``-J`` dump holds a binary Kafka key or value."""
+    out = io.BytesIO()
+    out.write(struct.pack(">bI", 0, schema_id))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), value)
+    return base64.b64encode(out.getvalue()).decode("ascii")
+
+
+def avro_payment_messages(
+    rng: random.Random, *, records: int, start_ms: int, span_ms: int
+) -> Iterator[Message]:
+    """Payments keyed by id, some refunded (deleted); two records are damaged on the way:
+    one written with another schema id, one cut short (each lands in ``errors``)."""
+    damaged = {records // 3: "other schema", 2 * records // 3: "cut short"}
+    for index in range(records):
+        payment_id = _pick(rng, 90)
+        value: dict[str, object] | None = {
+            "amount": round(rng.uniform(1, 500), 2),
+            "currency": rng.choice(("EUR", "USD", "CHF")),
+            "memo": rng.choice((None, "invoice", "refund pending")),
+        }
+        if rng.random() < 0.06 and index not in damaged:
+            value = None
+        payload = None
+        if value is not None:
+            schema_id = PAYMENT_VALUE_SCHEMA_ID + (damaged.get(index) == "other schema")
+            payload = confluent_avro(PAYMENT_VALUE_AVRO, value, schema_id)
+            if damaged.get(index) == "cut short":
+                payload = base64.b64encode(base64.b64decode(payload)[:-3]).decode("ascii")
+        yield Message(
+            key_partition(payment_id, SAMPLE_PARTITIONS),
+            _timestamp(rng, start_ms, span_ms, index, records),
+            confluent_avro(PAYMENT_KEY_AVRO, payment_id, PAYMENT_KEY_SCHEMA_ID),
+            payload,
+        )
+
+
+def write_connect_sink_files(
+    root: Path, topic: str, messages: Iterable[Message], rng: random.Random
+) -> None:
+    """Write a topic as a Kafka Connect storage sink leaves it: per partition, files of
+    ``CONNECT_FLUSH_RECORDS`` values named ``<topic>+<partition>+<start offset>``, JSON
+    lines, gzip JSON lines or Avro container files in turn; each file's modification time
+    is its newest record's timestamp plus the sink's flush delay (within the sample). One
+    file is delivered twice (the sink retried a flush under the other compression)."""
+    by_partition: dict[int, list[Record]] = defaultdict(list)
+    for record in with_offsets(messages):
+        by_partition[record.partition].append(record)
+    end_ms = SAMPLE_START_MS + SAMPLE_WINDOWS * SAMPLE_WINDOW_MS
+    for partition, records in sorted(by_partition.items()):
+        folder = root / f"partition={partition}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for number, first in enumerate(range(0, len(records), CONNECT_FLUSH_RECORDS)):
+            chunk = records[first : first + CONNECT_FLUSH_RECORDS]
+            stem = f"{topic}+{partition}+{chunk[0].offset:010d}"
+            kinds = (".json", ".json.gz", ".avro")
+            data = {kind: _sink_file(kind, chunk, rng) for kind in kinds}
+            written = [kinds[number % 3]] + ([".json"] if number == 1 else [])
+            mtime = min(max(r.ts for r in chunk) + ARRIVAL_DELAY_MS, end_ms - 1)
+            for kind in dict.fromkeys(written):
+                path = folder / f"{stem}{kind}"
+                path.write_bytes(data[kind])
+                os.utime(path, ns=(mtime * 1_000_000, mtime * 1_000_000))
+
+
+def _sink_file(kind: str, records: list[Record], rng: random.Random) -> bytes:
+    values = [None if r.payload is None else json.loads(r.payload) for r in records]
+    if kind == ".avro":
+        out = io.BytesIO()
+        schema = {"type": "record", "name": "PageView", "fields": [
+            {"name": "user_id", "type": "long"}, {"name": "url", "type": "string"}]}  # fmt: skip
+        fastavro.writer(out, fastavro.parse_schema(schema), values,
+                        sync_marker=rng.randbytes(16))  # fmt: skip
+        return out.getvalue()
+    lines = "".join(json.dumps(v, separators=(",", ":")) + "\n" for v in values).encode()
+    return gzip.compress(lines, mtime=0) if kind == ".json.gz" else lines
 
 
 def with_offsets(messages: Iterable[Message]) -> Iterator[Record]:
@@ -588,7 +716,7 @@ def _connector_restart(resent: list[Message], ts: int) -> Iterator[Message]:
         yield Message(message.partition, ts, message.key, payload)
 
 
-def _sample_config_yaml(end_ms: int) -> str:
+def _sample_config_yaml(end_ms: int, schemas: str) -> str:
     """The demo config; every source reclocks by event time so runs are deterministic."""
 
     def source(name: str, key: dict[str, str], value: dict[str, str], envelope: str) -> dict:
@@ -611,16 +739,30 @@ def _sample_config_yaml(end_ms: int) -> str:
          "kwargs": {"column": "tier", "value_set": list(TIERS)}},
     ]
 
+    payments = source("payments", {"id": "bigint"}, PAYMENTS_VALUE_SCHEMA, "upsert")
+    payments |= {
+        "key_encoding": "avro",
+        "key_avro_schema": {"file": f"{schemas}/payments-key.avsc", "id": PAYMENT_KEY_SCHEMA_ID},
+        "value_encoding": "avro",
+        "value_avro_schema": {"subject": "payments-value", "version": 1},
+        "include": ["partition", "offset"],
+    }  # fmt: skip
+    pageviews = source("pageviews", {}, CLICKS_VALUE_SCHEMA, "none")
+    pageviews["include"] = ["partition", "offset"]
+
     config = {
         "lake": "lake",
         "landing": "landing",
         "window": "1m",
         "start": _iso(SAMPLE_START_MS),
         "end": _iso(end_ms),
+        "schema_folder": schemas,
         "sources": [
             users,
             source("orders", {"id": "bigint"}, ORDERS_VALUE_SCHEMA, "debezium-upsert"),
             source("clicks", {}, CLICKS_VALUE_SCHEMA, "none"),
+            payments,
+            pageviews,
         ],
     }
     header = "# The bundled reclock demo, written by `reclock sample`.\n"

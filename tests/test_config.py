@@ -84,8 +84,9 @@ BASE: dict[str, Any] = {
 
 
 SOURCE_KEYS = (
-    "name, topic, format, key, value, envelope, reclock, allow_offset_gaps, start_offsets, "
-    "retire, expectations, owners"
+    "name, topic, format, key, value, key_encoding, value_encoding, key_avro_schema, "
+    "value_avro_schema, envelope, include, reclock, allow_offset_gaps, start_offsets, retire, "
+    "expectations, owners"
 )
 
 
@@ -286,13 +287,24 @@ def test_debezium_key_columns_must_be_after_image_columns() -> None:
 
 @pytest.mark.parametrize("envelope", ["none", "upsert"])
 @pytest.mark.parametrize("format", ["cdcv2-json", "cdcv2-avro"])
-def test_cdcv2_formats_are_refused_until_the_pipeline_reads_them(
-    format: str, envelope: str
-) -> None:
-    # The pipeline reads every dump as plain JSON: accepting these would misread the topic.
+def test_cdcv2_formats_need_the_materialize_envelope(format: str, envelope: str) -> None:
+    # A CDCv2 topic read by another envelope would be misread as plain records.
     error = rejected(config_with(sources__0__format=format, sources__0__envelope=envelope))
-    assert [problem.field for problem in error.problems] == ["sources[0].format"]
-    assert "only json is implemented for sources" in str(error) and format in str(error)
+    assert [problem.field for problem in error.problems] == ["sources[0].envelope"]
+    assert f"format {format} needs envelope materialize" in str(error)
+
+
+def test_materialize_reads_cdcv2_streams_without_key_and_with_cdcv2_types() -> None:
+    stream = {"sources__0__format": "cdcv2-avro", "sources__0__envelope": "materialize"}
+    config = parse_config(config_with(**stream, sources__0__key=None), Path("/base"))
+    assert config.sources[0].format is Format.CDCV2_AVRO
+    assert config.sources[0].output_schema.names == ["name"]
+    error = rejected(config_with(sources__0__envelope="materialize", sources__0__key=None))
+    assert error.field == "sources[0].envelope" and "format must be cdcv2-json" in str(error)
+    error = rejected(config_with(**stream))
+    assert error.field == "sources[0].key" and "has no key" in str(error)
+    error = rejected(config_with(**stream, sources__0__key=None, sources__0__value__d="date"))
+    assert error.field == "sources[0].value.d" and "cannot be carried by a CDCv2" in str(error)
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -313,7 +325,7 @@ def test_every_problem_is_reported_at_once() -> None:
             (
                 "colour",
                 "unknown key (expected: lake, landing, window, start, end, spark, readers, "
-                "sources)",
+                "schema_folder, sources)",
             ),
             ("end", "must be after start (2026-01-01T00:00:00Z)"),
             ("spark.mastr", "unknown key; did you mean 'master'? (expected: master, conf)"),
@@ -328,7 +340,7 @@ def test_every_problem_is_reported_at_once() -> None:
             ("sources[0].start_offsets.3", "offset must be a non-negative integer (got int -2)"),
             (
                 "sources[1].envelope",
-                "must be one of none, upsert, debezium-upsert, debezium (got 'upsrt')",
+                "must be one of none, upsert, debezium-upsert, debezium, materialize (got 'upsrt')",
             ),
             ("sources[1].name", "duplicate source name 'users'"),
             ("sources[1].topic", "must be a non-empty string (got dict {'a': 1})"),
@@ -423,19 +435,19 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(typo)
     assert str(caught.value) == (
-        f"{typo}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium "
-        "(got 'upsrt')"
+        f"{typo}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium, "
+        "materialize (got 'upsrt')"
     )
     typos = tmp_path / "typos.yaml"
     typos.write_text(typo.read_text().replace("window: 5m", "windw: 5m"))
     with pytest.raises(ConfigError) as caught:
         load_config(typos)
     assert sorted(str(caught.value).splitlines()) == [
-        f"{typos}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium "
-        "(got 'upsrt')",
+        f"{typos}: sources[0].envelope: must be one of none, upsert, debezium-upsert, debezium, "
+        "materialize (got 'upsrt')",
         f"{typos}: window: is required",
         f"{typos}: windw: unknown key; did you mean 'window'? "
-        "(expected: lake, landing, window, start, end, spark, readers, sources)",
+        "(expected: lake, landing, window, start, end, spark, readers, schema_folder, sources)",
     ]
 
 
@@ -463,6 +475,19 @@ def readme_example() -> dict[str, Any]:
 
 def test_readme_example_is_a_valid_config_naming_every_field(tmp_path: Path) -> None:
     example = readme_example()
+    # The Avro schemas the example names, as a user would have them.
+    (tmp_path / "schemas" / "payments-value").mkdir(parents=True)
+    (tmp_path / "schemas" / "payments-key.avsc").write_text('"string"')
+    payment = {"type": "record", "name": "Payment", "fields": [
+        {"name": "amount", "type": "double"}, {"name": "memo", "type": ["null", "string"]}]}
+    (tmp_path / "schemas" / "payments-value.avsc").write_text(json.dumps(payment))
+    (tmp_path / "schemas" / "payments-value" / "1.json").write_text(
+        json.dumps({"id": 8, "schema": json.dumps(payment)})
+    )
+    (tmp_path / "schemas" / "payments-key").mkdir()
+    (tmp_path / "schemas" / "payments-key" / "1.json").write_text(
+        json.dumps({"id": 7, "schema": '"string"'})
+    )
 
     config = parse_config(example, tmp_path)
 
@@ -483,6 +508,7 @@ def test_editors_judge_by_the_schema_as_the_model_does() -> None:
         {"sources": []},
         {"sources__0__envelope": "upsrt"},
         {"sources__0__format": "cdcv2-json"},
+        {"sources__0__envelope": "materialize", "sources__0__key": None},
         {"sources__0__value__time": "bigint"},
         {"sources__0__value__age": "integer"},
         {"sources__0__value": {}},
@@ -539,3 +565,139 @@ def test_reader_settings_default_and_refuse_empty_or_malformed_durations() -> No
     )
     assert "readers.lease: must be a duration" in str(rejected(config_with(readers={"lease": 5})))
     assert "readers.lifetime: unknown key" in str(rejected(config_with(readers={"lifetime": "1h"})))
+
+
+USER_AVRO = {
+    "type": "record",
+    "name": "User",
+    "fields": [{"name": "name", "type": ["null", "string"]}, {"name": "n", "type": "int"}],
+}
+
+
+def schema_folder(root: Path) -> Path:
+    """A schema folder as the registry serves subjects: users-value versions 1 and 2."""
+    for version, fields in ((1, USER_AVRO["fields"][:1]), (2, USER_AVRO["fields"])):
+        path = root / "schemas" / "users-value" / f"{version}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entry = {"id": 40 + version, "schema": json.dumps({**USER_AVRO, "fields": fields})}
+        path.write_text(json.dumps(entry))
+    return root / "schemas"
+
+
+def test_avro_schemas_load_from_a_file_or_a_subject_and_must_fit_the_columns(
+    tmp_path: Path,
+) -> None:
+    folder = schema_folder(tmp_path)
+    (tmp_path / "key.avsc").write_text('"long"')
+    avro = {
+        "schema_folder": str(folder),
+        "sources__0__key_encoding": "avro",
+        "sources__0__key_avro_schema": {"file": "key.avsc", "id": 3},
+        "sources__0__value_encoding": "avro",
+        "sources__0__value_avro_schema": {"subject": "users-value"},
+    }
+    config = parse_config(config_with(**avro), tmp_path)
+    users = config.sources[0]
+    assert users.avro_schema("key", config.schema_folder).schema_id == 3
+    latest = users.avro_schema("value", config.schema_folder)
+    assert (latest.schema_id, latest.origin) == (42, "users-value version 2")
+    assert parse_config(
+        config_with(**{**avro, "sources__0__value_avro_schema": {"subject": "users-value",
+                                                                   "version": 1}}),
+        tmp_path,
+    ).sources[0].avro_schema("value", folder).schema_id == 41
+    # Declared columns the schema cannot fill are named, at load.
+    error = rejected_at(tmp_path, config_with(**avro, sources__0__value={"name": "bigint"}))
+    assert error.field == "sources[0].value.name" and "cannot hold" in str(error)
+    error = rejected_at(tmp_path, config_with(**avro, sources__0__value={"email": "string"}))
+    assert error.field == "sources[0].value.email" and "is not a field of" in str(error)
+    error = rejected_at(
+        tmp_path, config_with(**{**avro, "sources__0__value_avro_schema": {"subject": "nobody"}})
+    )
+    assert error.field == "sources[0].value_avro_schema" and "no version of subject" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"sources__0__key_encoding": "avro"}, "sources[0].key_avro_schema", "needs it"),
+        (
+            {"sources__0__value_avro_schema": {"file": "v.avsc", "id": 1}},
+            "sources[0].value_avro_schema",
+            "is only for value_encoding avro",
+        ),
+        (
+            {"sources__0__value_encoding": "avro",
+             "sources__0__value_avro_schema": {"file": "v.avsc"}},
+            "sources[0].value_avro_schema.id",
+            "needs the schema id",
+        ),
+        (
+            {"sources__0__value_encoding": "avro",
+             "sources__0__value_avro_schema": {"subject": "users-value"}},
+            "sources[0].value_avro_schema",
+            "needs schema_folder",
+        ),
+        ({"sources__0__key_encoding": "text"}, "sources[0].key_encoding", "of type string"),
+        ({"sources__0__value_encoding": "bytes"}, "sources[0].value_encoding", "of type bytes"),
+        ({"sources__1__value_encoding": "text"}, "sources[1].value_encoding", "json or avro"),
+        ({"sources__0__key_encoding": "protobuf"}, "sources[0].key_encoding", "json, text, bytes"),
+        (
+            {"sources__0__envelope": "none", "sources__0__key": None,
+             "sources__0__key_encoding": "text"},
+            "sources[0].key_encoding",
+            "no key columns",
+        ),
+        (
+            {"sources__0__format": "cdcv2-json", "sources__0__envelope": "materialize",
+             "sources__0__key": None, "sources__0__value_encoding": "bytes",
+             "sources__0__value": {"b": "bytes"}},
+            "sources[0].value_encoding",
+            "decodes its own values",
+        ),
+    ],
+)
+def test_encoding_options_are_judged_at_load(
+    changes: dict[str, Any], field: str, words: str
+) -> None:
+    error = rejected(config_with(**changes))
+    assert field in [problem.field for problem in error.problems], str(error)
+    assert words in str(error)
+
+
+def test_text_and_bytes_fill_one_column() -> None:
+    config = parse_config(
+        config_with(
+            sources__0__key={"k": "string"},
+            sources__0__key_encoding="text",
+            sources__0__value={"blob": "bytes"},
+            sources__0__value_encoding="bytes",
+        ),
+        Path("/base"),
+    )
+    assert config.sources[0].output_schema.simpleString() == "struct<k:string,blob:binary>"
+
+
+def rejected_at(base: Path, data: dict[str, Any]) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, base)
+    return caught.value
+
+
+def test_include_adds_metadata_columns_and_refuses_what_cannot_work() -> None:
+    config = parse_config(config_with(sources__0__include=["offset", "timestamp"]), Path("/b"))
+    assert config.sources[0].output_schema.names == ["id", "name", "offset", "timestamp"]
+    cases = [
+        ({"sources__0__include": ["headers"]}, "sources[0].include[0]", "not implemented"),
+        ({"sources__0__include": ["offset", "offset"]}, "sources[0].include[1]", "twice"),
+        ({"sources__0__include": ["ts"]}, "sources[0].include[0]", "partition, offset, timestamp"),
+        ({"sources__1__include": ["partition"]}, "sources[1].include[0]", "cannot include"),
+        (
+            {"sources__0__include": ["partition"], "sources__0__value": {"partition": "int"}},
+            "sources[0].include[0]",
+            "already a key or value column",
+        ),
+    ]
+    for changes, field, words in cases:
+        error = rejected(config_with(**changes))
+        assert field in [p.field for p in error.problems] and words in str(error), changes

@@ -12,8 +12,9 @@ from pyspark.sql import functions as F
 from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.decode import decode_json, decode_key, unwrap_connect_envelope
+from cdc_core.envelopes.metadata import metadata_columns
 from cdc_core.envelopes.reasons import error_rows
-from cdc_core.envelopes.result import EnvelopeResult, column
+from cdc_core.envelopes.result import EnvelopeResult
 from cdc_core.envelopes.upsert import key_problem, value_problem
 from cdc_core.schemas import ERROR
 from cdc_core.updates import consolidate
@@ -24,7 +25,7 @@ def apply_none(batch: EnvelopeBatch) -> EnvelopeResult:
     """The NONE envelope for a batch: each record is independent, so it simply lands at
     its own time. Output columns: key columns ++ value columns."""
     key_schema, value_schema = batch.key_schema, batch.value_schema
-    output = output_schema(Envelope.NONE, key_schema, value_schema)
+    output = output_schema(Envelope.NONE, key_schema, value_schema, batch.include)
     staged = unwrap_connect_envelope(
         batch.timed_records(), "payload", value_schema, "value_text"
     )
@@ -37,17 +38,19 @@ def apply_none(batch: EnvelopeBatch) -> EnvelopeResult:
         staged = decode_key(staged, "key", key_schema, "key_value")
         key_fields = [F.col("key_value")[name].alias(name) for name in key_schema.names]
         problem = F.coalesce(F.when(F.col("key").isNotNull(), key_problem()), problem)
-    decoded = staged.select(
-        "partition",
-        "offset",
-        "key",
-        "time",
-        problem.alias("reason"),
+    # The row as a struct: included metadata columns may be named like record columns.
+    row = F.struct(
         *key_fields,
         *[F.col("value")[name].alias(name) for name in value_schema.names],
+        *metadata_columns(staged, batch.include),
+    )
+    decoded = staged.select(
+        "partition", "offset", "key", "time", problem.alias("reason"), row.alias("row")
     ).persist()
     rows = decoded.filter(F.col("reason").isNull()).select(
-        *[column(name) for name in output.names], "time", F.lit(1).cast("long").alias("diff")
+        *[F.col("row")[name].alias(name) for name in output.names],
+        "time",
+        F.lit(1).cast("long").alias("diff"),
     )
     failed = error_rows(decoded.filter(F.col("reason").isNotNull()), batch.topic)
     return EnvelopeResult(

@@ -15,6 +15,7 @@ from pyspark.sql.types import StructType
 
 from cdc_core.envelopes.result import stamped
 from cdc_core.updates import TIME
+from cdc_core.vocabulary import Format, IncludeField
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,11 @@ class EnvelopeBatch:
     """RECLOCKED ``records`` of a batch of binding times: each at the time in its own
     ``time`` column (``time`` None), or all at one ``time`` (then without that column).
     ``prior_*``: the source's ``changes``, ``errors`` and classic DEBEZIUM ``dedup``
-    updates before the batch (None: an empty shard); each envelope reads what it needs."""
+    updates before the batch (None: an empty shard); each envelope reads what it needs.
+    ``format``: how payloads are encoded; ``prior_records``: the RECLOCKED updates before
+    the batch, which only the ``materialize`` envelope reads (a CDCv2 stream is judged
+    whole: a message bound long ago may complete a time only now); ``include``: the Kafka
+    metadata columns each row carries from its record."""
 
     records: DataFrame
     _: KW_ONLY
@@ -33,6 +38,9 @@ class EnvelopeBatch:
     prior_changes: DataFrame | None = None
     prior_errors: DataFrame | None = None
     prior_dedup_state: DataFrame | None = None
+    format: Format = Format.JSON
+    prior_records: DataFrame | None = None
+    include: tuple[IncludeField, ...] = ()
 
     def timed_records(self) -> DataFrame:
         """The records, each with its binding time in a bigint ``time`` column (ValueError

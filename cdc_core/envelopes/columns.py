@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql.types import StructType
 
+from cdc_core.envelopes.metadata import metadata_fields
 from cdc_core.envelopes.reasons import EnvelopeConfigError
-from cdc_core.vocabulary import Envelope
+from cdc_core.vocabulary import Envelope, IncludeField
 
 SHARD_COLUMNS = ("time", "diff")
 
 
 def output_schema(
-    envelope: Envelope | str, key_schema: StructType, value_schema: StructType
+    envelope: Envelope | str,
+    key_schema: StructType,
+    value_schema: StructType,
+    include: Sequence[IncludeField] = (),
 ) -> StructType:
     """The ``changes`` columns of a source (shards add ``time`` and ``diff``): key columns ++
-    value columns for none/upsert, the after-image columns for the Debezium envelopes.
-    Raises EnvelopeConfigError naming what cannot work."""
+    value columns for none/upsert, the after-image columns for the Debezium envelopes,
+    then the ``include``d metadata columns. Raises EnvelopeConfigError naming what cannot
+    work."""
     try:
         envelope = Envelope(envelope)
     except ValueError:
@@ -43,6 +50,7 @@ def output_schema(
                     f"image with the same type"
                 )
         output = value_schema
+    output = StructType([*output.fields, *metadata_fields(include)])
     reserved = sorted(set(output.names) & set(SHARD_COLUMNS))
     if reserved:
         raise EnvelopeConfigError(f"column names {reserved} are reserved for shards")

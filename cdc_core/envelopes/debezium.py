@@ -23,6 +23,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.decode import decode_json, unwrap_connect_envelope
+from cdc_core.envelopes.metadata import metadata_columns
 from cdc_core.envelopes.reasons import (
     KEY_MISMATCH,
     UNKNOWN_OP,
@@ -105,7 +106,7 @@ def apply_debezium_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
     """The DEBEZIUM UPSERT envelope for a batch (see ``upsert.apply_upsert``). The value
     schema is the after image (it holds the key columns); output = after columns."""
     key_schema, value_schema = batch.key_schema, batch.value_schema
-    output = output_schema(Envelope.DEBEZIUM_UPSERT, key_schema, value_schema)
+    output = output_schema(Envelope.DEBEZIUM_UPSERT, key_schema, value_schema, batch.include)
     events = with_key(stage_events(batch.timed_records()), key_schema)
     staged = decode_json(events, "after_text", value_schema, "after")
     is_tombstone = F.col("event_text").isNull()
@@ -127,7 +128,11 @@ def apply_debezium_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
         ~is_tombstone,
         F.coalesce(truncate_problem(), key_problem(), event_problem("after"), mismatch),
     )
+    image = F.struct(
+        *[F.col("after")[name].alias(name) for name in value_schema.names],
+        *metadata_columns(staged, batch.include),
+    ) if batch.include else F.col("after")
     commands = staged.withColumn("reason", problem).withColumn(
-        "row", F.when(~is_tombstone & F.col("reason").isNull() & ~deletes, F.col("after"))
+        "row", F.when(~is_tombstone & F.col("reason").isNull() & ~deletes, image)
     )
     return apply_commands(commands, batch, output)

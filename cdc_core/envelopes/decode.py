@@ -7,12 +7,16 @@ What "does not match the declared schema" means (Spark's JSON reader, made expli
   or ``1.5`` for an ``int`` column, an out-of-range number, a string for a struct
   (a ``string`` column takes any JSON value, as its JSON text), or a non-finite number
   (``NaN``, ``Infinity``) where the JSON standard has none;
-- a required field is missing or null: a non-nullable field of the schema, and every key
-  column (a key with a missing column identifies nothing).
+- a required field is missing or null (a non-nullable field of the schema), or a field that
+  must be present is absent: every key column (a key lacking a column identifies nothing,
+  while a key column present as JSON ``null`` is a normal key value, as in Kafka, where
+  only an absent key is no key).
 Missing optional fields become null and unknown fields are ignored.
 
 Kafka Connect's JSON converter with schemas enabled wraps every message as
-``{"schema": ..., "payload": ...}``; both that and the bare form are accepted.
+``{"schema": ..., "payload": ...}``; both that and the bare form are accepted. Keys and
+values in another encoding arrive here as JSON text too (``encodings``), with an
+``encoding_error_column`` saying why a text could not even be read; that error comes first.
 
 Each step adds real columns (instead of nesting expressions) so that every JSON text is
 parsed once per record and the generated code stays small.
@@ -26,6 +30,8 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
+
+from cdc_core.envelopes.encodings import encoding_error_column
 
 CORRUPT_FIELD = "__reclock_corrupt_record__"
 CONNECT_WRAPPER_FIELDS = ("schema", "payload")
@@ -42,6 +48,8 @@ def unwrap_connect_envelope(df: DataFrame, text: str, schema: StructType, into: 
     """Add ``into``: the ``payload`` of a schema-enabled JSON converter message in column
     ``text``, else the text itself. A wrapped null payload is a null value. Never unwraps
     when the schema has a ``schema`` or ``payload`` column (the forms would be ambiguous)."""
+    if encoding_error_column(text) in df.columns:  # carried along with the text
+        df = df.withColumn(encoding_error_column(into), F.col(encoding_error_column(text)))
     if set(CONNECT_WRAPPER_FIELDS) & set(schema.names):
         return df.withColumn(into, F.col(text))
     keys = f"_{into}_keys"
@@ -59,11 +67,17 @@ def unwrap_connect_envelope(df: DataFrame, text: str, schema: StructType, into: 
 
 
 def decode_json(
-    df: DataFrame, text: str, schema: StructType, into: str, required: Sequence[str] | None = None
+    df: DataFrame,
+    text: str,
+    schema: StructType,
+    into: str,
+    required: Sequence[str] | None = None,
+    present: Sequence[str] = (),
 ) -> DataFrame:
     """Add ``into`` (a struct of ``schema`` decoded from column ``text``) and its error column.
-    ``required`` defaults to the non-nullable fields. The error is null for a null text
-    (the caller decides what a null means)."""
+    ``required`` (fields that must be non-null) defaults to the non-nullable fields;
+    ``present``: fields that must be in the object, possibly as ``null``. The error is
+    null for a null text (the caller decides what a null means)."""
     if required is None:
         required = [field.name for field in schema.fields if not field.nullable]
     typed = f"_{into}_typed"
@@ -82,6 +96,16 @@ def decode_json(
     decoded = F.col(typed)[CORRUPT_FIELD].isNull()
     for name in required:
         decoded &= F.col(typed)[name].isNotNull()
+    # A null field is present only if the object names it: the keys are listed (one more
+    # parse) only for records with a null among the ``present`` fields.
+    keys = F.json_object_keys(F.col(text))
+    absent = {
+        name: F.col(typed)[name].isNull() & ~F.coalesce(F.array_contains(keys, name), F.lit(False))
+        for name in present
+        if name not in required
+    }
+    for is_absent in absent.values():
+        decoded &= ~is_absent
     as_text = F.from_json(F.col(text), all_text, options)
     wrong_types = F.concat_ws(
         "; ",
@@ -100,14 +124,22 @@ def decode_json(
             F.when(F.col(typed)[name].isNull() & as_text[name].isNull(), F.lit(name))
             for name in required
         ],
+        *[F.when(is_absent, F.lit(name)) for name, is_absent in absent.items()],
     )
     # Strictly no object, and not even leniently an object (``{"n": Infinity}`` is one,
     # with a field of the wrong type).
     not_object = F.json_object_keys(F.col(text)).isNull() & (
         as_text.isNull() | as_text[CORRUPT_FIELD].isNotNull() | ~F.col(text).rlike(r"^\s*\{")
     )
+    no_error = (F.col(text).isNull() | decoded, F.lit(None))
+    unreadable = F.col(encoding_error_column(text))  # not even readable in its encoding
     error = (
-        F.when(F.col(text).isNull() | decoded, F.lit(None))
+        F.when(unreadable.isNotNull(), unreadable).when(*no_error)
+        if encoding_error_column(text) in df.columns
+        else F.when(*no_error)
+    )
+    error = (
+        error
         .when(~F.is_valid_utf8(F.col(text)), F.lit(NOT_UTF8))
         .when(not_object, F.lit(NOT_AN_OBJECT))
         .when(
@@ -128,7 +160,8 @@ def decode_json(
 def decode_key(df: DataFrame, raw: str, key_schema: StructType, into: str) -> DataFrame:
     """Add ``into`` (the decoded Kafka key in column ``raw``) and its error column. A key
     is an object holding the key columns, or a bare JSON scalar when there is exactly one
-    key column. Every key column is required."""
+    key column. Every key column must be present; any may be ``null`` (a composite key
+    such as ``{"f3": null, "f4": "yin"}`` is a key like any other)."""
     text = f"_{into}_text"
     df = unwrap_connect_envelope(df, raw, key_schema, text)
     if len(key_schema.fields) == 1:
@@ -138,7 +171,8 @@ def decode_key(df: DataFrame, raw: str, key_schema: StructType, into: str) -> Da
         is_object = F.col(text).rlike(r"^\s*\{")
         as_object = F.concat(F.lit(opening), F.col(text), F.lit("}"))
         df = df.withColumn(text, F.when(is_object, F.col(text)).otherwise(as_object))
-    df = decode_json(df, text, key_schema, into, required=key_schema.names).drop(text)
+    df = decode_json(df, text, key_schema, into, required=(), present=key_schema.names)
+    df = df.drop(text, encoding_error_column(text))
     if len(key_schema.fields) == 1:
         error = F.col(error_column(into))
         not_json = F.lit("is neither a JSON object nor a JSON scalar")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from cdc_core.cdcv2.source_format import apply_materialize
 from cdc_core.envelopes.append_only import apply_none
 from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.classic import apply_debezium
@@ -18,13 +19,15 @@ APPLY: dict[Envelope, Callable[[EnvelopeBatch], EnvelopeResult]] = {
     Envelope.UPSERT: apply_upsert,
     Envelope.DEBEZIUM_UPSERT: apply_debezium_upsert,
     Envelope.DEBEZIUM: apply_debezium,
+    Envelope.MATERIALIZE: apply_materialize,
 }
 
 
 def apply_envelope(envelope: Envelope | str, batch: EnvelopeBatch) -> EnvelopeResult:
-    """Apply ``envelope`` (none | upsert | debezium-upsert | debezium) to ``batch``; an
+    """Apply ``envelope`` (none | upsert | debezium-upsert | debezium |
+    materialize) to ``batch``; an
     unknown name, or key/value schemas the envelope cannot take, raise
     EnvelopeConfigError before any Spark work. Classic DEBEZIUM takes one window per call,
     so it needs the batch's ``time`` (ValueError without)."""
-    output_schema(envelope, batch.key_schema, batch.value_schema)
+    output_schema(envelope, batch.key_schema, batch.value_schema, batch.include)
     return APPLY[Envelope(envelope)](batch)

@@ -8,6 +8,7 @@ the stored one is refused, with what changed and how to reset deliberately.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from pyspark.sql.types import StructField, StructType
 
@@ -22,8 +23,16 @@ class ConfigDriftError(RuntimeError):
     """A source's configuration no longer matches the one its outputs were written with."""
 
 
-def fingerprint(envelope: str, key_schema: StructType, value_schema: StructType) -> str:
-    """A stable text (canonical JSON) naming the envelope, key columns and both schemas."""
+def fingerprint(
+    envelope: str,
+    key_schema: StructType,
+    value_schema: StructType,
+    include: Sequence[str] = (),
+) -> str:
+    """A stable text (canonical JSON) naming the envelope, key columns, both schemas and
+    the included metadata columns (named only when there are some, so fingerprints of
+    sources without them stay as they were)."""
+    included = {"include": [str(field) for field in include]} if include else {}
     return json.dumps(
         {
             "version": FORMAT_VERSION,
@@ -31,6 +40,7 @@ def fingerprint(envelope: str, key_schema: StructType, value_schema: StructType)
             "key_columns": key_schema.names,
             "key_schema": key_schema.jsonValue(),
             "value_schema": value_schema.jsonValue(),
+            **included,
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -74,6 +84,10 @@ def describe_drift(old: str, new: str) -> str:
         if before["key_columns"] != after["key_columns"]:
             changes.append(
                 f"key columns changed from {before['key_columns']} to {after['key_columns']}"
+            )
+        if before.get("include", []) != after.get("include", []):
+            changes.append(
+                f"include changed from {before.get('include', [])} to {after.get('include', [])}"
             )
         for label in ("key", "value"):
             changes += schema_drift(

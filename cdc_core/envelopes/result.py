@@ -3,12 +3,14 @@ steps share."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from cdc_core.frontier import TimeFrontier
 from cdc_core.spark import local_frame
 
 
@@ -25,6 +27,10 @@ class EnvelopeResult:
     changes: DataFrame
     errors: DataFrame
     dedup_state: DataFrame | None = None
+    # ``materialize`` only: per binding time, the frontier through which the CDCv2 stream
+    # bound so far is complete (its changes at that time are the updates that newly fell
+    # before it).
+    completeness: Mapping[int, TimeFrontier] = field(default_factory=dict)
     # Persisted frames the outputs share (decoded records, latest commands), so that
     # writing changes and errors decodes the batch once; ``release`` after writing them.
     cached: tuple[DataFrame, ...] = ()

@@ -23,6 +23,9 @@ shuffled.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -36,6 +39,7 @@ from cdc_core.envelopes.decode import (
     key_slot,
     unwrap_connect_envelope,
 )
+from cdc_core.envelopes.metadata import metadata_columns
 from cdc_core.envelopes.reasons import (
     KEY_DECODE,
     NULL_KEY,
@@ -47,7 +51,6 @@ from cdc_core.envelopes.reasons import (
 )
 from cdc_core.envelopes.result import (
     EnvelopeResult,
-    column,
     negated,
     prior_updates,
 )
@@ -90,7 +93,7 @@ def apply_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
     """The UPSERT envelope for a batch; its prior state is the ``changes`` and ``errors``
     updates before the batch. Output columns: key columns ++ value columns."""
     key_schema, value_schema = batch.key_schema, batch.value_schema
-    output = output_schema(Envelope.UPSERT, key_schema, value_schema)
+    output = output_schema(Envelope.UPSERT, key_schema, value_schema, batch.include)
     staged = unwrap_connect_envelope(
         batch.timed_records(), "payload", value_schema, "value_text"
     )
@@ -99,7 +102,7 @@ def apply_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
     problem = F.when(~is_tombstone, F.coalesce(key_problem(), value_problem("value", "value")))
     fields = [F.col("key_value")[name].alias(name) for name in key_schema.names] + [
         F.col("value")[name].alias(name) for name in value_schema.names
-    ]
+    ] + metadata_columns(staged, batch.include)
     commands = staged.withColumn("reason", problem).withColumn(
         "row", F.when(~is_tombstone & F.col("reason").isNull(), F.struct(*fields))
     )
@@ -154,12 +157,13 @@ def apply_commands(
     if prior_changes is not None:
         # At a slot's first time its prior content (the consolidated history of the keys
         # the batch touches) is replaced: only that part needs consolidating.
-        first_keys = first.filter(F.col("key_value").isNotNull()).select("key_value.*", "time")
-        replaced = (
-            prior_updates(commands.sparkSession, prior_changes, output)
-            .join(F.broadcast(first_keys), on=key_schema.names)
-            .select(*[column(name) for name in output.names], "time", "diff")
-        )
+        # Key columns may be null (a key is a record, null fields included): null-safe.
+        first_keys = first.filter(F.col("key_value").isNotNull()).select("key_value", "time")
+        prior = prior_updates(commands.sparkSession, prior_changes, output)
+        same_key = [prior[name].eqNullSafe(F.col("key_value")[name]) for name in key_schema.names]
+        replaced = prior.join(
+            F.broadcast(first_keys), on=functools.reduce(operator.and_, same_key)
+        ).select(*[prior[name] for name in output.names], "time", "diff")
         first_rows = consolidate(negated(replaced).unionByName(first_rows), output.names)
     changes = changes.unionByName(first_rows)
     previous_errors = error_rows(

@@ -1,4 +1,5 @@
-"""Kafka topic dumps (kcat ``-J`` JSON lines, plain or gzip) read into Spark.
+"""Kafka topic dumps (kcat ``-J`` JSON lines, plain or gzip, and Kafka Connect sink files,
+see ``connect_files``) read into Spark.
 
 A dump line looks like::
 
@@ -13,6 +14,7 @@ so the same ``(partition, offset)`` can appear in several files and in ``records
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import stat
@@ -27,8 +29,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
+from cdc_core.ingest.connect_files import connect_lines, layout_of
 from cdc_core.schemas import DUMP_RECORD, ERROR
 from cdc_core.spark import local_frame
+from cdc_core.vocabulary import DumpLayout
 
 IN_PROGRESS_SUFFIXES = (".tmp", ".partial")
 GZIP_SUFFIX = ".gz"
@@ -260,6 +264,14 @@ def scan_dump_files(
     readable, damaged = _readable(spark, files)
     reasons = {path: d.reason for path, d in damaged.items()}
     frames = []
+    connect = [path for path in readable if layout_of(path) is DumpLayout.CONNECT]
+    readable = [path for path in readable if layout_of(path) is DumpLayout.KCAT]
+    if connect:  # positions from the file names, judged as ``read_dumps`` judges them
+        from_names = _parse(connect_lines(spark, connect), _SCAN_LINE, topic)
+        bad = F.col("reason").isNotNull().alias("bad")
+        frames.append(
+            _position_stats(from_names.select("file", "partition", "offset", "ts", bad))
+        )
     if readable:
         # Spark's JSON reader with only the position fields: it checks every line is
         # well formed UTF-8 and JSON, but builds no key or payload.
@@ -286,7 +298,7 @@ def scan_dump_files(
         frames.append(_position_stats(salvaged.select("file", "partition", "offset", "ts", bad)))
     if not frames:
         return DumpScan(SCAN_SCHEMA.empty_table(), {}, reasons)
-    stats = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    stats = functools.reduce(DataFrame.unionByName, frames)
     # Sorted on the driver: a Spark sort would cost a sampling job for a few rows.
     grouped = stats.toArrow().sort_by([("file", "ascending"), ("partition", "ascending")])
     is_bad = grouped.column("bad")
@@ -326,8 +338,11 @@ def _readable(
     missing = [path for path in paths if "://" not in path and not os.path.exists(path)]
     if missing:
         raise FileNotFoundError(f"dump files not found: {', '.join(missing)}")
-    if known is None:
-        damaged = find_damaged_gzip_files(spark, [p for p in paths if p.endswith(GZIP_SUFFIX)])
+    if known is None:  # a sink file reports its own damage, where it is
+        damaged = find_damaged_gzip_files(
+            spark,
+            [p for p in paths if p.endswith(GZIP_SUFFIX) and layout_of(p) is DumpLayout.KCAT],
+        )
     else:
         damaged = {path: known[path] for path in paths if path in known}
     return [path for path in paths if path not in damaged], damaged
@@ -379,15 +394,19 @@ def _read_lines(
     """Non-blank lines with the absolute path of their file: every line of ``paths`` and
     the complete lines of the truncated gzip files among ``damaged``."""
     frames = []
-    if paths:
-        text = spark.read.text(list(paths))
+    kcat = [path for path in paths if layout_of(path) is DumpLayout.KCAT]
+    if kcat:
+        text = spark.read.text(kcat)
         frames.append(text.select("value", _local_path(F.col("_metadata.file_path")).alias("file")))
+    connect = [path for path in paths if layout_of(path) is DumpLayout.CONNECT]
+    if connect:
+        frames.append(connect_lines(spark, connect))
     truncated = sorted(path for path, damage in damaged.items() if damage.truncated)
     if truncated:
         frames.append(_salvaged_lines(spark, truncated))
     if not frames:
         return local_frame(spark, [], "value string, file string")
-    lines = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    lines = functools.reduce(DataFrame.unionByName, frames)
     return lines.where(F.trim("value") != "")
 
 

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from cdc_core.frontier import OffsetFrontier
+from cdc_core.ingest.connect_files import layout_of
 from cdc_core.ingest.dumps import (
     SCAN_SCHEMA,
     DumpFile,
@@ -35,6 +36,7 @@ from cdc_core.ingest.dumps import (
 from cdc_core.schemas import ERROR, RECLOCKED
 from cdc_core.shard.log import append_rows
 from cdc_core.spark import local_frame
+from cdc_core.vocabulary import DumpLayout
 
 FILES_SCHEMA = pa.schema(
     [
@@ -352,12 +354,14 @@ def read_canonical(
 ) -> CanonicalRecords:
     """Read ``files`` and keep one copy per (partition, offset) among records passing ``keep``.
 
-    The kept copy is the one of the earliest-arriving file, then the smallest path, so
-    every run picks the same copy; dropped copies that differ in ts, key or payload
-    become conflict rows. Identical redeliveries simply collapse. The lines are shuffled
-    once, by Kafka partition, and sorted by offset: the copy ranking and every later
-    per-partition pass in offset order (the binding times) reuse that layout. Gzip damage
-    comes from the registry (judged when the immutable files were registered).
+    The kept copy is a kcat copy before a Kafka Connect sink copy (which knows neither the
+    key nor the true timestamp), then the one of the earliest-arriving file, then the
+    smallest path, so every run picks the same copy; dropped copies of the kept copy's
+    layout that differ in ts, key or payload become conflict rows. Identical redeliveries
+    simply collapse. The lines are shuffled once, by Kafka partition, and sorted by
+    offset: the copy ranking and every later per-partition pass in offset order (the
+    binding times) reuse that layout. Gzip damage comes from the registry (judged when
+    the immutable files were registered).
     """
     files = sorted((f for f in files if not f.unreadable), key=lambda f: f.path)
     require_present(files)
@@ -368,9 +372,11 @@ def read_canonical(
         spark,
         pa.table(
             {"file": [f.path for f in files], "_file": list(range(len(files))),
-             "arrival_ms": [f.arrival_ms for f in files]},
+             "arrival_ms": [f.arrival_ms for f in files],
+             "_from_sink": [layout_of(f.path) is DumpLayout.CONNECT for f in files]},
             schema=pa.schema(
-                [("file", pa.string()), ("_file", pa.int32()), ("arrival_ms", pa.int64())]
+                [("file", pa.string()), ("_file", pa.int32()), ("arrival_ms", pa.int64()),
+                 ("_from_sink", pa.bool_())]
             ),
         ),
     )
@@ -384,15 +390,20 @@ def read_canonical(
     )
     # Good records sort before bad lines at the same position, so a bad line never
     # displaces a good copy; the kept copy is the first row of its position.
-    copies = Window.partitionBy("partition", "offset").orderBy(~good, "arrival_ms", "_file")
-    kept = {c: F.first(c).over(copies) for c in ("ts", "key", "payload", "_file")}
+    # A kcat copy is preferred to a sink copy, which lacks the key and the true timestamp;
+    # copies of different layouts are not compared (a sink rewrites the value's JSON).
+    copies = Window.partitionBy("partition", "offset").orderBy(
+        ~good, "_from_sink", "arrival_ms", "_file"
+    )
+    kept = {c: F.first(c).over(copies) for c in ("ts", "key", "payload", "_file", "_from_sink")}
     same = (
         F.col("ts").eqNullSafe(kept["ts"])
         & F.col("key").eqNullSafe(kept["key"])
         & F.col("payload").eqNullSafe(kept["payload"])
     )
     rank = F.row_number().over(copies)
-    conflict = F.when(good & (rank > 1) & ~same, kept["_file"])
+    same_layout = F.col("_from_sink") == kept["_from_sink"]
+    conflict = F.when(good & (rank > 1) & same_layout & ~same, kept["_file"])
     # ``keep`` applies after the ranking, which it cannot change (a position is ranked on
     # its own). Before the shuffle Spark would push it into the parse and parse each line
     # twice, and tested on ``reason`` first, evaluate every check of every line.

@@ -35,6 +35,7 @@ from cdc_core.envelopes import (
     check_fingerprint,
     fingerprint,
 )
+from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
@@ -169,6 +170,14 @@ class SourcePipeline:
             else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
+        self.encodings = {
+            part: PartEncoding(
+                source.key_encoding if part == "key" else source.value_encoding,
+                tuple(source.key if part == "key" else source.value),
+                source.avro_schema(part, config.schema_folder),
+            )
+            for part in ("key", "value")
+        }
 
     @classmethod
     def from_config(
@@ -269,7 +278,10 @@ class SourcePipeline:
         removing the outputs (the documented reset) removes it too."""
         path = self.root / "changes" / "_reclock_fingerprint.json"
         current = fingerprint(
-            self.source.envelope, self.source.key_schema, self.source.value_schema
+            self.source.envelope,
+            self.source.key_schema,
+            self.source.value_schema,
+            self.source.include,
         )
         stored = path.read_text() if path.exists() else None
         check_fingerprint(stored, current)
@@ -335,8 +347,10 @@ class SourcePipeline:
         """Apply the envelope to the records at times ``[lower, upper)`` and append its
         outputs; returns the distinct changes and errors written per time."""
         in_range = (F.col("time") >= lower) & (F.col("time") < upper)
-        with phase(self.source.name, "plan envelope"):
+        with phase(self.source.name, "plan envelope") as figures:
             result = self._envelope_result(records, lower, upper)
+            if result.completeness:  # a CDCv2 stream: how far it is complete, per window
+                figures["cdcv2_complete"] = {t: str(f) for t, f in result.completeness.items()}
         errors = reclock_errors.filter(in_range).unionByName(result.errors)
         try:
             with phase(self.source.name, "append changes") as figures:
@@ -360,7 +374,9 @@ class SourcePipeline:
         """The envelope's changes, errors and dedup state for the records at times
         ``[lower, upper)`` (lazy frames: computed when appended)."""
         in_range = (F.col("time") >= lower) & (F.col("time") < upper)
-        selected = records.filter(in_range).drop("diff")
+        selected = as_json_text(
+            records.filter(in_range).drop("diff"), self.encodings["key"], self.encodings["value"]
+        )
         classic = self.source.envelope == Envelope.DEBEZIUM
         batch = EnvelopeBatch(
             selected.drop("time") if classic else selected,
@@ -371,6 +387,9 @@ class SourcePipeline:
             prior_changes=self._prior(self.changes, lower),
             prior_errors=self._prior(self.errors, lower),
             prior_dedup_state=self._prior(self.dedup, lower),
+            format=self.source.format,
+            include=self.source.include,
+            prior_records=self._prior(self.reclocked, lower) if self.source.format.cdcv2 else None,
         )
         return apply_envelope(self.source.envelope, batch)
 

@@ -1,21 +1,26 @@
 """The bundled demo through real Dagster runs, against an oracle in plain Python.
 
-The oracle reads the dump files itself (json + gzip, no Spark, no reclock code),
-keeps one copy per (partition, offset), and applies each envelope's rule in Kafka
-order: the final ``state`` of every source must equal it exactly.
+The oracle reads the dump files itself (json + gzip, Kafka Connect sink files by their
+names, Avro with fastavro; no Spark, no reclock code), keeps one copy per (partition,
+offset), and applies each envelope's rule in Kafka order: the final ``state`` of every
+source must equal it exactly, included metadata columns too.
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
+import io
 import json
 import os
 import re
 import subprocess
 import sys
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
+import fastavro
 import pytest
 from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
@@ -25,12 +30,34 @@ from benchmarks.screenshot import find_chromium, rendered_text, running_webserve
 from cdc_core.config import Config, SourceConfig, load_config
 from pipelines.cli import main, materialize
 
+SINK_NAME = re.compile(r"(.+)\+(\d+)\+(\d+)\.(json|avro)(\.gz)?")
+
+
+def sink_records(path: Path) -> list[dict]:
+    """The records of a Kafka Connect sink file: offsets from its name, values only."""
+    topic, partition, start, kind, gz = SINK_NAME.fullmatch(path.name).groups()
+    data = gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
+    if kind == "avro":
+        values = [json.dumps(v) for v in fastavro.reader(io.BytesIO(data))]
+    else:
+        values = [None if line == "null" else line for line in data.decode().splitlines()]
+    ts = path.stat().st_mtime_ns // 1_000_000
+    return [
+        {"topic": topic, "partition": int(partition), "offset": int(start) + i, "ts": ts,
+         "key": None, "payload": value}
+        for i, value in enumerate(values)
+    ]  # fmt: skip
+
 
 def dump_records(landing: Path, topic: str) -> list[dict]:
     """Every well-formed record of a topic, one copy per (partition, offset)."""
     records: dict[tuple[int, int], dict] = {}
     for path in sorted((landing / topic).rglob("*")):
         if not path.is_file() or path.name.startswith((".", "_")):
+            continue
+        if SINK_NAME.fullmatch(path.name):
+            for record in sink_records(path):
+                records.setdefault((record["partition"], record["offset"]), record)
             continue
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt") as lines:
@@ -61,21 +88,49 @@ def typed(row: dict, columns: dict[str, str]) -> tuple:
     )
 
 
-def upsert_oracle(records: list[dict], source: SourceConfig) -> Counter:
+def confluent(text: str | None, schema_path: Path, schema_id: int) -> object:
+    """A base64 Confluent-framed Avro value decoded by hand (ValueError when it is not one)."""
+    if text is None:
+        return None
+    payload = base64.b64decode(text)
+    if payload[0] != 0 or int.from_bytes(payload[1:5], "big") != schema_id:
+        return ValueError("another schema")
+    body = io.BytesIO(payload[5:])
+    entry = json.loads(schema_path.read_text())
+    schema = fastavro.parse_schema(json.loads(entry["schema"]) if "schema" in entry else entry)
+    try:
+        value = fastavro.schemaless_reader(body, schema, schema)
+    except (EOFError, ValueError, IndexError):
+        return ValueError("cut short")
+    return value if body.tell() == len(payload) - 5 else ValueError("bytes left")
+
+
+def metadata(record: dict, source: SourceConfig) -> tuple:
+    moment = datetime.fromtimestamp(record["ts"] / 1000, tz=UTC)
+    fields = {"partition": record["partition"], "offset": record["offset"], "timestamp": moment,
+              "key": record["key"]}  # fmt: skip
+    return tuple(fields[str(name)] for name in source.include)
+
+
+def upsert_oracle(records: list[dict], source: SourceConfig, config: Config) -> Counter:
     state: dict[object, tuple] = {}
     for record in sorted(records, key=lambda r: r["offset"]):  # each key lives in one partition
-        key = decode(record["key"])
+        key, value = decode(record["key"]), decode(record["payload"])
+        if source.key_encoding == "avro":  # the demo's payments: a long key, a record value
+            key = {"id": confluent(record["key"], source.key_avro_schema.file,
+                                   source.key_avro_schema.id)}  # fmt: skip
+            value_schema = config.schema_folder / "payments-value" / "1.json"
+            value = confluent(record["payload"], value_schema, 102)
         if not isinstance(key, dict):
             continue  # null or undecodable key: an error, never a row
         key_tuple = typed(key, dict(source.key))
-        value = decode(record["payload"])
         if source.envelope == "debezium-upsert":
             if isinstance(value, dict) and "payload" in value and "op" not in value:
                 value = value["payload"]
             value = value.get("after") if isinstance(value, dict) else value
         if isinstance(value, dict):
             row = typed(key, dict(source.key)) if source.envelope == "upsert" else ()
-            state[key_tuple] = row + typed(value, dict(source.value))
+            state[key_tuple] = row + typed(value, dict(source.value)) + metadata(record, source)
         else:
             state.pop(key_tuple, None)  # delete, tombstone, or an error replacing the row
     return Counter(state.values())
@@ -86,7 +141,7 @@ def append_oracle(records: list[dict], source: SourceConfig) -> Counter:
     for record in records:
         value = decode(record["payload"])
         if isinstance(value, dict):
-            rows[typed(value, dict(source.value))] += 1
+            rows[typed(value, dict(source.value)) + metadata(record, source)] += 1
     return rows
 
 
@@ -140,7 +195,7 @@ def test_every_state_equals_the_plain_python_oracle(demo: Config) -> None:
         oracle = (
             append_oracle(records, source)
             if source.envelope == "none"
-            else upsert_oracle(records, source)
+            else upsert_oracle(records, source, demo)
         )
         assert oracle, f"the sample gives {source.name} rows"
         assert state_rows(demo, source) == oracle, source.name

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
+import io
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pytest
 from pyspark.sql import SparkSession
 
@@ -90,11 +93,13 @@ def test_config_describes_the_sample(sample: Path) -> None:
         "users": "upsert",
         "orders": "debezium-upsert",
         "clicks": "none",
+        "payments": "upsert",
+        "pageviews": "none",
     }
     assert {s.reclock for s in config.sources} == {"event-time"}
 
 
-@pytest.mark.parametrize("name", ["users", "orders", "clicks"])
+@pytest.mark.parametrize("name", ["users", "orders", "clicks", "payments"])
 def test_every_topic_is_realistic(landing: Path, name: str) -> None:
     topic = Topic(landing, name)
     unique = topic.unique()
@@ -130,6 +135,48 @@ def test_every_topic_is_realistic(landing: Path, name: str) -> None:
              if a["partition"] == b["partition"]]  # fmt: skip
     assert sum(1 for a, b in steps if b < a) < 0.1 * len(steps)
     assert all(r["topic"] == name for r in records)
+
+
+def test_payments_are_avro_in_the_confluent_wire_format(sample: Path, landing: Path) -> None:
+    value_entry = json.loads((sample.parent / "schemas/payments-value/1.json").read_text())
+    value_schema = fastavro.parse_schema(json.loads(value_entry["schema"]))
+    ids = Counter()
+    for record in Topic(landing, "payments").unique().values():
+        key = base64.b64decode(record["key"])
+        assert key[0] == 0 and int.from_bytes(key[1:5], "big") == 101
+        if record["payload"] is None:
+            ids["tombstone"] += 1
+            continue
+        payload = base64.b64decode(record["payload"])
+        ids[int.from_bytes(payload[1:5], "big")] += 1
+        try:
+            fastavro.schemaless_reader(io.BytesIO(payload[5:]), value_schema, value_schema)
+        except EOFError:
+            ids["cut short"] += 1
+    assert ids[102] > 300 and ids[103] == 1 and ids["cut short"] == 1 and ids["tombstone"] > 5
+
+
+def test_pageviews_are_kafka_connect_sink_files(landing: Path) -> None:
+    files = sorted((landing / "pageviews").rglob("*"))
+    files = [f for f in files if f.is_file()]
+    assert {f.parent.name for f in files} == {"partition=0", "partition=1", "partition=2"}
+    assert {"".join(f.suffixes[-2:]) if f.suffix == ".gz" else f.suffix for f in files} == {
+        ".json", ".json.gz", ".avro"
+    }
+    offsets: dict[int, Counter] = defaultdict(Counter)
+    for path in files:
+        topic, partition, start = path.name.split(".")[0].split("+")
+        assert topic == "pageviews" and path.parent.name == f"partition={partition}"
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        count = (
+            len(list(fastavro.reader(io.BytesIO(data)))) if path.suffix == ".avro"
+            else len(data.decode().splitlines())
+        )  # fmt: skip
+        offsets[int(partition)].update(range(int(start), int(start) + count))
+        assert START <= path.stat().st_mtime_ns // 1_000_000 < END
+    for counts in offsets.values():  # no gaps; one file was flushed twice
+        assert sorted(counts) == list(range(len(counts)))
+    assert any(n > 1 for counts in offsets.values() for n in counts.values())
 
 
 def _has_late_records(topic: Topic, path: Path) -> bool:

@@ -1,0 +1,51 @@
+"""Kafka metadata columns (``include``): the partition, offset, timestamp and raw key of the
+record each output row comes from.
+
+Invariant: a row's metadata is its own record's, so in the upsert envelopes it is the
+winning (latest) record's, and a newer record for a key replaces the row even when its
+value is unchanged (its metadata differs), as in Materialize.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    TimestampType,
+)
+
+from cdc_core.vocabulary import IncludeField
+
+# The raw key as the dump held it, kept when the key is rewritten for decoding.
+DUMP_KEY = "dump_key"
+
+TYPES: dict[IncludeField, DataType] = {
+    IncludeField.PARTITION: IntegerType(),
+    IncludeField.OFFSET: LongType(),
+    IncludeField.TIMESTAMP: TimestampType(),
+    IncludeField.KEY: StringType(),
+}
+
+
+def metadata_fields(include: Sequence[IncludeField]) -> list[StructField]:
+    """The output columns ``include`` adds, in its order."""
+    return [StructField(str(field), TYPES[field]) for field in include]
+
+
+def metadata_columns(records: DataFrame, include: Sequence[IncludeField]) -> list[Column]:
+    """Each included field of a reclocked record, as a column named after it."""
+    raw_key = F.col(DUMP_KEY) if DUMP_KEY in records.columns else F.col("key")
+    value = {
+        IncludeField.PARTITION: F.col("partition"),
+        IncludeField.OFFSET: F.col("offset"),
+        IncludeField.TIMESTAMP: F.timestamp_millis(F.col("ts")),
+        IncludeField.KEY: raw_key,
+    }
+    return [value[field].cast(TYPES[field]).alias(str(field)) for field in include]

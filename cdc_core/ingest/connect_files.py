@@ -1,0 +1,109 @@
+"""Kafka Connect storage sink files (S3/GCS/HDFS sinks) read as dumps.
+
+The sinks write ``topics/<topic>/partition=<p>/<topic>+<p>+<start offset>.<ext>``: JSON
+lines (``.json``, one value per line, ``null`` for a null value) or an Avro object container
+file (``.avro``, one value per record), optionally gzip-compressed (``.gz``). Records carry
+no position, key or timestamp: the i-th record of a file is offset ``start + i`` of its
+partition (exact when the sink writes every record, as it does unless told to ignore null
+values), its key is absent, and its timestamp is the file's modification time, an upper
+bound of the Kafka timestamps of the records the sink flushed into it.
+
+Each record becomes the kcat ``-J`` line that would describe it, on the executors, so
+registration, parsing, error reporting and deduplication treat both layouts alike. A file
+that cannot be read to its end yields its records up to the damage and one line naming it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import fastavro
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StringType, StructField, StructType
+
+from cdc_core.envelopes.encodings import json_value
+from cdc_core.vocabulary import DumpLayout
+
+_NAME = re.compile(
+    r"(?P<topic>.+)\+(?P<partition>\d+)\+(?P<start>\d+)\.(?P<ext>json|avro)(?P<gz>\.gz)?"
+)
+READ_FAILURE = "Kafka Connect sink file is damaged"
+
+
+@dataclass(frozen=True)
+class ConnectName:
+    """What a sink file's name says: topic, partition, first offset, Avro or JSON, gzip."""
+
+    topic: str
+    partition: int
+    start: int
+    avro: bool
+    gzip: bool
+
+
+def connect_name(path: str) -> ConnectName | None:
+    """The sink file a path names, or None for any other dump (a kcat file)."""
+    match = _NAME.fullmatch(os.path.basename(path))
+    if match is None:
+        return None
+    return ConnectName(
+        match["topic"], int(match["partition"]), int(match["start"]), match["ext"] == "avro",
+        bool(match["gz"]),
+    )
+
+
+def layout_of(path: str) -> DumpLayout:
+    return DumpLayout.CONNECT if connect_name(path) is not None else DumpLayout.KCAT
+
+
+def connect_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """``value`` (a kcat line per record), ``file``: the records of sink files, read on the
+    executors (one task per batch of files)."""
+    context = spark.sparkContext
+    batches = context.parallelize(list(paths), max(1, min(len(paths), context.defaultParallelism)))
+    lines = batches.flatMap(lambda path: ((line, path) for line in kcat_lines(path)))
+    schema = StructType([StructField("value", StringType()), StructField("file", StringType())])
+    return spark.createDataFrame(lines, schema)
+
+
+def kcat_lines(path: str) -> Iterator[str]:
+    """The kcat ``-J`` line of each record of sink file ``path``, in file order; a file
+    damaged part-way yields its records up to the damage, then a line that is no record
+    and names the damage."""
+    name = connect_name(path)
+    if name is None:
+        raise ValueError(f"not a Kafka Connect sink file name: {path}")
+    ts = os.stat(path).st_mtime_ns // 1_000_000
+    index = 0
+    try:
+        for payload in _values(Path(path), name):
+            offset = name.start + index
+            record = {"topic": name.topic, "partition": name.partition, "offset": offset,
+                      "ts": ts, "key": None, "payload": payload}  # fmt: skip
+            yield json.dumps(record)
+            index += 1
+    except (OSError, EOFError, ValueError, zlib.error, UnicodeDecodeError) as error:
+        yield f"{READ_FAILURE} after {index} record(s): {error}"
+
+
+def _values(path: Path, name: ConnectName) -> Iterator[str | None]:
+    """Each record's value as JSON text (None for a null value)."""
+    with open(path, "rb") as raw:
+        stream = gzip.GzipFile(fileobj=raw) if name.gzip else raw
+        if name.avro:
+            for value in fastavro.reader(stream):
+                yield None if value is None else json.dumps(value, default=json_value)
+            return
+        for line in io.TextIOWrapper(stream, encoding="utf-8", newline="\n"):
+            text = line.rstrip("\r\n")
+            if not text.strip():
+                continue
+            yield None if text.strip() == "null" else text

@@ -1,0 +1,263 @@
+"""Every option the README's config example documents is read by the engine: loading the
+example with that one option changed changes what the engine does with it.
+
+Each probe asks the engine (not the config model) what it will do: which windows and
+cron it runs, which Spark settings the session gets, which columns the envelope writes,
+how a record decodes, which offsets a source starts at, which expectations run. A new
+documented option without a probe fails ``test_every_documented_option_has_a_probe``, so
+an option cannot be documented and silently ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import json
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from pyspark.sql import SparkSession
+
+from cdc_core.checks import validate
+from cdc_core.config import Config, parse_config
+from cdc_core.envelopes import EnvelopeBatch, apply_envelope
+from cdc_core.envelopes.encodings import PartEncoding, as_json_text
+from cdc_core.reclock.remap import configured_starts
+from cdc_core.schemas import RECLOCKED
+from cdc_core.spark import session_conf
+from tests.envelopes.test_envelope_support import dataframe
+from tests.test_config import config_schema, document_fields, readme_example
+
+AMOUNT = {"name": "amount", "type": "double"}
+MEMO = {"name": "memo", "type": ["null", "string"]}
+PAYMENT = {"type": "record", "name": "Payment", "fields": [AMOUNT, MEMO]}
+OTHER = {"type": "record", "name": "Payment", "fields": [MEMO, AMOUNT]}  # the same, reordered
+
+
+def schemas(root: Path) -> None:
+    """The schema files the example names, and the ones its variants name instead."""
+    subjects = {
+        "schemas": {
+            "payments-key": {1: (7, '"string"'), 2: (17, '"string"')},
+            "payments-value": {1: (8, json.dumps(PAYMENT)), 2: (18, json.dumps(OTHER))},
+            "other-key": {1: (7, '["null", "string"]')},
+            "other-value": {1: (8, json.dumps(OTHER))},
+        },
+        "schemas2": {
+            "payments-key": {1: (7, '["null", "string"]')},
+            "payments-value": {1: (8, json.dumps(PAYMENT))},
+        },
+    }
+    for folder, entries in subjects.items():
+        for subject, versions in entries.items():
+            (root / folder / subject).mkdir(parents=True, exist_ok=True)
+            for version, (schema_id, text) in versions.items():
+                entry = {"id": schema_id, "schema": text}
+                (root / folder / subject / f"{version}.json").write_text(json.dumps(entry))
+    files = {"payments-key.avsc": '"string"', "other-key.avsc": '["null", "string"]',
+             "payments-value.avsc": json.dumps(PAYMENT), "other.avsc": json.dumps(OTHER)}
+    for name, text in files.items():
+        (root / "schemas" / name).write_text(text)
+
+
+def wire(schema: object, value: object, schema_id: int) -> str:
+    out = io.BytesIO()
+    out.write(struct.pack(">bI", 0, schema_id))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), value)
+    return base64.b64encode(out.getvalue()).decode()
+
+
+# Records of each documented source, as its dump holds them: (key text, payload text).
+PAID = (wire("string", "k1", 7), wire(PAYMENT, {"amount": 1.5, "memo": "m"}, 8))
+RECORDS = {
+    "users": [
+        ('{"id": 1}', '{"name": "n", "email": "e", "tier": "free"}'),
+        ('{"id": 1}', '{"name": "n", "email": "e", "tier": "pro"}'),
+    ],
+    "payments": [PAID],
+    "refunds": [PAID],
+}
+
+
+def decoded(spark: SparkSession, config: Config, name: str) -> tuple:
+    """What the engine makes of the source's record: its changes and error reasons."""
+    source = config.source(name)
+    rows = [(0, offset, 1_767_225_600_000, key, payload)
+            for offset, (key, payload) in enumerate(RECORDS[name])]  # fmt: skip
+    records = dataframe(spark, rows, RECLOCKED)
+    parts = {
+        part: PartEncoding(
+            source.key_encoding if part == "key" else source.value_encoding,
+            tuple(source.key if part == "key" else source.value),
+            source.avro_schema(part, config.schema_folder),
+        )
+        for part in ("key", "value")
+    }
+    batch = EnvelopeBatch(
+        as_json_text(records, parts["key"], parts["value"]), time=10, topic=source.topic,
+        key_schema=source.key_schema, value_schema=source.value_schema,
+        include=source.include, format=source.format,
+    )  # fmt: skip
+    result = apply_envelope(source.envelope, batch)
+    changes = sorted(tuple(r) for r in result.changes.collect())
+    return changes, sorted(r["reason"] for r in result.errors.collect())
+
+
+def users(config: Config) -> Any:
+    return config.source("users")
+
+
+# option path -> (change of the example, probe of the engine's behaviour)
+PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
+    "lake": ({"lake": "elsewhere"}, lambda c, s: c.lake),
+    "landing": ({"landing": "other"}, lambda c, s: c.landing / users(c).topic),
+    "window": ({"window": "5m", "end": "2026-01-01T00:10:00Z"}, lambda c, s: (c.cron, c.window_ms)),
+    "start": ({"start": "2026-01-01T00:05:00Z"}, lambda c, s: c.start_ms),
+    "end": ({"end": "2026-01-01T00:20:00Z"}, lambda c, s: c.end_ms),
+    "spark": ({"spark": {"master": "local[1]"}},
+              lambda c, s: session_conf(c.spark.master, c.spark.conf)),
+    "spark.master": ({"spark.master": "local[1]"}, lambda c, s: session_conf(c.spark.master)),
+    "spark.conf": ({"spark.conf": {"spark.driver.memory": "1g"}},
+                   lambda c, s: session_conf(None, c.spark.conf)),
+    "readers": (
+        {"readers": {"lease": "30m", "warn_after": "3h"}},
+        lambda c, s: (c.readers.lease_ms, c.readers.warn_after_ms),
+    ),
+    "readers.lease": ({"readers.lease": "2h"}, lambda c, s: c.readers.lease_ms),
+    "readers.warn_after": ({"readers.warn_after": "2h"}, lambda c, s: c.readers.warn_after_ms),
+    "schema_folder": ({"schema_folder": "schemas2"}, lambda c, s: decoded(s, c, "payments")),
+    "sources": ({"sources": "users only"}, lambda c, s: [x.name for x in c.sources]),
+    "sources[].name": ({"users.name": "people"}, lambda c, s: c.sources[0].output_schema and
+                       c.sources[0].name),
+    "sources[].topic": ({"users.topic": "people"}, lambda c, s: c.landing / c.sources[0].topic),
+    "sources[].format": (
+        {"users.format": "cdcv2-json", "users.envelope": "materialize", "users.key": None,
+         "users.include": None,
+         "users.expectations": None},
+        lambda c, s: decoded(s, c, "users"),
+    ),
+    "sources[].key": ({"users.key": {"uid": "bigint"}}, lambda c, s: decoded(s, c, "users")),
+    "sources[].key_encoding": (
+        {"users.key_encoding": "text", "users.key": {"id": "string"}},
+        lambda c, s: decoded(s, c, "users"),
+    ),
+    "sources[].value": ({"users.value": {"name": "string"}}, lambda c, s: decoded(s, c, "users")),
+    "sources[].value_encoding": (
+        {"users.value_encoding": "text", "users.value": {"name": "string"}},
+        lambda c, s: decoded(s, c, "users"),
+    ),
+    "sources[].key_avro_schema": (
+        {"payments.key_avro_schema": {"subject": "payments-key", "version": 2}},
+        lambda c, s: decoded(s, c, "payments"),
+    ),
+    "sources[].key_avro_schema.file": (
+        {"payments.key_avro_schema": {"file": "schemas/other-key.avsc", "id": 7}},
+        lambda c, s: decoded(s, c, "payments"),
+    ),
+    "sources[].key_avro_schema.id": (
+        {"payments.key_avro_schema": {"file": "schemas/payments-key.avsc", "id": 17}},
+        lambda c, s: decoded(s, c, "payments"),
+    ),
+    "sources[].key_avro_schema.subject": (
+        {"refunds.key_avro_schema": {"subject": "other-key", "version": 1}},
+        lambda c, s: decoded(s, c, "refunds"),
+    ),
+    "sources[].key_avro_schema.version": (
+        {"refunds.key_avro_schema": {"subject": "payments-key", "version": 2}},
+        lambda c, s: decoded(s, c, "refunds"),
+    ),
+    "sources[].value_avro_schema": (
+        {"payments.value_avro_schema": {"file": "schemas/other.avsc", "id": 8}},
+        lambda c, s: decoded(s, c, "payments"),
+    ),
+    "sources[].value_avro_schema.file": (
+        {"refunds.value_avro_schema": {"file": "schemas/other.avsc", "id": 8}},
+        lambda c, s: decoded(s, c, "refunds"),
+    ),
+    "sources[].value_avro_schema.id": (
+        {"refunds.value_avro_schema": {"file": "schemas/payments-value.avsc", "id": 9}},
+        lambda c, s: decoded(s, c, "refunds"),
+    ),
+    "sources[].value_avro_schema.subject": (
+        {"payments.value_avro_schema": {"subject": "other-value"}},
+        lambda c, s: decoded(s, c, "payments"),
+    ),
+    "sources[].value_avro_schema.version": (
+        {"payments.value_avro_schema": {"subject": "payments-value", "version": 1}},
+        lambda c, s: decoded(s, c, "payments"),
+    ),
+    "sources[].envelope": ({"users.envelope": "none"}, lambda c, s: decoded(s, c, "users")),
+    "sources[].include": ({"users.include": ["partition"]}, lambda c, s: decoded(s, c, "users")),
+    "sources[].reclock": ({"users.reclock": "arrival"}, lambda c, s: users(c).reclock),
+    "sources[].allow_offset_gaps": (
+        {"users.allow_offset_gaps": True}, lambda c, s: users(c).allow_offset_gaps
+    ),
+    "sources[].start_offsets": (
+        {"users.start_offsets": {0: 5}}, lambda c, s: configured_starts(users(c))
+    ),
+    "sources[].retire": ({"users.retire": "delete"}, lambda c, s: users(c).retire),
+    "sources[].expectations": (
+        {"users.expectations": None}, lambda c, s: _expectations_pass(s, c)
+    ),
+    "sources[].expectations[].type": (
+        {"users.expectations": [{"type": "expect_column_values_to_be_null",
+                                 "kwargs": {"column": "id"}}]},
+        lambda c, s: _expectations_pass(s, c),
+    ),
+    "sources[].expectations[].kwargs": (
+        {"users.expectations": [{"type": "expect_column_values_to_not_be_null",
+                                 "kwargs": {"column": "tier"}}]},
+        lambda c, s: _expectations_pass(s, c),
+    ),
+    "sources[].owners": ({"users.owners": ["team:other"]}, lambda c, s: users(c).owners),
+}  # fmt: skip
+
+
+def _expectations_pass(spark: SparkSession, config: Config) -> bool:
+    rows = spark.createDataFrame(
+        [(None, "n", "e", "pro")], "id long, name string, email string, tier string"
+    )
+    return validate(rows, users(config).expectations, name="users").success
+
+
+def variant(example: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """The example with ``change`` applied: ``a.b`` paths, ``<source>.<key>`` for sources."""
+    data = copy.deepcopy(example)
+    by_name = {source["name"]: source for source in data["sources"]}
+    for path, value in change.items():
+        head, _, rest = path.partition(".")
+        if path == "sources":
+            data["sources"] = [by_name["users"]]
+            continue
+        target = by_name.get(head, data)
+        key = rest if head in by_name else path
+        *parents, last = key.split(".") if head not in by_name and "." in key else [key]
+        for part in parents:
+            target = target[part]
+        if value is None:
+            target.pop(last, None)
+        else:
+            target[last] = value
+    return data
+
+
+def test_every_documented_option_has_a_probe() -> None:
+    documented = document_fields(readme_example(), config_schema())
+    assert documented == set(PROBES)
+
+
+@pytest.mark.parametrize("option", sorted(PROBES))
+def test_each_documented_option_changes_what_the_engine_does(
+    spark: SparkSession, tmp_path: Path, option: str
+) -> None:
+    schemas(tmp_path)
+    change, probe = PROBES[option]
+    example = readme_example()
+    before = probe(parse_config(example, tmp_path), spark)
+    after = probe(parse_config(variant(example, change), tmp_path), spark)
+    assert before != after, f"{option}: {before!r}"
