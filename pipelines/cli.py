@@ -34,6 +34,7 @@ from cdc_core.source import (
     RetireReport,
     SourcePipeline,
     SourceStatus,
+    history_upper,
     published_as_of,
     stored_outputs_upper,
 )
@@ -46,13 +47,16 @@ def _complete(
     config: Config, source: SourceConfig, closed: list[tuple[str, int]], *, exports: bool
 ) -> bool:
     """Whether a run would write nothing for ``source``: its outputs hold every closed
-    window, ``state`` is published as of them, and (``exports``) every window's CDCv2
-    folder exists; judged from the Delta logs and the folders alone."""
+    window, ``state`` (and ``history``, when kept) is published as of them, and
+    (``exports``) every window's CDCv2 folder exists; judged from the Delta logs and the
+    folders alone."""
     root = config.lake / source.name
     if stored_outputs_upper(config.lake, source).less_equal(closed[-1][1]):
         return False
     changes = stored_upper(str(root / "changes")).time
     if changes is not None and published_as_of(str(root / "state")) != changes - 1:
+        return False
+    if source.history and history_upper(str(root / "history")).time != changes:
         return False
     return not exports or all((root / EXPORT_FOLDER / key).is_dir() for key, _ in closed)
 

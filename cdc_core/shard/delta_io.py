@@ -232,11 +232,12 @@ def add_action(file: WrittenFile, *, data_change: bool) -> AddAction:
     )
 
 
-def remove_action(file: DataFile) -> RemoveAction:
-    """The Delta Remove action that drops a file from the table (its bytes stay for gc)."""
+def remove_action(file: DataFile, *, data_change: bool = False) -> RemoveAction:
+    """The Delta Remove action that drops a file from the table (its bytes stay for gc);
+    ``data_change``: the rows it held change (not merely move to other files)."""
     return RemoveAction(
         path=file.path,
-        data_change=False,
+        data_change=data_change,
         deletion_timestamp=int(time.time() * 1000),
         size=file.size,
         partition_values={},

@@ -5,14 +5,17 @@ repeated or resumed after a crash at any point writes nothing twice and equals a
 never interrupted.
 
 Modules: ``pipeline`` (the per-source run and its status), ``state`` (the published
-current rows), ``resumption`` (bounded input reliance: inspect and retire).
+current rows), ``history`` (the SCD type 2 versions, when a source keeps them),
+``resumption`` (bounded input reliance: inspect and retire).
 """
 
+from cdc_core.source.history import history_upper
 from cdc_core.source.pipeline import (
     OUTPUTS,
     SourcePipeline,
     SourceStatus,
     WindowReport,
+    published_tables,
     stored_outputs_upper,
 )
 from cdc_core.source.resumption import RetireReport
@@ -24,6 +27,8 @@ __all__ = [
     "SourcePipeline",
     "SourceStatus",
     "WindowReport",
+    "history_upper",
     "published_as_of",
+    "published_tables",
     "stored_outputs_upper",
 ]

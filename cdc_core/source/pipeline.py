@@ -39,10 +39,11 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
 from cdc_core.reclock import Windows, frontier_at, reclock_windows
-from cdc_core.schemas import ERROR, RECLOCKED, REMAP
+from cdc_core.schemas import ERROR, RECLOCKED, REMAP, history_schema
 from cdc_core.shard import Shard, ShardUsageError, stored_upper
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
+from cdc_core.source.history import refresh_history
 from cdc_core.source.resumption import (
     RetireReport,
     SourceInspection,
@@ -54,6 +55,11 @@ from cdc_core.source.state import current_rows, refresh_state
 from cdc_core.vocabulary import Envelope
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
+
+
+def published_tables(source: SourceConfig) -> tuple[str, ...]:
+    """Every table a run of ``source`` writes: OUTPUTS, then ``history`` when it keeps one."""
+    return OUTPUTS + (("history",) if source.history else ())
 
 
 def output_tables(source: SourceConfig) -> list[str]:
@@ -394,6 +400,15 @@ class SourcePipeline:
         """Publish ``state`` at the newest complete time and report the source's status."""
         with phase(self.source.name, "publish state"):
             refresh_state(self.changes, str(self.root / "state"), self.source.output_schema)
+        if self.source.history:
+            with phase(self.source.name, "publish history"):
+                refresh_history(
+                    self.changes,
+                    self.reclocked,
+                    str(self.root / "history"),
+                    self.source.output_schema,
+                    self.source.key_schema,
+                )
         with phase(self.source.name, "status"):
             return self.status()
 
@@ -428,6 +443,10 @@ class SourcePipeline:
             "state": _plain_table_status(self.root / "state", self.source.output_schema),
             "errors": _table_status(self.errors),
         }
+        if self.source.history:
+            tables["history"] = _plain_table_status(
+                self.root / "history", history_schema(self.source.output_schema)
+            )
         upper = self.errors.upper.time
         current_errors = self.errors.size(upper - 1) if upper else 0
         return SourceStatus(
