@@ -189,3 +189,42 @@ def test_history_equals_the_oracle_and_only_closes_older_rows(
     version_before = DeltaTable(str(lake / "history")).version()
     pipeline.finish()  # nothing new: no new Delta version
     assert DeltaTable(str(lake / "history")).version() == version_before
+
+
+def debezium(partition: int, offset: int, window: int, key: int, op: str | None, **after):
+    """A Debezium change event line (``op`` None: the tombstone after a delete)."""
+    event = None if op is None else {
+        "op": op, "before": None, "after": after or None, "source": {"connector": "postgresql"}
+    }  # fmt: skip
+    record = {"topic": "users", "partition": partition, "offset": offset,
+              "ts": T0 + window * WINDOW + 1 + offset, "key": json.dumps({"id": key}),
+              "payload": None if event is None else json.dumps(event)}  # fmt: skip
+    return json.dumps(record) + "\n"
+
+
+def test_debezium_upsert_history_closes_on_delete_and_reopens_on_create(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    config = config_of(tmp_path, "debezium-upsert")
+    (config.landing / "users").mkdir(parents=True)
+    lines = [
+        debezium(0, 0, 0, 1, "c", id=1, name="a", n=1),
+        debezium(0, 1, 0, 2, "c", id=2, name="b", n=2),
+        debezium(0, 2, 1, 1, "u", id=1, name="a2", n=1),
+        debezium(0, 3, 1, 2, "d"),
+        debezium(0, 4, 1, 2, None),  # the tombstone: deletes nothing more
+        debezium(0, 5, 2, 2, "c", id=2, name="b", n=2),
+        debezium(0, 6, 2, 1, "u", id=1, name="a2", n=1),  # unchanged: no new version
+    ]
+    (config.landing / "users" / "dump.json").write_text("".join(lines))
+    pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
+    run(pipeline, 1, 3)
+    b1, b2, b3 = (T0 + w * WINDOW for w in (1, 2, 3))
+    history = history_of(config.lake / "users" / "history")
+    assert history == {
+        (1, "a", 1, b1, b2, 0, 0),
+        (2, "b", 2, b1, b2, 0, 1),
+        (1, "a2", 1, b2, None, 0, 2),
+        (2, "b", 2, b3, None, 0, 5),
+    }
+    assert history == oracle(config.lake / "users")
