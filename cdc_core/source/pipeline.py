@@ -16,7 +16,6 @@ its windows one after another inside the run.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +31,6 @@ from cdc_core.envelopes import (
     EnvelopeBatch,
     EnvelopeResult,
     apply_envelope,
-    check_fingerprint,
-    fingerprint,
 )
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
@@ -43,6 +40,7 @@ from cdc_core.schemas import ERROR, RECLOCKED, REMAP, history_schema
 from cdc_core.shard import Shard, ShardUsageError, stored_upper
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
+from cdc_core.source.evolution import settle_schema
 from cdc_core.source.history import refresh_history
 from cdc_core.source.resumption import (
     RetireReport,
@@ -164,6 +162,9 @@ class SourcePipeline:
         self.source = source
         self.root = Path(lake) / source.name
         self.landing = Path(landing)
+        # Before any table is opened: a table a config change would reshape must be
+        # evolved first (or the change refused, ConfigDriftError).
+        settle_schema(self.root, source)
         self.registry = Registry(self.root / "dumps", source.topic)
         self.remap = Shard.open(spark, str(self.root / "remap"), REMAP)
         self.reclocked = Shard.open(spark, str(self.root / "reclocked"), RECLOCKED)
@@ -214,7 +215,6 @@ class SourcePipeline:
         Windows not bound yet before ``windows.start`` are bound to the unchanged frontier
         by the first binding of the run, so their outputs hold nothing.
         """
-        self.check_fingerprint()
         held = self.outputs_upper()
         if held.time is None or held.time > windows.end:
             return self._reused(windows)
@@ -268,22 +268,6 @@ class SourcePipeline:
             )
             for end in windows.ends
         ]
-
-    def check_fingerprint(self) -> None:
-        """Refuse to write outputs shaped by a different envelope or schema (config drift);
-        the first run records the fingerprint inside the ``changes`` table's folder, so
-        removing the outputs (the documented reset) removes it too."""
-        path = self.root / "changes" / "_reclock_fingerprint.json"
-        current = fingerprint(
-            self.source.envelope, self.source.key_schema, self.source.value_schema
-        )
-        stored = path.read_text() if path.exists() else None
-        check_fingerprint(stored, current)
-        if stored is None:
-            # A name of its own: a concurrent first run writes the same fingerprint.
-            temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            temporary.write_text(current)
-            temporary.replace(path)
 
     def _reported_files(self, lower: int) -> frozenset[str]:
         """Registered files with errors to report whose rows the errors shard holds before
