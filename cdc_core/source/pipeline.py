@@ -50,6 +50,7 @@ from cdc_core.source.resumption import (
     retire,
 )
 from cdc_core.source.state import current_rows, refresh_state
+from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.vocabulary import Envelope
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
@@ -162,8 +163,9 @@ class SourcePipeline:
         self.source = source
         self.root = Path(lake) / source.name
         self.landing = Path(landing)
-        # Before any table is opened: a table a config change would reshape must be
-        # evolved first (or the change refused, ConfigDriftError).
+        # Before any table is opened: never create tables where a rebuilt source is about
+        # to move in, and evolve what a config change reshapes (or refuse the change).
+        check_not_mid_swap(Path(lake), source.name)
         settle_schema(self.root, source)
         self.registry = Registry(self.root / "dumps", source.topic)
         self.remap = Shard.open(spark, str(self.root / "remap"), REMAP)
