@@ -30,8 +30,8 @@ from assets.partitions import (
     window_partitions,
 )
 from assets.source_assets import output_key
+from cdc_core.checks import history_versions, validate
 from cdc_core.checks import invariants as checks
-from cdc_core.checks import validate
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import phase
 from cdc_core.reclock import frontier_at
@@ -95,8 +95,8 @@ def to_result(
 
 def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefinition]:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
-    registered record accounted for, upsert state is a set, and the source's data
-    expectations."""
+    registered record accounted for, upsert state is a set, well-formed history (when kept),
+    and the source's data expectations."""
     name = source.name
 
     def make(
@@ -220,6 +220,22 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
                 "state_is_set",
                 state_set,
                 description="Every key's accumulated count is 0 or 1.",
+            )
+        )
+    if source.history:
+        definitions.append(
+            make(
+                "history",
+                "versions",
+                lambda p, _s, end: history_versions(
+                    str(p.root / "history"),
+                    p.changes,
+                    source.output_schema,
+                    source.key_schema.names,
+                    end,
+                ),
+                description="At most one open version per key, no overlapping versions, "
+                "published through the window, and the open versions are the rows of changes.",
             )
         )
     if source.expectations:

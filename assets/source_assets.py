@@ -1,6 +1,7 @@
-"""The software-defined assets of one source: remap, reclocked, changes, state, errors.
+"""The software-defined assets of one source: remap, reclocked, changes, state, errors
+(and history, for a source that keeps one).
 
-All five are produced by one multi-asset step because a run's outputs are committed
+All of them are produced by one multi-asset step because a run's outputs are committed
 together, in order, by the engine (``cdc_core.source.pipeline``); splitting them into separate
 steps would only re-read the same shards. A backfill is one run (single-run backfill
 policy) and its windows are reclocked in one pass; across runs the remap shard's
@@ -36,7 +37,7 @@ from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest import Registry
 from cdc_core.phases import PhaseEvent, observing
-from cdc_core.source import OUTPUTS, SourceStatus, WindowReport
+from cdc_core.source import SourceStatus, WindowReport, published_tables
 from resources.lake import LakeResource
 
 # Run tag: JSON ``{path: arrival_ms}`` of dump files a sensor saw land before the run.
@@ -48,6 +49,8 @@ DESCRIPTIONS = {
     "changes": "Differential changes (data, time, diff) after the source's envelope.",
     "state": "Current rows: the snapshot of `changes` at the newest complete time.",
     "errors": "Definite errors of the source, with topic/partition/offset and a reason.",
+    "history": "Every version of every key (SCD type 2): valid_from, valid_to (null while "
+    "current) and the Kafka partition/offset of the record that wrote it.",
 }
 
 
@@ -58,7 +61,11 @@ def output_key(source: str, output: str) -> AssetKey:
 
 def source_output_keys(config: Config) -> list[AssetKey]:
     """The assets the sources' window runs materialize (no exports)."""
-    return [output_key(source.name, name) for source in config.sources for name in OUTPUTS]
+    return [
+        output_key(source.name, name)
+        for source in config.sources
+        for name in published_tables(source)
+    ]
 
 
 def source_tags(source: SourceConfig) -> dict[str, str]:
@@ -75,6 +82,7 @@ def source_assets(
         "changes": "reclocked",
         "state": "changes",
         "errors": "reclocked",
+        "history": "changes",
     }
     specs = [
         AssetSpec(
@@ -87,7 +95,7 @@ def source_assets(
             tags=source_tags(source),
             metadata={"topic": source.topic, "envelope": source.envelope.value},
         )
-        for name in OUTPUTS
+        for name in published_tables(source)
     ]
 
     @multi_asset(
@@ -114,7 +122,7 @@ def source_assets(
                     context.log.info(f"[{len(reports)}/{len(keys)}] {report.summary()}")
             status = pipeline.finish()
         backlog = Backlog.of(pipeline.registry)
-        for name in OUTPUTS:
+        for name in published_tables(source):
             key = output_key(source.name, name)
             for report in reports:  # each partition its own window's figures
                 context.add_asset_metadata(
@@ -198,7 +206,9 @@ def output_metadata(output: str, status: SourceStatus) -> dict[str, object]:
     table = status.tables[output]
     metadata: dict[str, object] = {
         "dagster/row_count": table.rows,
-        "dagster/column_schema": column_schema(table.schema, shard=output != "state"),
+        "dagster/column_schema": column_schema(
+            table.schema, shard=output not in ("state", "history")
+        ),
         "path": MetadataValue.path(str(table.path)),
         "delta_version": table.version,
         "finished": table.upper is None,

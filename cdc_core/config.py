@@ -66,6 +66,7 @@ from cdc_core.envelopes.avro_schemas import (
 from cdc_core.envelopes.columns import SHARD_COLUMNS
 from cdc_core.envelopes.columns import output_schema as envelope_output_schema
 from cdc_core.frontier import OffsetFrontier
+from cdc_core.schemas import HISTORY_COLUMNS
 from cdc_core.spark import SparkConnectUnsupported, refuse_spark_connect
 from cdc_core.vocabulary import (
     Envelope,
@@ -100,6 +101,8 @@ _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _ROOT = "<config>"  # the field path of the whole file
+# The envelopes whose changes are versions of keys (one row per key at a time).
+HISTORY_ENVELOPES = (Envelope.UPSERT, Envelope.DEBEZIUM_UPSERT)
 
 
 class ConfigProblem(NamedTuple):
@@ -557,6 +560,9 @@ class SourceConfig(_Section):
     """great-expectations checks on the changes table (a non-blocking asset check)."""
     owners: tuple[Annotated[str, AfterValidator(_owner)], ...] = ()
     """Who answers for the source's assets (shown in Dagster): e-mails or team:<name>."""
+    history: Flag = False
+    """Keep a `history` table (SCD type 2: every version of every key with its validity
+    interval and Kafka position); upsert and debezium-upsert envelopes only."""
 
     @model_validator(mode="after")
     def _envelope_rules(self) -> SourceConfig:
@@ -618,6 +624,7 @@ class SourceConfig(_Section):
                         kind,
                     )
                 )
+        problems += self._history_problems()
         _raise_all(type(self).__name__, problems)
         return self
 
@@ -684,6 +691,33 @@ class SourceConfig(_Section):
         """The loaded Avro schema of ``part`` (key or value), None when not avro."""
         reference = self.key_avro_schema if part == "key" else self.value_avro_schema
         return None if reference is None else reference.load(schema_folder)
+
+    def _history_problems(self) -> list[Located]:
+        """A history needs versions of keys, and its own columns beside the output's."""
+        if not self.history:
+            return []
+        if self.envelope not in HISTORY_ENVELOPES:
+            why = (
+                "its changes only ever insert, so `changes` already is its history"
+                if self.envelope is Envelope.NONE
+                else "its changes keep duplicates and are not one row per key"
+            )
+            return [
+                (
+                    ("history",),
+                    f"needs envelope upsert or debezium-upsert (got {self.envelope}: {why})",
+                    self.history,
+                )
+            ]
+        clashes = [name for name in HISTORY_COLUMNS.names if name in (*self.key, *self.value)]
+        return [
+            (
+                ("value" if column in self.value else "key", column),
+                "is a column of the history table; rename it or set history: false",
+                column,
+            )
+            for column in clashes
+        ]
 
     @property
     def key_schema(self) -> StructType:

@@ -45,3 +45,22 @@ RECLOCKED = StructType(
         StructField("payload", StringType()),
     ]
 )
+
+VALID_FROM, VALID_TO = "valid_from", "valid_to"
+
+# The SCD type 2 columns a ``history`` table adds to a source's output columns: the IntoTime
+# interval ``[valid_from, valid_to)`` in which a version was its key's row (``valid_to`` null
+# while it still is) and the Kafka position of the record that wrote the version.
+HISTORY_COLUMNS = StructType(
+    [
+        StructField(VALID_FROM, LongType()),
+        StructField(VALID_TO, LongType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+    ]
+)
+
+
+def history_schema(output: StructType) -> StructType:
+    """The columns of a source's ``history`` table: its output columns, then HISTORY_COLUMNS."""
+    return StructType([*output.fields, *HISTORY_COLUMNS.fields])

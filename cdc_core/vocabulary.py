@@ -19,6 +19,7 @@ class Format(StrEnum):
 
     @property
     def cdcv2(self) -> bool:
+        """True for the CDCv2 formats, whose records carry their own updates and progress."""
         return self is not Format.JSON
 
 

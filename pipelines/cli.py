@@ -1,4 +1,5 @@
-"""The ``reclock`` command line: sample, materialize, inspect, retire, readers, demo, config."""
+"""The ``reclock`` command line: sample, materialize, inspect, retire, rebuild, readers, demo,
+config."""
 
 from __future__ import annotations
 
@@ -26,15 +27,21 @@ from cdc_core.config import (
     duration_ms,
     load_config,
 )
+from cdc_core.envelopes import ConfigDriftError
 from cdc_core.frontier import iso
 from cdc_core.phases import PhaseEvent, observing
+from cdc_core.reclock import Windows
 from cdc_core.shard import ShardUsageError, stored_upper
 from cdc_core.shard.leases import LeaseBook, LeaseUsageError, holds_under
 from cdc_core.source import (
+    RebuildRefused,
+    RebuildUnfinished,
     RetireReport,
     SourcePipeline,
     SourceStatus,
+    history_upper,
     published_as_of,
+    rebuild,
     stored_outputs_upper,
 )
 from cdc_core.spark import get_spark
@@ -46,13 +53,16 @@ def _complete(
     config: Config, source: SourceConfig, closed: list[tuple[str, int]], *, exports: bool
 ) -> bool:
     """Whether a run would write nothing for ``source``: its outputs hold every closed
-    window, ``state`` is published as of them, and (``exports``) every window's CDCv2
-    folder exists; judged from the Delta logs and the folders alone."""
+    window, ``state`` (and ``history``, when kept) is published as of them, and
+    (``exports``) every window's CDCv2 folder exists; judged from the Delta logs and the
+    folders alone."""
     root = config.lake / source.name
     if stored_outputs_upper(config.lake, source).less_equal(closed[-1][1]):
         return False
     changes = stored_upper(str(root / "changes")).time
     if changes is not None and published_as_of(str(root / "state")) != changes - 1:
+        return False
+    if source.history and history_upper(str(root / "history")).time != changes:
         return False
     return not exports or all((root / EXPORT_FOLDER / key).is_dir() for key, _ in closed)
 
@@ -207,6 +217,22 @@ def manage_reader(config: Config, args: argparse.Namespace) -> None:
         print(f"{args.reader} released {source}/{args.table}")
 
 
+def print_rebuilt(config: Config, name: str, through_ms: int | None) -> None:
+    """Rebuild one source through its closed windows (``--through``), then say where the
+    old tables are kept."""
+    source = config.source(name)
+    now_ms = int(time.time() * 1000)
+    closed = closed_windows(config, -1, min(through_ms or now_ms, now_ms))
+    if not closed:
+        print(f"{name}: nothing to rebuild: no window has closed yet.")
+        return
+    spark = get_spark(config.spark.master, config.spark.conf)
+    windows = Windows(config.start_ms, closed[-1][1], config.window_ms)
+    report = rebuild(spark, config, source, windows)
+    kept = f"; the old tables are kept in {report.kept}" if report.kept else ""
+    print(f"{name}: rebuilt through {iso(closed[-1][1])} ({report.windows} windows){kept}")
+
+
 def parse_lease(text: str) -> int:
     """A positive duration (``30m``) in milliseconds; argparse error otherwise."""
     try:
@@ -273,6 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     readers.add_argument(
         "--lease", type=parse_lease, help="e.g. 30m, 2h (default: the config's readers.lease)"
     )
+    rebuild_source = commands.add_parser(
+        "rebuild",
+        help="build a source's tables anew from its dumps beside the old ones, swap them in "
+        "once complete (for a config change that cannot evolve the tables)",
+    )
+    rebuild_source.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
+    rebuild_source.add_argument("--source", required=True, help="the source's name in the config")
+    rebuild_source.add_argument(
+        "--through", type=parse_time, help="ISO-8601 UTC: the last window end to rebuild"
+    )
     demo = commands.add_parser("demo", help="sample + materialize + summary")
     demo.add_argument("--workdir", type=Path, default=Path("demo"), help=WORKDIR_HELP)
     config_file = commands.add_parser("config", help="the config file: its JSON Schema, checks")
@@ -323,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"readers {args.action} needs --source and --reader")
             manage_reader(config, args)
             return 0
+        if args.command == "rebuild":
+            print_rebuilt(config, args.source, args.through)
+            return 0
         if args.command == "retire":
             spark = get_spark(config.spark.master, config.spark.conf)
             for source in config.sources:
@@ -333,7 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"reclock: invalid config:\n{error}", file=sys.stderr)
         return 2
-    except (ShardUsageError, LeaseUsageError, KeyError) as error:
+    except (
+        ShardUsageError, LeaseUsageError, KeyError, ConfigDriftError, RebuildRefused,
+        RebuildUnfinished,
+    ) as error:  # fmt: skip
         print(f"reclock: {error.args[0] if error.args else error}", file=sys.stderr)
         return 2
     return 2

@@ -732,6 +732,7 @@ def _sample_config_yaml(end_ms: int, schemas: str) -> str:
 
     users = source("users", UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, "upsert")
     users["owners"] = ["team:accounts"]
+    users["history"] = True  # every version of every user, as an SCD type 2 table
     # The great-expectations check runs on each window's new rows (non-blocking).
     users["expectations"] = [
         {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}},

@@ -86,7 +86,7 @@ BASE: dict[str, Any] = {
 SOURCE_KEYS = (
     "name, topic, format, key, value, key_encoding, value_encoding, key_avro_schema, "
     "value_avro_schema, envelope, include, reclock, allow_offset_gaps, start_offsets, retire, "
-    "expectations, owners"
+    "expectations, owners, history"
 )
 
 
@@ -283,6 +283,32 @@ def test_debezium_key_columns_must_be_after_image_columns() -> None:
     assert error.field == "sources[1].key.order_id" and "after-image" in str(error)
     error = rejected(config_with(sources__1__key={"id": "string"}))
     assert error.field == "sources[1].key.id" and "differs" in str(error)
+
+
+@pytest.mark.parametrize(("index", "envelope"), [(0, "none"), (1, "debezium")])
+def test_history_is_refused_for_envelopes_without_versions(index: int, envelope: str) -> None:
+    error = rejected(
+        config_with(**{f"sources__{index}__envelope": envelope, f"sources__{index}__history": True})
+    )
+    assert [problem.field for problem in error.problems] == [f"sources[{index}].history"]
+    assert "needs envelope upsert or debezium-upsert" in str(error) and envelope in str(error)
+
+
+def test_history_columns_may_not_be_output_columns() -> None:
+    error = rejected(
+        config_with(
+            sources__0__value={"name": "string", "valid_to": "bigint", "offset": "int"},
+            sources__0__history=True,
+        )
+    )
+    assert [problem.field for problem in error.problems] == [
+        "sources[0].value.valid_to",
+        "sources[0].value.offset",
+    ]
+    assert "is a column of the history table" in str(error)
+    assert not parse_config(
+        config_with(sources__0__value={"valid_to": "bigint"}), Path()
+    ).sources[0].history
 
 
 @pytest.mark.parametrize("envelope", ["none", "upsert"])

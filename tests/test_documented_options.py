@@ -29,6 +29,7 @@ from cdc_core.envelopes import EnvelopeBatch, apply_envelope
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.reclock.remap import configured_starts
 from cdc_core.schemas import RECLOCKED
+from cdc_core.source.pipeline import published_tables
 from cdc_core.spark import session_conf
 from tests.envelopes.test_envelope_support import dataframe
 from tests.test_config import config_schema, document_fields, readme_example
@@ -215,6 +216,7 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
         lambda c, s: _expectations_pass(s, c),
     ),
     "sources[].owners": ({"users.owners": ["team:other"]}, lambda c, s: users(c).owners),
+    "sources[].history": ({"users.history": None}, lambda c, s: published_tables(users(c))),
 }  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from cdc_core.envelopes.debezium import apply_debezium_upsert
 from cdc_core.envelopes.dispatch import apply_envelope
 from cdc_core.envelopes.fingerprint import (
     ConfigDriftError,
+    appended_value_columns,
     check_fingerprint,
     describe_drift,
     fingerprint,
@@ -36,6 +37,7 @@ __all__ = [
     "EnvelopeConfigError",
     "EnvelopeResult",
     "apply_debezium",
+    "appended_value_columns",
     "apply_debezium_upsert",
     "apply_envelope",
     "apply_none",

@@ -50,6 +50,7 @@ class AvroSchema:
 
     @property
     def is_record(self) -> bool:
+        """True for a record schema (its fields fill the columns by name)."""
         return isinstance(self.schema, dict) and self.schema.get("type") == "record"
 
 

@@ -2,7 +2,9 @@
 
 Changing the envelope, the key columns or a schema under existing outputs would mix rows of
 two meanings (and retract rows by the wrong key), so a run whose fingerprint differs from
-the stored one is refused, with what changed and how to reset deliberately.
+the stored one is refused, with what changed and what the user can do. The one drift that
+keeps every row's meaning, nullable value columns appended to the value schema (older rows
+read null), is told apart by ``appended_value_columns`` so the outputs can evolve instead.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from collections.abc import Sequence
 from pyspark.sql.types import StructField, StructType
 
 FORMAT_VERSION = 1
+# What no evolution may change: the fingerprint's format, the envelope and the key.
+FIXED = ("version", "envelope", "key_columns", "key_schema")
 DEFAULT_RESET_HINT = (
-    "reset the source deliberately: remove its output tables (changes, errors, state and, "
-    "for classic DEBEZIUM, the dedup state) so the next run rebuilds them from its dumps"
+    "rebuild the source: `reclock rebuild --config FILE --source NAME` builds new tables "
+    "from its dumps beside the old ones and swaps them in once they are complete; or give "
+    "the source a new name, so its tables start anew beside the old ones (only nullable "
+    "value columns added at the end of `value` evolve the tables in place)"
 )
 
 
@@ -100,6 +106,24 @@ def describe_drift(old: str, new: str) -> str:
     if not changes and old != new:
         changes.append(f"fingerprint changed from {old} to {new}")
     return "; ".join(changes) or "no change"
+
+
+def appended_value_columns(stored: str, current: str) -> tuple[StructField, ...] | None:
+    """The value columns ``current`` adds when its only change from ``stored`` is nullable
+    value columns appended after the stored ones (empty when nothing changed); None for any
+    other change, or an unreadable fingerprint."""
+    try:
+        before, after = json.loads(stored), json.loads(current)
+        same = all(before[k] == after[k] for k in FIXED)
+        same = same and before.get("include", []) == after.get("include", [])
+        old = StructType.fromJson(before["value_schema"]).fields
+        new = StructType.fromJson(after["value_schema"]).fields
+    except (ValueError, KeyError, TypeError):
+        return None
+    added = tuple(new[len(old) :])
+    if not same or new[: len(old)] != old or not all(f.nullable for f in added):
+        return None
+    return added
 
 
 def check_fingerprint(

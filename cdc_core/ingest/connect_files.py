@@ -61,6 +61,7 @@ def connect_name(path: str) -> ConnectName | None:
 
 
 def layout_of(path: str) -> DumpLayout:
+    """Which layout a dump file is in, judged by its name alone."""
     return DumpLayout.CONNECT if connect_name(path) is not None else DumpLayout.KCAT
 
 

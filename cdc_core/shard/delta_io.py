@@ -97,8 +97,11 @@ def nullable_delta_schema(schema: StructType) -> DeltaSchema:
     return DeltaSchema.from_arrow(pa.schema([field.with_nullable(True) for field in arrow]))
 
 
-def schema_differences(expected: DeltaSchema, actual: DeltaSchema) -> list[str]:
-    """Human-readable differences between two Delta schemas (names and types, in order)."""
+def schema_differences(
+    expected: DeltaSchema, actual: DeltaSchema, *, ordered: bool = True
+) -> list[str]:
+    """Human-readable differences between two Delta schemas (names and types, and their
+    order unless ``ordered`` is False: readers and writers that go by name do not care)."""
     want = pa.schema(expected.to_arrow())
     have = pa.schema(actual.to_arrow())
     problems = [f"missing column {name!r}" for name in want.names if name not in have.names]
@@ -108,7 +111,7 @@ def schema_differences(expected: DeltaSchema, actual: DeltaSchema) -> list[str]:
         for field in want
         if field.name in have.names and not have.field(field.name).type.equals(field.type)
     ]
-    if not problems and want.names != have.names:
+    if ordered and not problems and want.names != have.names:
         problems.append(f"column order is {have.names}, expected {want.names}")
     return problems
 
@@ -232,11 +235,12 @@ def add_action(file: WrittenFile, *, data_change: bool) -> AddAction:
     )
 
 
-def remove_action(file: DataFile) -> RemoveAction:
-    """The Delta Remove action that drops a file from the table (its bytes stay for gc)."""
+def remove_action(file: DataFile, *, data_change: bool = False) -> RemoveAction:
+    """The Delta Remove action that drops a file from the table (its bytes stay for gc);
+    ``data_change``: the rows it held change (not merely move to other files)."""
     return RemoveAction(
         path=file.path,
-        data_change=False,
+        data_change=data_change,
         deletion_timestamp=int(time.time() * 1000),
         size=file.size,
         partition_values={},

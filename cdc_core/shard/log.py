@@ -180,16 +180,39 @@ def open_or_create(
     return table
 
 
+def add_missing_columns(table: DeltaTable, path: str, wanted: DeltaSchema) -> list[str]:
+    """Add the columns of ``wanted`` that ``table`` lacks, at its end (a metadata-only
+    commit; rows written before read null there); returns their names. A failed commit is
+    judged on the re-read log: done if the columns are there (a concurrent writer added
+    them), else a ShardStorageError."""
+    present = set(table.schema().to_arrow().names)
+    missing = [field for field in wanted.fields if field.name not in present]
+    names = [field.name for field in missing]
+    if not missing:
+        return []
+    properties = CommitProperties(
+        max_commit_retries=0, custom_metadata=commit_metadata("add columns", ", ".join(names))
+    )
+    try:
+        table.alter.add_columns(missing, commit_properties=properties)
+    except LOCATION_FAILURES as failure:
+        with location_failure(f"re-reading the log of {path}"):
+            table.update_incremental()
+        if set(names) - set(table.schema().to_arrow().names):
+            raise ShardStorageError(
+                f"adding columns {names} to {path} failed: {failure}", definitely_not_written=True
+            ) from failure
+    return names
+
+
 def append_rows(path: str, rows: pa.Table, operation: str, detail: str) -> None:
     """Append driver-held ``rows`` (a few rows of metadata, never data) to the plain Delta
     table at ``path``, creating it with their schema; columns the table lacks (it was
     written by an older reclock) are added first. Appends commute, so a conflict is
     simply attempted again on the new version; every attempt's outcome is definite."""
-    table = open_or_create(path, DeltaSchema.from_arrow(rows.schema), detail="empty")
-    present = set(table.schema().to_arrow().names)
-    missing = [field for field in rows.schema if field.name not in present]
-    if missing:
-        table.alter.add_columns(list(DeltaSchema.from_arrow(pa.schema(missing)).fields))
+    schema = DeltaSchema.from_arrow(rows.schema)
+    table = open_or_create(path, schema, detail="empty")
+    add_missing_columns(table, path, schema)
     batch_id = uuid.uuid4().hex
     written = delta_io.write_arrow(path, rows, batch_id)
     add = [delta_io.add_action(written, data_change=True)]

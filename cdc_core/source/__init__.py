@@ -5,25 +5,37 @@ repeated or resumed after a crash at any point writes nothing twice and equals a
 never interrupted.
 
 Modules: ``pipeline`` (the per-source run and its status), ``state`` (the published
-current rows), ``resumption`` (bounded input reliance: inspect and retire).
+current rows), ``history`` (the SCD type 2 versions, when a source keeps them),
+``resumption`` (bounded input reliance: inspect and retire), ``evolution`` (appended value
+columns; other drift refused), ``rebuild`` and ``swap`` (new tables beside the old, swapped in).
 """
 
+from cdc_core.source.history import history_upper
 from cdc_core.source.pipeline import (
     OUTPUTS,
     SourcePipeline,
     SourceStatus,
     WindowReport,
+    published_tables,
     stored_outputs_upper,
 )
+from cdc_core.source.rebuild import RebuildRefused, RebuildReport, rebuild
 from cdc_core.source.resumption import RetireReport
 from cdc_core.source.state import published_as_of
+from cdc_core.source.swap import RebuildUnfinished
 
 __all__ = [
+    "RebuildRefused",
+    "RebuildReport",
+    "RebuildUnfinished",
     "OUTPUTS",
     "RetireReport",
     "SourcePipeline",
     "SourceStatus",
     "WindowReport",
+    "history_upper",
     "published_as_of",
+    "published_tables",
+    "rebuild",
     "stored_outputs_upper",
 ]

@@ -16,7 +16,6 @@ its windows one after another inside the run.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,18 +31,18 @@ from cdc_core.envelopes import (
     EnvelopeBatch,
     EnvelopeResult,
     apply_envelope,
-    check_fingerprint,
-    fingerprint,
 )
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
 from cdc_core.reclock import Windows, frontier_at, reclock_windows
-from cdc_core.schemas import ERROR, RECLOCKED, REMAP
+from cdc_core.schemas import ERROR, RECLOCKED, REMAP, history_schema
 from cdc_core.shard import Shard, ShardUsageError, stored_upper
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
+from cdc_core.source.evolution import settle_schema
+from cdc_core.source.history import refresh_history
 from cdc_core.source.resumption import (
     RetireReport,
     SourceInspection,
@@ -52,9 +51,15 @@ from cdc_core.source.resumption import (
     retire,
 )
 from cdc_core.source.state import current_rows, refresh_state
+from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.vocabulary import Envelope
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
+
+
+def published_tables(source: SourceConfig) -> tuple[str, ...]:
+    """Every table a run of ``source`` writes: OUTPUTS, then ``history`` when it keeps one."""
+    return OUTPUTS + (("history",) if source.history else ())
 
 
 def output_tables(source: SourceConfig) -> list[str]:
@@ -159,6 +164,10 @@ class SourcePipeline:
         self.source = source
         self.root = Path(lake) / source.name
         self.landing = Path(landing)
+        # Before any table is opened: never create tables where a rebuilt source is about
+        # to move in, and evolve what a config change reshapes (or refuse the change).
+        check_not_mid_swap(Path(lake), source.name)
+        settle_schema(self.root, source)
         self.registry = Registry(self.root / "dumps", source.topic)
         self.remap = Shard.open(spark, str(self.root / "remap"), REMAP)
         self.reclocked = Shard.open(spark, str(self.root / "reclocked"), RECLOCKED)
@@ -217,7 +226,6 @@ class SourcePipeline:
         Windows not bound yet before ``windows.start`` are bound to the unchanged frontier
         by the first binding of the run, so their outputs hold nothing.
         """
-        self.check_fingerprint()
         held = self.outputs_upper()
         if held.time is None or held.time > windows.end:
             return self._reused(windows)
@@ -271,25 +279,6 @@ class SourcePipeline:
             )
             for end in windows.ends
         ]
-
-    def check_fingerprint(self) -> None:
-        """Refuse to write outputs shaped by a different envelope or schema (config drift);
-        the first run records the fingerprint inside the ``changes`` table's folder, so
-        removing the outputs (the documented reset) removes it too."""
-        path = self.root / "changes" / "_reclock_fingerprint.json"
-        current = fingerprint(
-            self.source.envelope,
-            self.source.key_schema,
-            self.source.value_schema,
-            self.source.include,
-        )
-        stored = path.read_text() if path.exists() else None
-        check_fingerprint(stored, current)
-        if stored is None:
-            # A name of its own: a concurrent first run writes the same fingerprint.
-            temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            temporary.write_text(current)
-            temporary.replace(path)
 
     def _reported_files(self, lower: int) -> frozenset[str]:
         """Registered files with errors to report whose rows the errors shard holds before
@@ -413,6 +402,15 @@ class SourcePipeline:
         """Publish ``state`` at the newest complete time and report the source's status."""
         with phase(self.source.name, "publish state"):
             refresh_state(self.changes, str(self.root / "state"), self.source.output_schema)
+        if self.source.history:
+            with phase(self.source.name, "publish history"):
+                refresh_history(
+                    self.changes,
+                    self.reclocked,
+                    str(self.root / "history"),
+                    self.source.output_schema,
+                    self.source.key_schema,
+                )
         with phase(self.source.name, "status"):
             return self.status()
 
@@ -447,6 +445,10 @@ class SourcePipeline:
             "state": _plain_table_status(self.root / "state", self.source.output_schema),
             "errors": _table_status(self.errors),
         }
+        if self.source.history:
+            tables["history"] = _plain_table_status(
+                self.root / "history", history_schema(self.source.output_schema)
+            )
         upper = self.errors.upper.time
         current_errors = self.errors.size(upper - 1) if upper else 0
         return SourceStatus(

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from cdc_core.envelopes import ConfigDriftError, check_fingerprint, describe_drift, fingerprint
+from cdc_core.envelopes import (
+    ConfigDriftError,
+    appended_value_columns,
+    check_fingerprint,
+    describe_drift,
+    fingerprint,
+)
 
 KEY = StructType([StructField("id", LongType())])
 VALUE = StructType([StructField("name", StringType()), StructField("n", IntegerType())])
@@ -51,4 +57,23 @@ def test_a_changed_fingerprint_is_refused_with_what_changed_and_how_to_reset() -
     message = str(refused.value)
     assert "value column 'n' changed from int to bigint" in message
     assert "restore the previous configuration" in message
-    assert "reset the source deliberately" in message
+    assert "reclock rebuild --config FILE --source NAME" in message
+    assert "give the source a new name" in message
+
+
+def test_only_nullable_value_columns_appended_may_evolve() -> None:
+    old = fingerprint("upsert", KEY, VALUE)
+    email = StructField("email", StringType())
+    required = StructField("email", StringType(), nullable=False)
+    appended = StructType([*VALUE.fields, email])
+    assert appended_value_columns(old, old) == ()
+    assert appended_value_columns(old, fingerprint("upsert", KEY, appended)) == (email,)
+    for drifted in (
+        fingerprint("upsert", KEY, StructType([email, *VALUE.fields])),  # not at the end
+        fingerprint("upsert", KEY, StructType([*VALUE.fields, required])),  # not nullable
+        fingerprint("upsert", KEY, StructType(VALUE.fields[:1])),  # removed
+        fingerprint("none", KEY, appended),  # another envelope
+        fingerprint("upsert", StructType([StructField("id", StringType())]), appended),
+        "garbage",
+    ):
+        assert appended_value_columns(old, drifted) is None

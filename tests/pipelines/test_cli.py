@@ -15,7 +15,7 @@ from pipelines.cli import main, progress_bar
 from tests.assets.test_dagster_surface import SOURCE, deployment
 
 COMMANDS = (["sample"], ["materialize"], ["inspect"], ["retire"], ["snapshot"], ["readers"],
-            ["demo"], ["config", "check"])
+            ["rebuild"], ["demo"], ["config", "check"])
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

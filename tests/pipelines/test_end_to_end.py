@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 
 from benchmarks.screenshot import find_chromium, rendered_text, running_webserver
 from cdc_core.config import Config, SourceConfig, load_config
+from cdc_core.source import published_tables
 from pipelines.cli import main, materialize
 
 SINK_NAME = re.compile(r"(.+)\+(\d+)\+(\d+)\.(json|avro)(\.gz)?")
@@ -201,6 +202,18 @@ def test_every_state_equals_the_plain_python_oracle(demo: Config) -> None:
         assert state_rows(demo, source) == oracle, source.name
 
 
+def test_the_demo_keeps_every_version_of_its_users(demo: Config) -> None:
+    """The sample's ``users`` keep a history: its open versions are exactly ``state``, and
+    the updates and deletes of the sample left closed versions behind."""
+    users = demo.source("users")
+    names = users.output_schema.fieldNames()
+    history = DeltaTable(str(demo.lake / "users" / "history")).to_pyarrow_table().to_pylist()
+    open_versions = Counter(tuple(v[n] for n in names) for v in history if v["valid_to"] is None)
+    assert open_versions == state_rows(demo, users)
+    closed = [v for v in history if v["valid_to"] is not None]
+    assert len(closed) > 100 and all(v["valid_from"] < v["valid_to"] for v in closed)
+
+
 def test_bad_records_land_in_errors_with_their_position(demo: Config) -> None:
     errors = DeltaTable(str(demo.lake / "users" / "errors")).to_pyarrow_table().to_pylist()
     reasons = " | ".join(sorted({e["reason"] for e in errors}))
@@ -212,8 +225,7 @@ def test_bad_records_land_in_errors_with_their_position(demo: Config) -> None:
 def test_rerunning_every_window_writes_no_new_version(
     demo: Config, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tables = ("remap", "reclocked", "changes", "errors", "state")
-    paths = [demo.lake / s.name / t for s in demo.sources for t in tables]
+    paths = [demo.lake / s.name / t for s in demo.sources for t in published_tables(s)]
     before = {p: DeltaTable(str(p)).version() for p in paths}
     capsys.readouterr()
 
