@@ -41,6 +41,9 @@ DEFAULT_CONF: dict[str, str] = {
     # Lets adaptive execution coalesce the partitions of cached frames too: a run caches
     # its parsed dumps and envelope inputs, and small inputs then run one task, not many.
     "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
+    # Cached frames hold mostly distinct text (keys, payloads): the cache's column
+    # encodings find nothing to compress there and cost CPU to try.
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
     "spark.sql.files.maxPartitionBytes": "64m",
 }
 
