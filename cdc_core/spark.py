@@ -45,6 +45,10 @@ DEFAULT_CONF: dict[str, str] = {
     # encodings find nothing to compress there and cost CPU to try.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
     "spark.sql.files.maxPartitionBytes": "64m",
+    # Reads name their files exactly (from a Delta log or the dump registry): listing
+    # them is a stat per file, which the driver does at once; above the default threshold
+    # (32 paths) Spark would run a listing job with a task per file for every read.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
 }
 
 
