@@ -41,7 +41,14 @@ DEFAULT_CONF: dict[str, str] = {
     # Lets adaptive execution coalesce the partitions of cached frames too: a run caches
     # its parsed dumps and envelope inputs, and small inputs then run one task, not many.
     "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
+    # Cached frames hold mostly distinct text (keys, payloads): the cache's column
+    # encodings find nothing to compress there and cost CPU to try.
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
     "spark.sql.files.maxPartitionBytes": "64m",
+    # Reads name their files exactly (from a Delta log or the dump registry): listing
+    # them is a stat per file, which the driver does at once; above the default threshold
+    # (32 paths) Spark would run a listing job with a task per file for every read.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
 }
 
 

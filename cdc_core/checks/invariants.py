@@ -221,7 +221,8 @@ def accounted(
     ]
     found: dict[int, int] = {}
     if ranges:
-        records = reclocked.snapshot(as_of).select("partition", "offset", "diff")
+        # Diffs summed per range need no consolidation by the (wide) data columns.
+        records = reclocked.updates_until(as_of).select("partition", "offset", "diff")
         wanted = local_frame(
             records.sparkSession,
             [r[:4] for r in ranges],
@@ -279,12 +280,9 @@ def state_is_set(changes: Shard, key_columns: Sequence[str], as_of: int) -> Chec
     and their counts, then one summary row."""
     is_bad = F.col("diff") != 1
     values = [name for name in changes.data_schema.names if name not in key_columns]
-    since = changes.since.time or 0
-    rows = changes.snapshot(since).unionByName(changes.listen(since, as_of)) if as_of > since else (
-        changes.snapshot(as_of)
-    )
     consolidated = (
-        rows.groupBy(*key_columns, fingerprint(values).alias("_value"))
+        changes.updates_until(as_of)
+        .groupBy(*key_columns, fingerprint(values).alias("_value"))
         .agg(F.sum("diff").alias("diff"))
         .where(F.col("diff") != 0)
     )

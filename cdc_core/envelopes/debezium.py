@@ -107,11 +107,9 @@ def apply_debezium_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
     schema is the after image (it holds the key columns); output = after columns."""
     key_schema, value_schema = batch.key_schema, batch.value_schema
     output = output_schema(Envelope.DEBEZIUM_UPSERT, key_schema, value_schema, batch.include)
-    events = with_key(stage_events(batch.timed_records()), key_schema)
-    staged = decode_json(events, "after_text", value_schema, "after")
+    after_key = F.struct(*[F.col("after")[name].alias(name) for name in key_schema.names])
     is_tombstone = F.col("event_text").isNull()
     deletes = (F.col("op") == DELETE_OP) | F.col("after_text").isNull()
-    after_key = F.struct(*[F.col("after")[name].alias(name) for name in key_schema.names])
     mismatch = F.when(
         ~deletes & ~after_key.eqNullSafe(F.col("key_value")),
         reason(
@@ -128,11 +126,15 @@ def apply_debezium_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
         ~is_tombstone,
         F.coalesce(truncate_problem(), key_problem(), event_problem("after"), mismatch),
     )
-    image = F.struct(
-        *[F.col("after")[name].alias(name) for name in value_schema.names],
-        *metadata_columns(staged, batch.include),
-    ) if batch.include else F.col("after")
-    commands = staged.withColumn("reason", problem).withColumn(
-        "row", F.when(~is_tombstone & F.col("reason").isNull() & ~deletes, image)
-    )
-    return apply_commands(commands, batch, output)
+
+    def command(latest: DataFrame) -> DataFrame:
+        staged = decode_json(stage_events(latest), "after_text", value_schema, "after")
+        image = F.struct(
+            *[F.col("after")[name].alias(name) for name in value_schema.names],
+            *metadata_columns(staged, batch.include),
+        ) if batch.include else F.col("after")
+        return staged.withColumn("reason", problem).withColumn(
+            "row", F.when(~is_tombstone & F.col("reason").isNull() & ~deletes, image)
+        )
+
+    return apply_commands(with_key(batch.timed_records(), key_schema), command, batch, output)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -94,34 +95,44 @@ def apply_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
     updates before the batch. Output columns: key columns ++ value columns."""
     key_schema, value_schema = batch.key_schema, batch.value_schema
     output = output_schema(Envelope.UPSERT, key_schema, value_schema, batch.include)
-    staged = unwrap_connect_envelope(
-        batch.timed_records(), "payload", value_schema, "value_text"
-    )
-    staged = decode_json(with_key(staged, key_schema), "value_text", value_schema, "value")
-    is_tombstone = F.col("value_text").isNull()
-    problem = F.when(~is_tombstone, F.coalesce(key_problem(), value_problem("value", "value")))
-    fields = [F.col("key_value")[name].alias(name) for name in key_schema.names] + [
-        F.col("value")[name].alias(name) for name in value_schema.names
-    ] + metadata_columns(staged, batch.include)
-    commands = staged.withColumn("reason", problem).withColumn(
-        "row", F.when(~is_tombstone & F.col("reason").isNull(), F.struct(*fields))
-    )
-    return apply_commands(commands, batch, output)
+
+    def command(latest: DataFrame) -> DataFrame:
+        staged = unwrap_connect_envelope(latest, "payload", value_schema, "value_text")
+        staged = decode_json(staged, "value_text", value_schema, "value")
+        is_tombstone = F.col("value_text").isNull()
+        problem = F.when(
+            ~is_tombstone, F.coalesce(key_problem(), value_problem("value", "value"))
+        )
+        fields = [F.col("key_value")[name].alias(name) for name in key_schema.names] + [
+            F.col("value")[name].alias(name) for name in value_schema.names
+        ] + metadata_columns(staged, batch.include)
+        return staged.withColumn("reason", problem).withColumn(
+            "row", F.when(~is_tombstone & F.col("reason").isNull(), F.struct(*fields))
+        )
+
+    return apply_commands(with_key(batch.timed_records(), key_schema), command, batch, output)
 
 
 def apply_commands(
-    commands: DataFrame, batch: EnvelopeBatch, output: StructType
+    keyed: DataFrame,
+    command: Callable[[DataFrame], DataFrame],
+    batch: EnvelopeBatch,
+    output: StructType,
 ) -> EnvelopeResult:
-    """At each time, replace each touched slot's content by its latest command at that
-    time (``commands``, the batch's records decoded, has at least the COMMAND_COLUMNS):
-    the old content is the slot's latest command at its previous time in the batch, or at
-    its first time, its content in the prior shards (None: empty, nothing to replace)."""
+    """At each time, replace each touched slot's content by its latest record's command
+    at that time: the old content is the slot's latest command at its previous time in
+    the batch, or at its first time, its content in the prior shards (None: empty,
+    nothing to replace). ``keyed``: the batch's records with ``slot`` and ``key_value``
+    (``with_key``); ``command`` adds ``reason`` and ``row`` (the COMMAND_COLUMNS) to
+    records. Which record is latest does not depend on its value, so only the latest
+    record per (slot, time) is decoded."""
     key_schema, prior_changes, prior_errors = (
         batch.key_schema, batch.prior_changes, batch.prior_errors
     )
-    # One shuffle, by slot: the latest command per (slot, time) and the lag over a slot's
-    # times are both windows within a slot, so they share its partitioning and sort order.
-    by_slot = commands.select(*COMMAND_COLUMNS).repartition("slot")
+    # One shuffle, by slot, of the records with their value still raw text: the latest
+    # record per (slot, time) and the lag over a slot's times are both windows within a
+    # slot, so they share its partitioning and sort order.
+    by_slot = keyed.repartition("slot")
     newest_first = Window.partitionBy("slot", "time").orderBy(
         F.desc("partition"), F.desc("offset")
     )
@@ -130,8 +141,9 @@ def apply_commands(
         .filter(F.col("_rank") == 1)
         .drop("_rank")
     )
+    commands = command(latest).select(*COMMAND_COLUMNS)
     by_time = Window.partitionBy("slot").orderBy("time")
-    sequenced = latest.select(
+    sequenced = commands.select(
         "*",
         F.lag("time").over(by_time).alias("previous_time"),
         *[F.lag(c).over(by_time).alias(f"previous_{c}") for c in CONTENT],
@@ -159,7 +171,7 @@ def apply_commands(
         # the batch touches) is replaced: only that part needs consolidating.
         # Key columns may be null (a key is a record, null fields included): null-safe.
         first_keys = first.filter(F.col("key_value").isNotNull()).select("key_value", "time")
-        prior = prior_updates(commands.sparkSession, prior_changes, output)
+        prior = prior_updates(keyed.sparkSession, prior_changes, output)
         same_key = [prior[name].eqNullSafe(F.col("key_value")[name]) for name in key_schema.names]
         replaced = prior.join(
             F.broadcast(first_keys), on=functools.reduce(operator.and_, same_key)
@@ -176,7 +188,7 @@ def apply_commands(
     new_errors = error_rows(sequenced.filter(F.col("reason").isNotNull()), batch.topic)
     if prior_errors is not None:
         old_errors = (
-            prior_updates(commands.sparkSession, prior_errors, ERROR)
+            prior_updates(keyed.sparkSession, prior_errors, ERROR)
             .filter(is_envelope_error(F.col("reason")))
             .transform(lambda errors: with_key(errors, key_schema))
             .join(F.broadcast(first.select("slot", "time")), on="slot")

@@ -39,21 +39,24 @@ class ShardReader(ShardHandle):
         """Consolidated contents at ``as_of``: data columns + ``time`` (= as_of) + ``diff``
         (summed, zeros dropped). Requires since <= as_of < upper (ShardUsageError naming
         the violated bound otherwise)."""
-        self._check_since(as_of, "as_of")
-        self._check_complete(as_of, "as_of")
         data = self.data_schema.names
-        rows = self._read(None, as_of).where(F.col(TIME) <= as_of)
+        rows = self.updates_until(as_of)
         totals = rows.groupBy(*data).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
         return totals.select(*data, F.lit(as_of).cast("long").alias(TIME), DIFF)
 
-    def size(self, as_of: int) -> int:
-        """The number of records at ``as_of`` (the sum of its snapshot's diffs), from the
-        ``time`` and ``diff`` columns alone: no consolidation by data is needed, since
-        updates that cancel sum to zero anyway."""
+    def updates_until(self, as_of: int) -> DataFrame:
+        """Every stored update at times ``<= as_of``, unconsolidated: data columns + time +
+        diff. Summing its diffs over any subset of the columns gives what the snapshot at
+        ``as_of`` would, without consolidating by every data column first (updates that
+        cancel sum to zero anyway). Requires since <= as_of < upper."""
         self._check_since(as_of, "as_of")
         self._check_complete(as_of, "as_of")
-        rows = self._read(None, as_of).where(F.col(TIME) <= as_of)
-        return rows.agg(F.sum(DIFF)).first()[0] or 0
+        return self._read(None, as_of).where(F.col(TIME) <= as_of)
+
+    def size(self, as_of: int) -> int:
+        """The number of records at ``as_of`` (the sum of its snapshot's diffs), from the
+        ``time`` and ``diff`` columns alone."""
+        return self.updates_until(as_of).agg(F.sum(DIFF)).first()[0] or 0
 
     def listen(self, as_of: int, until: int | None = None) -> DataFrame:
         """Updates with as_of < time <= until (until defaults to upper - 1; to everything
