@@ -79,7 +79,8 @@ def write_config(workdir: Path) -> Path:
         "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "4"}},
         "sources": [
             {"name": "users", "topic": "users", "format": "json", "key": {"id": "bigint"},
-             "value": {"name": "string"}, "envelope": "upsert", "reclock": "event-time"},
+             "value": {"name": "string"}, "envelope": "upsert", "reclock": "event-time",
+             "history": True},
         ],
     }  # fmt: skip
     (workdir / "landing" / "users").mkdir(parents=True)
@@ -119,6 +120,11 @@ def state(config: Config) -> set[tuple[int, str]]:
     return {(row["id"], row["name"]) for row in rows}
 
 
+def history(config: Config) -> Counter:
+    rows = DeltaTable(str(config.lake / "users" / "history")).to_pyarrow_table().to_pylist()
+    return Counter(tuple(sorted(row.items())) for row in rows)
+
+
 @dataclass(frozen=True)
 class Lakes:
     retired: Config
@@ -156,7 +162,9 @@ def test_retire_then_new_dumps_then_materialize_is_exact(lakes: Lakes) -> None:
     evaluations = checks_of(lakes.second_run)
     assert {"remap.complete", "remap.monotone", "errors.accounted"} <= set(evaluations)
     assert all(evaluations.values()), evaluations
+    assert "history.versions" in evaluations
     assert state(config) == state(lakes.reference) == FINAL_STATE
+    assert history(config) == history(lakes.reference)
     for table in ("reclocked", "changes", "errors"):
         assert consolidated(config, table) == consolidated(lakes.reference, table), table
 
@@ -306,5 +314,6 @@ def test_two_runs_of_one_config_at_once_both_succeed_with_exact_outputs(
     assert state(config) == FINAL_STATE
     for table in ("remap", "reclocked", "changes", "errors"):
         assert consolidated(config, table) == consolidated(lakes.reference, table), table
+    assert history(config) == history(lakes.reference), "each version once"
     exported = sorted(p.name for p in (config.lake / "users" / "cdcv2").iterdir())
     assert exported == KEYS, "one folder per window, no staging left behind"
