@@ -138,7 +138,7 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "sources[].topic": ({"users.topic": "people"}, lambda c, s: c.landing / c.sources[0].topic),
     "sources[].format": (
         {"users.format": "cdcv2-json", "users.envelope": "materialize", "users.key": None,
-         "users.include": None,
+         "users.include": None, "users.history": None,
          "users.expectations": None},
         lambda c, s: decoded(s, c, "users"),
     ),
@@ -192,7 +192,9 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
         {"payments.value_avro_schema": {"subject": "payments-value", "version": 1}},
         lambda c, s: decoded(s, c, "payments"),
     ),
-    "sources[].envelope": ({"users.envelope": "none"}, lambda c, s: decoded(s, c, "users")),
+    "sources[].envelope": (  # a NONE source keeps no history: its changes are one
+        {"users.envelope": "none", "users.history": None}, lambda c, s: decoded(s, c, "users")
+    ),
     "sources[].include": ({"users.include": ["partition"]}, lambda c, s: decoded(s, c, "users")),
     "sources[].reclock": ({"users.reclock": "arrival"}, lambda c, s: users(c).reclock),
     "sources[].allow_offset_gaps": (
