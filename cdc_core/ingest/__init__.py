@@ -4,18 +4,19 @@ Invariant: a registered dump file never changes (a rewritten file is refused wit
 ``DumpFileChanged``), so every read of a ``(partition, offset)`` range yields the same
 records, one canonical copy per offset, however often the offsets were redelivered.
 
-Modules: ``dumps`` (finding and parsing dump files), ``registry`` (the durable file
-registry and the canonical reads of a range).
+Modules: ``dumps`` (finding and parsing dump files, and the canonical reads of registered
+files), ``connect_files`` (Kafka Connect sink files), ``registry`` (the durable file
+registry: metadata on the driver).
 """
 
-from cdc_core.ingest.dumps import DumpFile, list_dump_files
-from cdc_core.ingest.registry import (
+from cdc_core.ingest.dumps import (
     CanonicalReads,
-    DumpFileChanged,
+    DumpFile,
     MissingDumpFile,
-    RegisteredFile,
-    Registry,
+    list_dump_files,
+    starts_column,
 )
+from cdc_core.ingest.registry import DumpFileChanged, RegisteredFile, Registry
 
 __all__ = [
     "CanonicalReads",
@@ -25,4 +26,5 @@ __all__ = [
     "RegisteredFile",
     "Registry",
     "list_dump_files",
+    "starts_column",
 ]

@@ -37,12 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.ingest.registry import (
-    CanonicalReads,
-    RegisteredFile,
-    Registry,
-    starts_column,
-)
+from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry, starts_column
 from cdc_core.shard import Shard, ShardUsageError
 from cdc_core.spark import local_frame
 from cdc_core.vocabulary import ReclockPolicy

@@ -8,14 +8,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from cdc_core.ingest import list_dump_files
-from cdc_core.ingest.registry import (
-    DumpFileChanged,
-    MissingDumpFile,
-    PartitionStats,
-    Registry,
-    read_canonical,
-)
+from cdc_core.ingest import DumpFileChanged, MissingDumpFile, Registry, list_dump_files
+from cdc_core.ingest.dumps import read_canonical
+from cdc_core.ingest.registry import PartitionStats
 from tests.reclock.test_reclock_support import Rec, register_new, write_dump
 
 
