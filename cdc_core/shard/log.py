@@ -91,6 +91,28 @@ def read_frontier(table: DeltaTable, app_id: str) -> TimeFrontier:
     return TimeFrontier.at(table.transaction_version(app_id) or 0)
 
 
+def commit_batches_once(
+    table: DeltaTable,
+    path: str,
+    actions: Sequence[AddAction | RemoveAction],
+    app_transactions: Sequence[Transaction],
+    metadata: Mapping[str, Any],
+    batches: Sequence[str],
+) -> bool:
+    """``commit_once`` for actions that add the staged ``batches``: when the commit lost
+    the race or is definitely not written, the staged files are deleted, so a table
+    never keeps files no version references (an unknown outcome keeps them for gc)."""
+    try:
+        committed = commit_once(table, path, actions, app_transactions, metadata)
+    except ShardStorageError as failure:
+        if failure.definitely_not_written:
+            delta_io.delete_batches(path, list(batches))
+        raise
+    if not committed:
+        delta_io.delete_batches(path, list(batches))
+    return committed
+
+
 def commit_once(
     table: DeltaTable,
     path: str,

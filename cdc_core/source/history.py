@@ -33,7 +33,7 @@ from pyspark.sql.types import StructType
 from cdc_core.envelopes.upsert import with_key
 from cdc_core.frontier import TimeFrontier
 from cdc_core.schemas import VALID_FROM, VALID_TO, history_schema
-from cdc_core.shard import Shard, ShardStorageError, ShardUsageError
+from cdc_core.shard import Shard, ShardUsageError
 from cdc_core.shard.delta_io import (
     DataFile,
     add_action,
@@ -46,8 +46,8 @@ from cdc_core.shard.delta_io import (
 )
 from cdc_core.shard.handle import UPPER
 from cdc_core.shard.log import (
+    commit_batches_once,
     commit_metadata,
-    commit_once,
     frontier_transactions,
     open_or_create,
     read_frontier,
@@ -116,17 +116,9 @@ def refresh_history(
         "append history",
         f"upper {lower} -> {target}, {len(written)} file(s) added, {len(reopened)} rewritten",
     )
-    try:
-        committed = commit_once(
-            table, path, actions, frontier_transactions(UPPER, target), metadata
-        )
-    except ShardStorageError as failure:
-        if failure.definitely_not_written:
-            delete_batches(path, batches)
-        raise
-    if not committed:
-        delete_batches(path, batches)
-    return committed
+    return commit_batches_once(
+        table, path, actions, frontier_transactions(UPPER, target), metadata, batches
+    )
 
 
 def _between(shard: Shard, lower: TimeFrontier, upper: TimeFrontier) -> DataFrame:

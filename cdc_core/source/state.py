@@ -16,18 +16,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from cdc_core.shard import Shard, ShardStorageError
+from cdc_core.shard import Shard
 from cdc_core.shard.delta_io import (
     DataFile,
     add_action,
-    delete_batches,
     live_files,
     nullable_delta_schema,
     read_files,
     remove_action,
     write_files,
 )
-from cdc_core.shard.log import commit_metadata, commit_once, open_or_create
+from cdc_core.shard.log import commit_batches_once, commit_metadata, open_or_create
 from cdc_core.updates import DIFF, TIME, consolidate
 
 STATE_AS_OF = "reclock.state_as_of"
@@ -81,15 +80,10 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     actions = [remove_action(f) for f in published_files]
     actions += [add_action(f, data_change=True) for f in files]
     metadata = commit_metadata("publish state", f"as of time {as_of}")
-    try:
-        committed = commit_once(table, path, actions, [Transaction(STATE_AS_OF, as_of)], metadata)
-    except ShardStorageError as failure:
-        if failure.definitely_not_written:
-            delete_batches(path, [batch_id])
-        raise
-    if not committed:  # a concurrent refresh won: it published this snapshot or a newer one
-        delete_batches(path, [batch_id])
-    return committed
+    # False: a concurrent refresh won; it published this snapshot or a newer one.
+    return commit_batches_once(
+        table, path, actions, [Transaction(STATE_AS_OF, as_of)], metadata, [batch_id]
+    )
 
 
 def _published_plus_changes(
