@@ -21,6 +21,8 @@ envelopes give and the ``state_is_set`` check verifies.
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 import uuid
 from urllib.parse import unquote, urlparse
@@ -94,7 +96,7 @@ def refresh_history(
     files = live_files(table)
     reopened = _files_with_open_versions_of(path, files, schema, closings, keys)
     kept_open = read_files(steps.sparkSession, path, reopened, schema)
-    closed = kept_open.join(closings, keys, "left").select(
+    closed = _join_on_keys(kept_open, closings, keys, "left").select(
         *[F.col(f"`{name}`") for name in schema.names if name != VALID_TO],
         F.coalesce(F.col(VALID_TO), F.col("closed_at")).alias(VALID_TO),
     )
@@ -170,7 +172,7 @@ def _versions(
     return (
         steps.select("*", ends.alias(VALID_TO))
         .where(F.col("row").isNotNull())
-        .join(positions, [*keys, TIME], "left")
+        .transform(lambda versions: _join_on_keys(versions, positions, [*keys, TIME], "left"))
         .select(
             *[F.col("row")[name].alias(name) for name in output.names],
             F.col(TIME).alias(VALID_FROM),
@@ -198,9 +200,22 @@ def _files_with_open_versions_of(
     )
     located = (
         open_versions.select(*keys, F.col("_metadata.file_path").alias("_file"))
-        .join(closings.select(*keys), keys, "left_semi")
+        .transform(lambda frame: _join_on_keys(frame, closings.select(*keys), keys, "left_semi"))
         .select("_file")
         .distinct()
         .collect()
     )
     return [by_location[os.path.abspath(unquote(urlparse(row["_file"]).path))] for row in located]
+
+
+def _join_on_keys(left: DataFrame, right: DataFrame, keys: list[str], how: str) -> DataFrame:
+    """``left.join(right, keys, how)`` with null-safe equality: a key is a record, and a key
+    with a null field is a key like any other (a plain equi-join never matches it)."""
+    renamed = {name: f"_right_{index}" for index, name in enumerate(keys)}
+    right = right.select(
+        *[F.col(f"`{name}`").alias(renamed.get(name, name)) for name in right.columns]
+    )
+    pairs = [left[f"`{name}`"].eqNullSafe(right[alias]) for name, alias in renamed.items()]
+    same = functools.reduce(operator.and_, pairs)
+    return left.join(right, same, how).drop(*renamed.values())
+

@@ -228,3 +228,35 @@ def test_debezium_upsert_history_closes_on_delete_and_reopens_on_create(
         (2, "b", 2, b3, None, 0, 5),
     }
     assert history == oracle(config.lake / "users")
+
+
+def test_a_key_with_a_null_field_is_closed_like_any_other_key(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    config = config_of(tmp_path, key={"id": "bigint", "region": "string"})
+    (config.landing / "users").mkdir(parents=True)
+
+    def line(offset: int, window: int, payload: dict | None) -> str:
+        return json.dumps({
+            "topic": "users", "partition": 0, "offset": offset,
+            "ts": T0 + window * WINDOW + 1 + offset,
+            "key": json.dumps({"id": 1, "region": None}),
+            "payload": None if payload is None else json.dumps(payload),
+        }) + "\n"  # fmt: skip
+
+    lines = [
+        line(0, 0, {"name": "a", "n": 1}),
+        line(1, 1, {"name": "b", "n": 2}),
+        line(2, 2, None),  # deletes the key: closes its open version
+    ]
+    (config.landing / "users" / "dump.json").write_text("".join(lines))
+    pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
+    run(pipeline, 1, 1)
+    run(pipeline, 2, 3)  # the second run closes versions the first one wrote
+    b1, b2, b3 = (T0 + w * WINDOW for w in (1, 2, 3))
+    columns = ("id", "region", "name", "n", "valid_from", "valid_to", "partition", "offset")
+    history = {tuple(r[c] for c in columns) for r in rows(config.lake / "users" / "history")}
+    assert history == {
+        (1, None, "a", 1, b1, b2, 0, 0),
+        (1, None, "b", 2, b2, b3, 0, 1),
+    }
