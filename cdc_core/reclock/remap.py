@@ -39,7 +39,6 @@ from pyspark.sql.window import Window
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry, starts_column
 from cdc_core.shard import Shard, ShardUsageError
-from cdc_core.spark import local_frame
 from cdc_core.vocabulary import ReclockPolicy
 
 REMAP_UPDATE = ("partition", "offset", "time", "diff")
@@ -290,10 +289,11 @@ def propose_frontiers(
 
 
 def binding_updates(
-    spark: SparkSession, previous: OffsetFrontier, bound: Sequence[tuple[int, OffsetFrontier]]
-) -> DataFrame:
+    previous: OffsetFrontier, bound: Sequence[tuple[int, OffsetFrontier]]
+) -> pa.Table:
     """The differential updates that turn ``previous`` into each ``(time, frontier)`` of
-    ``bound`` in turn (ascending times)."""
+    ``bound`` in turn (ascending times): a few rows per window, built and committed on the
+    driver (a Spark job would cost more than the binding itself)."""
     rows = []
     for time, frontier in bound:
         regressions = previous.regressions(frontier)
@@ -310,10 +310,7 @@ def binding_updates(
         [("partition", pa.int32()), ("offset", pa.int64()), ("time", pa.int64()),
          ("diff", pa.int64())]
     )
-    table = pa.Table.from_pylist(
-        [dict(zip(schema.names, row, strict=True)) for row in rows], schema
-    )
-    return local_frame(spark, table)
+    return pa.Table.from_pylist([dict(zip(schema.names, row, strict=True)) for row in rows], schema)
 
 
 def remap_updates(remap: Shard, until: int) -> list[tuple[int, int, int, int]]:
@@ -450,7 +447,7 @@ def mint_bindings(
             unbound, done, previous = windows, None, frontier_at(remap, bound - 1)
         frontiers = propose_frontiers(spark, source, registry, previous, unbound, reads)
         minted = list(zip(unbound.ends, frontiers, strict=True))
-        updates = binding_updates(spark, previous, minted)
+        updates = binding_updates(previous, minted)
         if remap.compare_and_append(updates, TimeFrontier.at(bound), TimeFrontier.at(upper)):
             continue
         new = RangeBindings.of(previous, minted)

@@ -92,6 +92,11 @@ class ShardReader(ShardHandle):
             [schema.empty_table(), *(t.select(schema.names).cast(schema) for t in tables)]
         )
 
+    def holds_updates(self) -> bool:
+        """Whether any live file holds updates, from the log alone: a reader of a shard
+        that never received any can skip reading (and joining against) it altogether."""
+        return bool(self._files())
+
     def progress(self) -> list[ProgressStatement]:
         """The progress statements recorded by every commit, oldest first."""
         with location_failure(f"reading the history of {self.path}"):

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import delta_io, leases
@@ -24,7 +27,11 @@ from cdc_core.shard.log import (
     frontier_transactions,
     location_failure,
 )
-from cdc_core.updates import TIME, consolidate
+from cdc_core.updates import DIFF, TIME, consolidate
+
+# Updates to append: a DataFrame (data, on the executors), or a pyarrow Table of a few
+# metadata rows built on the driver (bindings), written without a Spark job.
+Updates = DataFrame | pa.Table
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ class ShardWriter(ShardHandle):
 
     def compare_and_append(
         self,
-        updates: DataFrame,
+        updates: Updates,
         expected_upper: TimeFrontier,
         new_upper: TimeFrontier,
     ) -> UpperMismatch | None:
@@ -125,17 +132,20 @@ class ShardWriter(ShardHandle):
             if self.commit(staged, current, upper) is None:
                 return dict(staged.counts)
 
-    def stage(self, updates: DataFrame, *, consolidated: bool = False) -> StagedBatch:
+    def stage(self, updates: Updates, *, consolidated: bool = False) -> StagedBatch:
         """The first half of compare_and_append: consolidate ``updates`` (unless the caller
-        says they are) and write them as Parquet under the table folder (Spark), then
-        describe them from their footers."""
-        conformed = self._conform(updates)
-        if not consolidated:
-            conformed = consolidate(conformed, self.data_schema.names)
+        says they are) and write them as Parquet under the table folder (Spark for a
+        DataFrame, the driver for a pyarrow Table), then describe them from their footers."""
         batch_id = delta_io.new_batch_id(self.writer)
         try:
             with location_failure(f"writing updates under {self.path}"):
-                files = delta_io.write_files(conformed, self.path, batch_id)
+                if isinstance(updates, pa.Table):
+                    files = self._write_rows(updates, batch_id)
+                else:
+                    conformed = self._conform(updates)
+                    if not consolidated:
+                        conformed = consolidate(conformed, self.data_schema.names)
+                    files = delta_io.write_files(conformed, self.path, batch_id)
                 counts = delta_io.count_by_time(self._spark, self.path, files, self._schema)
         except ShardStorageError:
             delta_io.delete_batches(self.path, [batch_id])
@@ -191,6 +201,21 @@ class ShardWriter(ShardHandle):
         if self.writer is not None:
             leases.check_writer(self.path, self._table, self.writer)
         return True
+
+    def _write_rows(self, rows: pa.Table, batch_id: str) -> tuple[WrittenFile, ...]:
+        """Consolidate driver-held ``rows`` and write them as one Parquet file (none when
+        nothing is left): a few rows of metadata, where a Spark job would cost far more."""
+        schema = to_arrow_schema(self._schema, timezone="UTC")
+        if set(rows.column_names) != set(schema.names):
+            raise ShardUsageError(
+                f"updates have columns {sorted(rows.column_names)}, not {sorted(schema.names)}"
+            )
+        data = self.data_schema.names + [TIME]
+        summed = rows.group_by(data).aggregate([(DIFF, "sum")]).rename_columns([*data, DIFF])
+        kept = summed.filter(pc.not_equal(summed[DIFF], 0))
+        if kept.num_rows == 0:
+            return ()
+        return (delta_io.write_arrow(self.path, kept.select(schema.names).cast(schema), batch_id),)
 
     def _conform(self, updates: DataFrame) -> DataFrame:
         """The updates in the shard's column order and types (safe casts only)."""

@@ -384,13 +384,15 @@ class SourcePipeline:
 
     @staticmethod
     def _prior(shard: Shard | None, lower: int) -> DataFrame | None:
-        """The shard's updates up to ``lower - 1`` (None before its first window).
+        """The shard's updates up to ``lower - 1`` (None before its first window, or when
+        the shard holds no update at all: most sources never write an error, and their
+        envelopes then spare the joins against an empty prior).
 
         Unconsolidated on purpose: the envelopes consolidate only the keys a window
         touches, so a window does not pay for consolidating the whole history. Only the
         part already compacted to ``since`` comes as a (small) snapshot.
         """
-        if shard is None or lower == 0:
+        if shard is None or lower == 0 or not shard.holds_updates():
             return None
         since = shard.since.time or 0
         prior = shard.snapshot(since)

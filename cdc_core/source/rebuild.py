@@ -24,10 +24,8 @@ from cdc_core.ingest import Registry
 from cdc_core.reclock import Windows
 from cdc_core.schemas import REMAP
 from cdc_core.shard import Shard
-from cdc_core.shard.delta_io import shard_schema
 from cdc_core.source.pipeline import SourcePipeline
 from cdc_core.source.swap import staging_lake, swap_in
-from cdc_core.spark import local_frame
 
 
 class RebuildRefused(RuntimeError):
@@ -54,7 +52,7 @@ def rebuild(
         pipeline = SourcePipeline(spark, config, source, staging, config.landing)
         if old_root.exists():
             old_remap = Shard.open(spark, str(old_root / "remap"), REMAP)
-            _copy_bindings(spark, old_remap, pipeline.remap)
+            _copy_bindings(old_remap, pipeline.remap)
         pipeline.register_dumps(arrival_ms=int(time.time() * 1000), arrived=arrivals)
         pipeline.run_windows(windows)
         pipeline.finish()
@@ -76,11 +74,9 @@ def _old_arrivals(old_root: Path, source: SourceConfig) -> dict[str, int]:
     return {f.path: f.arrival_ms for f in files}
 
 
-def _copy_bindings(spark: SparkSession, old: Shard, new: Shard) -> None:
+def _copy_bindings(old: Shard, new: Shard) -> None:
     """Give the new remap the old one's bindings, in one commit (none if it has them)."""
     upper = old.refresh().upper
     if new.refresh().upper != TimeFrontier.minimum() or upper.time in (None, 0):
         return
-    bindings = old.updates_through(upper.time - 1).to_pylist()
-    updates = local_frame(spark, bindings, shard_schema(REMAP))
-    new.compare_and_append(updates, TimeFrontier.minimum(), upper)
+    new.compare_and_append(old.updates_through(upper.time - 1), TimeFrontier.minimum(), upper)

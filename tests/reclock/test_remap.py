@@ -98,9 +98,7 @@ def test_unexpected_start_offset_is_refused_unless_configured(
 
 def test_a_binding_may_not_move_backwards(spark: SparkSession) -> None:
     with pytest.raises(NonMonotoneBinding, match="partition 1: 5 -> 3"):
-        binding_updates(
-            spark, OffsetFrontier({0: 1, 1: 5}), [(10, OffsetFrontier({0: 2, 1: 3}))]
-        )
+        binding_updates(OffsetFrontier({0: 1, 1: 5}), [(10, OffsetFrontier({0: 2, 1: 3}))])
 
 
 def test_bindings_are_minted_once_reused_and_invertible(
