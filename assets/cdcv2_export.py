@@ -16,6 +16,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,8 @@ from deltalake import DeltaTable
 
 from assets.partitions import to_datetime, window_bounds
 from assets.source_assets import output_key, source_tags
-from cdc_core.cdcv2 import Encoding, export_shard, write_stream
+from cdc_core.cdcv2 import Encoding, export_shard, write_parts
+from cdc_core.cdcv2.export import progress_within
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier, iso
 from cdc_core.shard import Shard
@@ -81,32 +83,57 @@ class ExportConflict(RuntimeError):
     publish: the window's folder holds one complete export, perhaps not this run's."""
 
 
-def export_window(
-    shard: Shard, root: Path, key: str, start: int, end: int, holder: str | None = None
-) -> WindowExport:
-    """Write the stream of window ``[start, end)`` (times ``[start + 1, end + 1)``) into
-    ``root/key``, replacing any earlier export of it as a whole folder.
+@dataclass(frozen=True)
+class Window:
+    """A window to export: its partition key and its bounds ``[start, end)``."""
 
-    The stream is written into a hidden staging folder owned by this export and renamed
-    into place, so a reader never sees a half-written stream, nor the files of two exports
-    of the window side by side (``write_stream`` alone would add a second, differently
-    named copy). Concurrent exports of one window (two runs of one config) each publish
-    a complete folder; the stream is a function of the committed shard, so whichever
-    lands last holds the same updates. ``holder``, the export's reader registration on
-    ``shard``, names the staging folder: other exports leave it alone while that
-    registration is live, and remove it once it is not.
+    key: str
+    start: int
+    end: int
+
+
+def export_windows(
+    shard: Shard, root: Path, windows: Sequence[Window], holder: str | None = None
+) -> list[WindowExport]:
+    """Write the stream of each window ``[start, end)`` (times ``[start + 1, end + 1)``)
+    into ``root/<key>``, replacing any earlier export of it as a whole folder. The windows
+    are read, consolidated, counted and written together: one pass over the shard for
+    the run, however many windows it exports.
+
+    Each window's stream is written into a hidden staging folder owned by this export and
+    renamed into place, so a reader never sees a half-written stream, nor the files of two
+    exports of the window side by side (``write_stream`` alone would add a second,
+    differently named copy). Concurrent exports of one window (two runs of one config)
+    each publish a complete folder; the stream is a function of the committed shard, so
+    whichever lands last holds the same updates. ``holder``, the export's reader
+    registration on ``shard``, names the staging folders: other exports leave them alone
+    while that registration is live, and remove them once it is not.
     """
-    stream = export_shard(shard.refresh(), start + 1, TimeFrontier.at(end + 1))
-    target = root / key
+    ordered = sorted(windows, key=lambda w: w.start)
+    upper = TimeFrontier.at(ordered[-1].end + 1)
+    stream = export_shard(shard.refresh(), ordered[0].start + 1, upper)
     live = {r.holder for r in read_leases(shard.path, DeltaTable(shard.path)).live()}
-    _discard_abandoned(root, key, live)
-    staging = root / f".{key}.{holder or uuid.uuid4().hex}.staging"
+    staging = {}
+    for window in ordered:
+        _discard_abandoned(root, window.key, live)
+        staging[window.key] = root / f".{window.key}.{holder or uuid.uuid4().hex}.staging"
     try:
-        written = write_stream(stream, staging, EXPORT_ENCODING)
-        _publish(staging, target)
+        parts = [(w.start + 1, TimeFrontier.at(w.end + 1), staging[w.key]) for w in ordered]
+        written = write_parts(stream, parts, EXPORT_ENCODING)
+        exports = []
+        for window, files, (lower, upper, _) in zip(ordered, written, parts, strict=True):
+            target = root / window.key
+            _publish(staging[window.key], target)
+            statements = len(progress_within(stream, lower, upper))
+            exports.append(
+                WindowExport(
+                    window.key, window.start, window.end, target, files.updates, statements
+                )
+            )
+        return exports
     finally:
-        shutil.rmtree(staging, ignore_errors=True)  # gone already once published
-    return WindowExport(key, start, end, target, written.updates, len(stream.progress))
+        for folder in staging.values():
+            shutil.rmtree(folder, ignore_errors=True)  # gone already once published
 
 
 def _discard_abandoned(root: Path, key: str, live_holders: set[str]) -> None:
@@ -199,8 +226,8 @@ def cdcv2_export_asset(
         consumer never receives a stream the lake itself judged incomplete.
 
         While it runs it is a registered reader of ``changes`` (from its first window on),
-        so no compaction or gc takes that history away mid-export; the lease is renewed
-        once half of it has passed and released at the end, also on failure.
+        so no compaction or gc takes that history away mid-export: its one pass over the
+        shard runs within the lease, which is released at the end, also on failure.
         """
         pipeline = lake.open(pyspark.spark_session, config, source)
         root = pipeline.root / EXPORT_FOLDER
@@ -210,17 +237,16 @@ def cdcv2_export_asset(
         reader = f"{EXPORT_READER}{context.run_id}"
         lease_ms = config.readers.lease_ms
         since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
-        with reading(pipeline.changes, reader, since.time or 0, lease_ms) as book:
-            renewed = time.monotonic()
-            for index, (key, (start, end)) in enumerate(zip(keys, windows, strict=True), 1):
-                export = export_window(pipeline.changes, root, key, start, end, reader)
-                context.log.info(
-                    f"[{index}/{len(keys)}] {source.name}: exported {export.summary()}"
-                )
-                context.add_asset_metadata(window_export_metadata(export), partition_key=key)
-                if (time.monotonic() - renewed) * 1000 > lease_ms / 2:
-                    book.heartbeat(reader)
-                    renewed = time.monotonic()
+        with reading(pipeline.changes, reader, since.time or 0, lease_ms):
+            exports = export_windows(
+                pipeline.changes,
+                root,
+                [Window(key, start, end) for key, (start, end) in zip(keys, windows, strict=True)],
+                reader,
+            )
+        for index, export in enumerate(exports, 1):
+            context.log.info(f"[{index}/{len(keys)}] {source.name}: exported {export.summary()}")
+            context.add_asset_metadata(window_export_metadata(export), partition_key=export.key)
         return MaterializeResult(
             metadata={
                 "folder": MetadataValue.path(str(root)),

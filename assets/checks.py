@@ -8,15 +8,18 @@ for completeness, the last window's time for the others). Without partition tags
 """
 
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from dagster import (
     AssetCheckExecutionContext,
+    AssetCheckKey,
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
+    AssetCheckSpec,
     MetadataValue,
-    asset_check,
+    multi_asset_check,
 )
 from dagster_pyspark import PySparkResource
 
@@ -75,10 +78,14 @@ def to_result(
     window: tuple[int, int],
     severity: AssetCheckSeverity,
     config: Config,
+    key: AssetCheckKey,
 ) -> AssetCheckResult:
-    """A check outcome as Dagster's result, naming the window(s) it judged."""
+    """A check outcome as Dagster's result for check ``key``, naming the window(s) it
+    judged."""
     start, end = window
     return AssetCheckResult(
+        asset_key=key.asset_key,
+        check_name=key.name,
         passed=outcome.passed,
         severity=severity,
         description=outcome.description,
@@ -93,39 +100,72 @@ def to_result(
     )
 
 
-def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefinition]:
+@dataclass(frozen=True)
+class SourceCheck:
+    """One check of a source: the output it judges, its name, and how it judges."""
+
+    asset: str
+    name: str
+    judge: Callable[[SourcePipeline, int, int], checks.CheckOutcome]
+    description: str
+    blocking: bool = True
+
+
+def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
     registered record accounted for, upsert state is a set, well-formed history (when kept),
-    and the source's data expectations."""
+    and the source's data expectations.
+
+    They run as one step per source (any subset of them, e.g. one picked in the UI): the
+    source is opened once for all of them, not once per check. A check that raises does
+    not keep the others from reporting; the step fails after they did."""
     name = source.name
+    defined = _source_checks(source)
+    keys = {AssetCheckKey(output_key(name, c.asset), c.name): c for c in defined}
 
-    def make(
-        asset: str,
-        check_name: str,
-        judge: Callable[[SourcePipeline, int, int], checks.CheckOutcome],
-        *,
-        blocking: bool = True,
-        description: str,
-    ) -> AssetChecksDefinition:
-        @asset_check(
-            asset=output_key(name, asset),
-            name=check_name,
-            blocking=blocking,
-            description=description,
-        )
-        def _check(
-            context: AssetCheckExecutionContext, pyspark: PySparkResource, lake: LakeResource
-        ) -> AssetCheckResult:
-            pipeline = lake.open(pyspark.spark_session, config, source)
-            window = judged_range(context, config, pipeline)
+    @multi_asset_check(
+        name=f"{name}_checks",
+        specs=[
+            AssetCheckSpec(
+                c.name, asset=output_key(name, c.asset), blocking=c.blocking,
+                description=c.description,
+            )
+            for c in defined
+        ],
+        can_subset=True,
+    )
+    def _checks(
+        context: AssetCheckExecutionContext, pyspark: PySparkResource, lake: LakeResource
+    ) -> Iterator[AssetCheckResult]:
+        pipeline = lake.open(pyspark.spark_session, config, source)
+        window = judged_range(context, config, pipeline)
+        failures: list[Exception] = []
+        for key in sorted(context.selected_asset_check_keys, key=str):
+            check = keys[key]
             if window is None:
-                return AssetCheckResult(passed=True, description="no complete window yet")
-            severity = AssetCheckSeverity.ERROR if blocking else AssetCheckSeverity.WARN
-            with phase(name, f"check {asset}.{check_name}"):
-                outcome = judge(pipeline, *window)
-            return to_result(outcome, window, severity, config)
+                yield AssetCheckResult(
+                    asset_key=key.asset_key, check_name=key.name, passed=True,
+                    description="no complete window yet",
+                )
+                continue
+            severity = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
+            try:
+                with phase(name, f"check {check.asset}.{check.name}"):
+                    outcome = check.judge(pipeline, *window)
+            except Exception as failure:  # re-raised once every other check reported
+                context.log.error(f"check {check.asset}.{check.name} failed to run: {failure}")
+                failures.append(failure)
+                continue
+            yield to_result(outcome, window, severity, config, key)
+        if failures:
+            raise failures[0]
 
-        return _check
+    return _checks
+
+
+def _source_checks(source: SourceConfig) -> list[SourceCheck]:
+    """The checks that apply to ``source`` (its envelope, history and expectations)."""
+    name = source.name
 
     def completeness_of(output: str) -> Callable[[SourcePipeline, int, int], checks.CheckOutcome]:
         def judge(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
@@ -176,55 +216,49 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
         )
 
     definitions = [
-        make(
+        SourceCheck(
             output,
             "complete",
             completeness_of(output),
-            description="Distinct updates per time equal the counts committed with them.",
+            "Distinct updates per time equal the counts committed with them.",
         )
         for output in ("remap", "reclocked", "changes", "errors")
     ]
     definitions.append(
-        make(
+        SourceCheck(
             "remap",
             "monotone",
             lambda p, _s, end: checks.remap_monotone(p.remap, end),
-            description="Bindings never move backwards and cover the window.",
+            "Bindings never move backwards and cover the window.",
         )
     )
     definitions.append(
-        make(
+        SourceCheck(
             "reclocked",
             "exactly_once",
             exactly_once,
-            description=(
-                "The run's windows reclocked exactly the offsets between their bindings, each "
-                "once (judged per run: every window once means every offset once)."
-            ),
+            "The run's windows reclocked exactly the offsets between their bindings, each "
+            "once (judged per run: every window once means every offset once).",
         )
     )
     definitions.append(
-        make(
+        SourceCheck(
             "errors",
             "accounted",
             accounted,
-            description="Every registered dump record is in reclocked (or beyond the "
-            "frontier, as lag), and every dump file read with bad lines, damage or no "
-            "record is in errors.",
+            "Every registered dump record is in reclocked (or beyond the frontier, as lag), "
+            "and every dump file read with bad lines, damage or no record is in errors.",
         )
     )
     if source.envelope in (Envelope.UPSERT, Envelope.DEBEZIUM_UPSERT):
         definitions.append(
-            make(
-                "changes",
-                "state_is_set",
-                state_set,
-                description="Every key's accumulated count is 0 or 1.",
+            SourceCheck(
+                "changes", "state_is_set", state_set, "Every key's accumulated count is 0 or 1."
             )
         )
     if source.history:
         definitions.append(
-            make(
+            SourceCheck(
                 "history",
                 "versions",
                 lambda p, _s, end: history_versions(
@@ -234,18 +268,18 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
                     source.key_schema.names,
                     end,
                 ),
-                description="At most one open version per key, no overlapping versions, "
-                "published through the window, and the open versions are the rows of changes.",
+                "At most one open version per key, no overlapping versions, published "
+                "through the window, and the open versions are the rows of changes.",
             )
         )
     if source.expectations:
         definitions.append(
-            make(
+            SourceCheck(
                 "changes",
                 "expectations",
                 expectations,
+                "The source's great-expectations suite on the window's new rows.",
                 blocking=False,
-                description="The source's great-expectations suite on the window's new rows.",
             )
         )
     return definitions

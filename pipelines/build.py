@@ -31,7 +31,7 @@ def build_definitions(config: Config) -> Definitions:
     partitions = window_partitions(config)
     assets = [source_assets(config, source, partitions) for source in config.sources]
     assets += [cdcv2_export_asset(config, source, partitions) for source in config.sources]
-    checks = [check for source in config.sources for check in source_checks(config, source)]
+    checks = [source_checks(config, source) for source in config.sources]
     checks += [readers_check(config, source) for source in config.sources]
     job = define_asset_job(
         ALL_WINDOWS_JOB,

@@ -81,6 +81,23 @@ def export_updates(
     return CdcStream(schema, consolidated, progress, lower, upper)
 
 
+def progress_within(stream: CdcStream, lower: int, upper: TimeFrontier) -> tuple[Progress, ...]:
+    """Progress statements tiling ``[lower, upper)``, a part of the stream's interval, with
+    the stream's own counts there: splitting an exported stream by window needs no Spark
+    job, and the parts chain back into the stream."""
+    if lower == stream.lower and upper == stream.upper:
+        return stream.progress
+    if not (stream.lower <= lower and TimeFrontier.at(lower) < upper <= stream.upper):
+        raise ValueError(f"[{lower}, {upper}) is not a part of [{stream.lower}, {stream.upper})")
+    counts = {
+        time: count
+        for statement in stream.progress
+        for time, count in statement.counts
+        if lower <= time and not upper.less_equal(time)
+    }
+    return tile_progress(counts, lower, upper, DEFAULT_TIMES_PER_STATEMENT)
+
+
 def export_shard(
     shard: Shard,
     lower: int,

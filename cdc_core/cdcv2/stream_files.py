@@ -1,10 +1,11 @@
 """CDCv2 streams as files for downstream consumers: JSON lines (one message per line)
 or Avro object container files (one message per record), in one folder.
 
-Updates are written by the executors, one file per Spark partition; the progress
-statements (small) by the driver. Every file appears atomically (written under a
-hidden name, then renamed), so a reader never sees half a file; a retried task may
-leave a second copy of its updates, which the protocol absorbs as duplication.
+Updates are written by the executors, one file per Spark partition (and per part, when a
+stream is split into windows, each its own folder); the progress statements (small) by
+the driver. Every file appears atomically (written under a hidden name, then renamed), so
+a reader never sees half a file; a retried task may leave a second copy of its updates,
+which the protocol absorbs as duplication.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -24,9 +26,10 @@ from pyspark.sql.types import StructType
 from cdc_core.cdcv2 import codec_json
 from cdc_core.cdcv2.codec_avro import AvroCodec
 from cdc_core.cdcv2.data_columns import DataColumns
-from cdc_core.cdcv2.export import CdcStream
+from cdc_core.cdcv2.export import CdcStream, progress_within
 from cdc_core.cdcv2.model import Message, Updates
 from cdc_core.cdcv2.spark_decode import DecodedStream, Packing, decode_messages
+from cdc_core.frontier import TimeFrontier
 
 DEFAULT_BATCH_SIZE = 1000
 
@@ -47,7 +50,7 @@ class StreamFiles:
     updates: int
 
 
-_SUMMARY = "path string, messages long, updates long"
+_SUMMARY = "part long, path string, messages long, updates long"
 
 
 def write_stream(
@@ -58,18 +61,45 @@ def write_stream(
 ) -> StreamFiles:
     """Write ``stream`` into ``directory`` (created if missing); updates are grouped
     into messages of at most ``batch_size`` updates."""
-    directory = str(directory)
-    os.makedirs(directory, exist_ok=True)
+    return write_parts(stream, [(stream.lower, stream.upper, directory)], encoding, batch_size)[0]
+
+
+# A part of a stream: the times [lower, upper) it holds and the folder it goes to.
+StreamPart = tuple[int, TimeFrontier, str | Path]
+
+
+def write_parts(
+    stream: CdcStream,
+    parts: Sequence[StreamPart],
+    encoding: Encoding,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> list[StreamFiles]:
+    """Write each part of ``stream`` (disjoint time ranges within its interval, e.g. its
+    windows) into its own folder, as a stream of its own: its updates and progress
+    statements tiling its range, so the parts chain back into the stream. One Spark job
+    writes every part's updates (each task routes its rows by time); updates at times
+    outside every part are not written."""
+    bounds = []
+    for lower, upper, directory in parts:
+        os.makedirs(directory, exist_ok=True)
+        bounds.append((lower, upper.time, str(directory)))
     columns = DataColumns(stream.data_schema)
-    writer = _partition_writer(directory, encoding, columns, batch_size)
+    writer = _partition_writer(bounds, encoding, columns, batch_size)
     written = stream.updates.mapInArrow(writer, _SUMMARY).collect()
-    progress_file, _ = _write_file(directory, "progress", encoding, columns, stream.progress)
-    return StreamFiles(
-        update_files=tuple(sorted(row["path"] for row in written)),
-        progress_file=progress_file,
-        update_messages=sum(row["messages"] for row in written),
-        updates=sum(row["updates"] for row in written),
-    )
+    files = []
+    for index, (lower, upper, directory) in enumerate(parts):
+        mine = [row for row in written if row["part"] == index]
+        progress = progress_within(stream, lower, upper)
+        progress_file, _ = _write_file(str(directory), "progress", encoding, columns, progress)
+        files.append(
+            StreamFiles(
+                update_files=tuple(sorted(row["path"] for row in mine)),
+                progress_file=progress_file,
+                update_messages=sum(row["messages"] for row in mine),
+                updates=sum(row["updates"] for row in mine),
+            )
+        )
+    return files
 
 
 def read_stream_files(
@@ -101,15 +131,27 @@ def _without_kafka_position(raw: DataFrame) -> DataFrame:
 
 
 def _partition_writer(
-    directory: str, encoding: Encoding, columns: DataColumns, batch_size: int
+    bounds: Sequence[tuple[int, int | None, str]],
+    encoding: Encoding,
+    columns: DataColumns,
+    batch_size: int,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        messages = _update_messages(batches, columns, batch_size)
-        first = next(messages, None)
-        if first is None:
-            return
-        path, counts = _write_file(directory, "updates", encoding, columns, [first], messages)
-        yield pa.RecordBatch.from_pylist([{"path": path, **counts}])
+        held: list[list[pa.RecordBatch]] = [[] for _ in bounds]
+        for batch in batches:
+            times = batch.column("time")
+            for index, (lower, upper, _) in enumerate(bounds):
+                inside = pc.greater_equal(times, lower)
+                if upper is not None:
+                    inside = pc.and_(inside, pc.less(times, upper))
+                part = batch.filter(inside)
+                if part.num_rows:
+                    held[index].append(part)
+        for index, part_batches in enumerate(held):
+            if part_batches:
+                messages = _update_messages(part_batches, columns, batch_size)
+                path, counts = _write_file(bounds[index][2], "updates", encoding, columns, messages)
+                yield pa.RecordBatch.from_pylist([{"part": index, "path": path, **counts}])
 
     return write_partition
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cdc_core.cdcv2.source_format import apply_materialize
 from cdc_core.envelopes.append_only import apply_none
 from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.classic import apply_debezium
 from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.debezium import apply_debezium_upsert
+from cdc_core.envelopes.materialize import apply_materialize
 from cdc_core.envelopes.result import EnvelopeResult
 from cdc_core.envelopes.upsert import apply_upsert
 from cdc_core.vocabulary import Envelope

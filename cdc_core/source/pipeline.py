@@ -452,7 +452,8 @@ class SourcePipeline:
                 self.root / "history", history_schema(self.source.output_schema)
             )
         upper = self.errors.upper.time
-        current_errors = self.errors.size(upper - 1) if upper else 0
+        # A shard that never held an update needs no Spark job to say it holds none.
+        current_errors = self.errors.size(upper - 1) if upper and self.errors.holds_updates() else 0
         return SourceStatus(
             self.source.name,
             self.config.window_ms,

@@ -28,7 +28,7 @@ from dagster import (
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import export_key, export_window
+from assets.cdcv2_export import Window, export_key, export_windows
 from assets.partitions import range_tags
 from assets.source_assets import output_key
 from cdc_core.cdcv2 import DataColumns, codec_json
@@ -222,7 +222,7 @@ def test_a_window_beyond_the_shard_upper_is_refused(materialized, spark: SparkSe
     pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
     root = config.lake / "users" / "cdcv2"
     with pytest.raises(ShardUsageError):
-        export_window(pipeline.changes, root, "later", END_2, END_2 + WINDOW)
+        export_windows(pipeline.changes, root, [Window("later", END_2, END_2 + WINDOW)])
     assert not any(p.name.startswith((".later", "later")) for p in root.iterdir())
 
 
@@ -327,7 +327,7 @@ def test_an_export_leaves_a_live_exports_staging_and_removes_one_whose_hold_ende
         folder.mkdir(parents=True)
     LeaseBook.of(changes).register("cdcv2-export-running", since=T0, lease_ms=3_600_000)
 
-    export_window(changes, root, KEY_1, T0, END_1, "cdcv2-export-this")
+    export_windows(changes, root, [Window(KEY_1, T0, END_1)], "cdcv2-export-this")
 
     assert live.is_dir() and unowned.is_dir() and not ended.exists()
     assert not (root / f".{KEY_1}.cdcv2-export-this.staging").exists()

@@ -30,7 +30,7 @@ from cdc_core.cdcv2.model import (
 )
 from cdc_core.cdcv2.reference import read_all
 from cdc_core.cdcv2.source_format import decode_cdcv2_dumps
-from cdc_core.cdcv2.stream_files import Encoding, read_stream_files, write_stream
+from cdc_core.cdcv2.stream_files import Encoding, read_stream_files, write_parts, write_stream
 from cdc_core.frontier import TimeFrontier
 from cdc_core.schemas import DUMP_RECORD
 from cdc_core.shard import ProgressStatement, Shard, ShardUsageError
@@ -119,6 +119,34 @@ def test_stream_files_read_back_even_when_written_twice(
     imported = read_stream(decoded.updates, decoded.progress)
     assert imported.frontier == T(7)
     assert facts_of(imported.updates) == {((1, "a"), 0): 2, ((2, None), 3): -1}
+
+
+@settings(max_examples=4, deadline=None)
+@given(
+    facts=st.dictionaries(st.tuples(ROWS, st.integers(0, 11)), st.sampled_from([-1, 1, 2])),
+    cuts=st.sets(st.integers(1, 11), max_size=3),
+)
+def test_a_stream_split_into_parts_reads_back_part_by_part_and_whole(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, facts: dict, cuts: set[int]
+) -> None:
+    rows = [(*data, time, diff) for (data, time), diff in facts.items()]
+    stream = export_updates(spark.createDataFrame(rows, DDL).repartition(3), 0, T(12), 2)
+    bounds = [0, *sorted(cuts), 12]
+    root = tmp_path_factory.mktemp("parts")
+    parts = [(lo, T(hi), root / f"part-{lo}") for lo, hi in zip(bounds, bounds[1:], strict=False)]
+
+    written = write_parts(stream, parts, Encoding.JSON, batch_size=2)
+
+    expected = {((k, v), t): d for (k, v, t, d) in rows}
+    for (lo, hi, folder), files in zip(parts, written, strict=True):
+        decoded = read_stream_files(spark, str(folder), DATA, Encoding.JSON)
+        part = read_stream(decoded.updates, decoded.progress, T(lo))
+        mine = {fact: d for fact, d in expected.items() if lo <= fact[1] < hi.time}
+        assert (part.frontier, facts_of(part.updates)) == (hi, mine)
+        assert files.updates == len(mine)
+    decoded = read_stream_files(spark, [str(f) for _, _, f in parts], DATA, Encoding.JSON)
+    whole = read_stream(decoded.updates, decoded.progress)
+    assert (whole.frontier, facts_of(whole.updates)) == (T(12), expected)
 
 
 def _dump_frame(spark: SparkSession, rows: list[tuple[int, str | None]]) -> DataFrame:

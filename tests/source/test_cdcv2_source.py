@@ -6,7 +6,7 @@ end E the messages bound so far (event time: ts < E) are complete through F(E) =
 the progress chain from 0, held back at the first time with fewer distinct updates than
 announced; each update lands at the first E with time < F(E). Materialize would keep the
 stream's times; reclock advances them to the window that completes them (see
-``cdc_core.cdcv2.source_format``)."""
+``cdc_core.envelopes.materialize``)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from dagster import DagsterInstance, ExecuteInProcessResult
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import ABANDONED_AFTER_S, export_window
+from assets.cdcv2_export import ABANDONED_AFTER_S, Window, export_windows
 from assets.partitions import range_tags
 from cdc_core.cdcv2 import DataColumns, codec_json
 from cdc_core.cdcv2.reference import read_all
@@ -191,7 +191,7 @@ def test_concurrent_exports_of_one_window_all_succeed_and_publish_one_stream(
     def export(barrier: threading.Barrier) -> None:
         try:
             barrier.wait()
-            export_window(pipeline.changes, root, key, start, end)
+            export_windows(pipeline.changes, root, [Window(key, start, end)])
         except BaseException as error:  # collected for the assert below
             failures.append(error)
 
