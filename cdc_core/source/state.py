@@ -30,6 +30,8 @@ from cdc_core.shard.log import commit_batches_once, commit_metadata, open_or_cre
 from cdc_core.updates import DIFF, TIME, consolidate
 
 STATE_AS_OF = "reclock.state_as_of"
+# Commit info of a publish: the rows it left in the table.
+ROWS_KEY = "reclock.state_rows"
 
 
 def published_as_of(path: str) -> int | None:
@@ -52,8 +54,8 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
 
     The new contents are the published rows plus the changes since they were published,
     so a refresh costs the state and the new changes, not the whole history; when the
-    published rows do not number what ``changes`` says they should (someone wrote to the
-    table), or were published before ``since``, the snapshot is rebuilt from ``changes``.
+    newest commit is not reclock's own publish (someone wrote to the table), or the rows
+    were published before ``since``, the snapshot is rebuilt from ``changes``.
     Returns False (and writes nothing) when the table already reflects that time or
     when ``changes`` has no complete time yet.
     """
@@ -71,7 +73,7 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
         if published is not None
         and changes.since.less_equal(published)
         and published < as_of
-        and sum(f.num_records for f in published_files) == changes.size(published)
+        and _untouched_since_published(table, published_files)
         else changes.snapshot(as_of)
     )
     rows = current_rows(snapshot, schema)
@@ -79,11 +81,23 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     files = write_files(rows, path, batch_id)
     actions = [remove_action(f) for f in published_files]
     actions += [add_action(f, data_change=True) for f in files]
-    metadata = commit_metadata("publish state", f"as of time {as_of}")
+    metadata = commit_metadata(
+        "publish state", f"as of time {as_of}", {ROWS_KEY: sum(f.num_records for f in files)}
+    )
     # False: a concurrent refresh won; it published this snapshot or a newer one.
     return commit_batches_once(
         table, path, actions, [Transaction(STATE_AS_OF, as_of)], metadata, [batch_id]
     )
+
+
+def _untouched_since_published(table: DeltaTable, files: list[DataFile]) -> bool:
+    """Whether the table's newest commit is a publish of reclock's whose rows its live
+    files still number: any other writer's commit (a DELETE, an overwrite, an OPTIMIZE)
+    makes the next refresh rebuild the snapshot from ``changes``. Read from the log alone,
+    so a refresh never pays for counting the history of ``changes``."""
+    newest = table.history(1)
+    recorded = newest[0].get(ROWS_KEY) if newest else None
+    return recorded is not None and recorded == sum(f.num_records for f in files)
 
 
 def _published_plus_changes(
