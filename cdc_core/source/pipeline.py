@@ -50,7 +50,7 @@ from cdc_core.source.resumption import (
     inspect_source,
     retire,
 )
-from cdc_core.source.state import current_rows, refresh_state
+from cdc_core.source.state import current_rows, published_updates, refresh_state
 from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.vocabulary import Envelope
 
@@ -373,7 +373,7 @@ class SourcePipeline:
             topic=self.source.topic,
             key_schema=self.source.key_schema,
             value_schema=self.source.value_schema,
-            prior_changes=self._prior(self.changes, lower),
+            prior_changes=self._prior_changes(lower),
             prior_errors=self._prior(self.errors, lower),
             prior_dedup_state=self._prior(self.dedup, lower),
             format=self.source.format,
@@ -381,6 +381,17 @@ class SourcePipeline:
             prior_records=self._prior(self.reclocked, lower) if self.source.format.cdcv2 else None,
         )
         return apply_envelope(self.source.envelope, batch)
+
+    def _prior_changes(self, lower: int) -> DataFrame | None:
+        """The contents of ``changes`` before ``lower``: the published ``state`` when it
+        holds exactly the snapshot at ``lower - 1`` (the previous run ended by publishing
+        it), which stays as large as the keys; else the history of ``changes``."""
+        if lower > 0 and self.changes.holds_updates():
+            state = str(self.root / "state")
+            published = published_updates(self.spark, state, self.source.output_schema, lower - 1)
+            if published is not None:
+                return published
+        return self._prior(self.changes, lower)
 
     @staticmethod
     def _prior(shard: Shard | None, lower: int) -> DataFrame | None:

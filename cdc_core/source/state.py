@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 
 from deltalake import DeltaTable, Transaction
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -90,6 +90,34 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     )
 
 
+def published_updates(
+    spark: SparkSession, path: str, schema: StructType, as_of: int
+) -> DataFrame | None:
+    """The rows published in ``state`` as updates at ``as_of`` (one per copy, diff 1),
+    when the table holds exactly the snapshot at ``as_of`` that reclock published (its
+    newest commit is that publish); None otherwise. An envelope reads the prior contents
+    of its keys here instead of the history of ``changes``, which grows with every window
+    while ``state`` grows only with the keys."""
+    if not DeltaTable.is_deltatable(path):
+        return None
+    table = DeltaTable(path)
+    files = live_files(table)
+    if table.transaction_version(STATE_AS_OF) != as_of or not _untouched_since_published(
+        table, files
+    ):
+        return None
+    return _as_updates(read_files(spark, path, files, schema), schema, as_of)
+
+
+def _as_updates(rows: DataFrame, schema: StructType, as_of: int) -> DataFrame:
+    """Plain rows (one per copy) as updates at ``as_of``."""
+    return rows.select(
+        *schema.fieldNames(),
+        F.lit(as_of).cast("long").alias(TIME),
+        F.lit(1).cast("long").alias(DIFF),
+    )
+
+
 def _untouched_since_published(table: DeltaTable, files: list[DataFile]) -> bool:
     """Whether the table's newest commit is a publish of reclock's whose rows its live
     files still number: any other writer's commit (a DELETE, an overwrite, an OPTIMIZE)
@@ -111,10 +139,5 @@ def _published_plus_changes(
     """The snapshot at ``as_of`` from the rows published at ``published`` (one update per
     copy) and the changes after it, all forwarded to ``as_of`` and consolidated."""
     later = changes.listen(published, as_of).withColumn(TIME, F.lit(as_of).cast("long"))
-    rows = read_files(later.sparkSession, path, files, schema)
-    prior = rows.select(
-        *schema.fieldNames(),
-        F.lit(as_of).cast("long").alias(TIME),
-        F.lit(1).cast("long").alias(DIFF),
-    )
+    prior = _as_updates(read_files(later.sparkSession, path, files, schema), schema, as_of)
     return consolidate(prior.unionByName(later), schema.fieldNames())

@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, load_config
@@ -16,6 +16,7 @@ from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows, mint_bindings
 from cdc_core.shard.leases import WRITER, read_leases
 from cdc_core.source import SourcePipeline
+from cdc_core.source.state import published_updates
 from pipelines.sample import write_sample
 
 WINDOWS = 4  # of the sample's eight: enough for history, short enough for a test
@@ -93,6 +94,31 @@ def test_every_cut_of_the_windows_into_runs_writes_the_same_shards(
     assert [end for end, *_ in backfill_reports] == windows(sample, 1, WINDOWS).ends
     # Something happened in every shard, so the comparison is not between empty tables.
     assert all(backfill[shard] for shard in ("remap", "reclocked", "changes"))
+
+
+@pytest.mark.parametrize("tampered", [False, True])
+def test_runs_that_publish_state_in_between_write_what_one_backfill_writes(
+    spark: SparkSession, sample: Config, tmp_path: Path, tampered: bool
+) -> None:
+    """A run reads the prior rows of its keys from the ``state`` the previous run published
+    (not from the history of ``changes``); a ``state`` someone else wrote to since is not
+    trusted, and the history is read instead: the shards are the same either way."""
+    backfill, _ = run(spark, sample, tmp_path / "backfill", "users", [windows(sample, 1, WINDOWS)])
+    config = sample.model_copy(update={"lake": tmp_path / "scheduled"})
+    pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
+    pipeline.register_dumps(arrival_ms=config.start_ms + 100 * config.window_ms)
+    state = config.lake / "users" / "state"
+    for window in range(1, WINDOWS + 1):
+        pipeline.run_windows(windows(config, window, window))
+        pipeline.finish()
+        end, schema = windows(config, window, window).end, pipeline.source.output_schema
+        assert published_updates(spark, str(state), schema, end) is not None  # read next
+        if tampered:  # every row of state gone, behind reclock's back but through Delta
+            rows = DeltaTable(str(state)).to_pyarrow_table()
+            write_deltalake(str(state), rows.slice(0, 0), mode="overwrite")
+            assert published_updates(spark, str(state), schema, end) is None
+    assert shard_rows(config.lake / "users") == backfill
+    assert backfill["changes"]
 
 
 def _data(rows: list[tuple]) -> list[dict]:
