@@ -28,7 +28,7 @@ def config_of(root: Path, envelope: str = "upsert", include: tuple[str, ...] = (
     source = {"name": "users", "topic": "users", "value": {"name": "string"},
               "envelope": envelope, "reclock": "event-time", "include": list(include)}
     if envelope != "none":
-        source["key"] = {"id": "bigint"}
+        source |= {"key": {"id": "bigint"}, "history": True}
     data = {"lake": "lake", "landing": "landing", "window": "1m",
             "start": "2026-01-01T00:00:00Z", "sources": [source]}  # fmt: skip
     return parse_config(data, root)
@@ -88,6 +88,11 @@ def test_upsert_rows_carry_the_winning_records_headers(spark: SparkSession, tmp_
     )
     t1, t2 = T0 + WINDOW, T0 + 2 * WINDOW
     assert changes == [(t1, 1, []), (t2, -1, []), (t2, 1, pairs(("k", b"v")))]
+    history = sorted(
+        (r["valid_from"], r["valid_to"], r["offset"], r["headers"])
+        for r in rows(root / "history") if r["id"] == 2
+    )
+    assert history == [(t1, t2, 2, []), (t2, None, 4, pairs(("k", b"v")))]
     # The reclocked shard keeps the dump's headers text; delta-spark reads the output type.
     assert {r["offset"]: r["headers"] for r in rows(root / "reclocked")}[2] == "[]"
     schema = spark.read.format("delta").load(str(root / "state")).schema["headers"]
@@ -190,7 +195,7 @@ def test_connect_sink_records_have_null_headers(spark: SparkSession, tmp_path) -
 
 
 def test_a_source_without_headers_keeps_no_headers_column(spark: SparkSession, tmp_path) -> None:
-    config = config_of(tmp_path, include=("offset",))
+    config = config_of(tmp_path, include=("timestamp",))
     land(config, "a.json", [line(0, 0, 1, "a", headers=["h", "1"])])
     run(spark, config, 1, 1)
     for table in ("reclocked", "changes", "state"):
