@@ -709,7 +709,7 @@ class SourceConfig(_Section):
                 )
             ]
         clashes = [name for name in HISTORY_COLUMNS.names if name in (*self.key, *self.value)]
-        return [
+        problems: list[Located] = [
             (
                 ("value" if column in self.value else "key", column),
                 "is a column of the history table; rename it or set history: false",
@@ -717,6 +717,17 @@ class SourceConfig(_Section):
             )
             for column in clashes
         ]
+        problems += [
+            (
+                ("include", index),
+                f"{field} is a column of the history table (the position of the record that "
+                "wrote each version); leave it out or set history: false",
+                str(field),
+            )
+            for index, field in enumerate(self.include)
+            if field in HISTORY_COLUMNS.names
+        ]
+        return problems
 
     @property
     def key_schema(self) -> StructType:

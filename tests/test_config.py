@@ -723,6 +723,8 @@ def test_include_adds_metadata_columns_and_refuses_what_cannot_work() -> None:
         ({"sources__1__envelope": "debezium-upsert", "sources__1__include": ["headers"]},
          "sources[1].include[0]", "envelope debezium-upsert cannot include headers"),
         ({"sources__0__include": ["offset", "offset"]}, "sources[0].include[1]", "twice"),
+        ({"sources__0__include": ["key", "offset"], "sources__0__history": True},
+         "sources[0].include[1]", "offset is a column of the history table"),
         ({"sources__0__include": ["ts"]}, "sources[0].include[0]", "partition, offset, timestamp"),
         ({"sources__1__include": ["partition"]}, "sources[1].include[0]", "cannot include"),
         (

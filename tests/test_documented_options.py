@@ -198,7 +198,7 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
         {"users.envelope": "none", "users.history": None}, lambda c, s: decoded(s, c, "users")
     ),
     "sources[].include": (  # the example's headers left out
-        {"users.include": ["offset", "timestamp"]}, lambda c, s: decoded(s, c, "users")
+        {"users.include": ["timestamp"]}, lambda c, s: decoded(s, c, "users")
     ),
     "sources[].reclock": ({"users.reclock": "arrival"}, lambda c, s: users(c).reclock),
     "sources[].allow_offset_gaps": (
