@@ -66,7 +66,7 @@ from cdc_core.envelopes.avro_schemas import (
 from cdc_core.envelopes.columns import SHARD_COLUMNS
 from cdc_core.envelopes.columns import output_schema as envelope_output_schema
 from cdc_core.frontier import OffsetFrontier
-from cdc_core.schemas import HISTORY_COLUMNS
+from cdc_core.schemas import HISTORY_COLUMNS, reclocked_schema
 from cdc_core.spark import SparkConnectUnsupported, refuse_spark_connect
 from cdc_core.vocabulary import (
     Envelope,
@@ -547,7 +547,8 @@ class SourceConfig(_Section):
     """How records turn into changes."""
     include: tuple[Annotated[IncludeField, _one_of(IncludeField)], ...] = ()
     """Kafka metadata of each row's (winning) record as extra columns: partition, offset,
-    timestamp, key (the key as the dump holds it)."""
+    timestamp, key (the key as the dump holds it), headers (its Kafka headers in order,
+    as a list of {key, value} with the value's bytes)."""
     reclock: Annotated[ReclockPolicy, _one_of(ReclockPolicy)]
     """What binds a record to a window: its arrival, or its event time (ts)."""
     allow_offset_gaps: Flag = False
@@ -668,14 +669,12 @@ class SourceConfig(_Section):
         refused = {
             Envelope.DEBEZIUM: set(IncludeField),  # rows come from before and after images
             Envelope.MATERIALIZE: set(IncludeField),  # rows come from a stream's updates
-            # As in Materialize: the after image holds the key; headers are not kept.
+            # As in Materialize: the after image holds the key, and headers are refused.
             Envelope.DEBEZIUM_UPSERT: {IncludeField.KEY, IncludeField.HEADERS},
         }.get(self.envelope, set())
         seen: set[IncludeField] = set()
         for index, field in enumerate(self.include):
-            if field is IncludeField.HEADERS:
-                problem = "headers are not implemented: dumps' headers are not kept"
-            elif field in refused:
+            if field in refused:
                 problem = f"envelope {self.envelope} cannot include {field}"
             elif field in seen:
                 problem = f"{field} is included twice"
@@ -710,7 +709,7 @@ class SourceConfig(_Section):
                 )
             ]
         clashes = [name for name in HISTORY_COLUMNS.names if name in (*self.key, *self.value)]
-        return [
+        problems: list[Located] = [
             (
                 ("value" if column in self.value else "key", column),
                 "is a column of the history table; rename it or set history: false",
@@ -718,6 +717,17 @@ class SourceConfig(_Section):
             )
             for column in clashes
         ]
+        problems += [
+            (
+                ("include", index),
+                f"{field} is a column of the history table (the position of the record that "
+                "wrote each version); leave it out or set history: false",
+                str(field),
+            )
+            for index, field in enumerate(self.include)
+            if field in HISTORY_COLUMNS.names
+        ]
+        return problems
 
     @property
     def key_schema(self) -> StructType:
@@ -728,6 +738,16 @@ class SourceConfig(_Section):
     def value_schema(self) -> StructType:
         """The value columns as a Spark schema."""
         return to_struct_type(self.value)
+
+    @property
+    def reclocked_schema(self) -> StructType:
+        """The columns of the ``reclocked`` shard: headers only when the source includes them."""
+        return reclocked_schema(self.keeps_headers)
+
+    @property
+    def keeps_headers(self) -> bool:
+        """Whether records keep their Kafka headers (the source includes them)."""
+        return IncludeField.HEADERS in self.include
 
     @property
     def output_schema(self) -> StructType:

@@ -46,6 +46,26 @@ RECLOCKED = StructType(
     ]
 )
 
+# The Kafka headers of a record, as the kcat dump writes them: the JSON text of an array
+# alternating names and values (``["trace", "abc", "k2", null]``); "[]" for a kcat record
+# without headers, null for a Kafka Connect sink record (the sink keeps none, so they are
+# unknown). Kept as text, like key and payload: decoding them is the envelope's job.
+HEADERS = StructField("headers", StringType())
+
+
+def reclocked_schema(headers: bool) -> StructType:
+    """The columns of a source's ``reclocked`` shard: RECLOCKED, then HEADERS when the
+    source includes headers.
+
+    Only such a source pays for them: every other source parses, sorts, caches and stores
+    nothing more than before, and its existing tables stay as they are. Whether a source
+    includes headers is part of its fingerprint (``include``), so it never changes under
+    existing outputs and a shard's columns stay fixed: re-runs write the same rows and a
+    lake written before headers were kept opens unchanged, with no evolution at open.
+    """
+    return StructType([*RECLOCKED.fields, HEADERS]) if headers else RECLOCKED
+
+
 VALID_FROM, VALID_TO = "valid_from", "valid_to"
 
 # The SCD type 2 columns a ``history`` table adds to a source's output columns: the IntoTime

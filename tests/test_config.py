@@ -713,9 +713,18 @@ def rejected_at(base: Path, data: dict[str, Any]) -> ConfigError:
 def test_include_adds_metadata_columns_and_refuses_what_cannot_work() -> None:
     config = parse_config(config_with(sources__0__include=["offset", "timestamp"]), Path("/b"))
     assert config.sources[0].output_schema.names == ["id", "name", "offset", "timestamp"]
+    assert "headers" not in config.sources[0].reclocked_schema.names
+    config = parse_config(config_with(sources__0__include=["headers"]), Path("/b"))
+    assert config.sources[0].output_schema.simpleString() == (
+        "struct<id:bigint,name:string,headers:array<struct<key:string,value:binary>>>"
+    )
+    assert config.sources[0].reclocked_schema.names[-1] == "headers"
     cases = [
-        ({"sources__0__include": ["headers"]}, "sources[0].include[0]", "not implemented"),
+        ({"sources__1__envelope": "debezium-upsert", "sources__1__include": ["headers"]},
+         "sources[1].include[0]", "envelope debezium-upsert cannot include headers"),
         ({"sources__0__include": ["offset", "offset"]}, "sources[0].include[1]", "twice"),
+        ({"sources__0__include": ["key", "offset"], "sources__0__history": True},
+         "sources[0].include[1]", "offset is a column of the history table"),
         ({"sources__0__include": ["ts"]}, "sources[0].include[0]", "partition, offset, timestamp"),
         ({"sources__1__include": ["partition"]}, "sources[1].include[0]", "cannot include"),
         (

@@ -28,7 +28,6 @@ from cdc_core.config import Config, parse_config
 from cdc_core.envelopes import EnvelopeBatch, apply_envelope
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.reclock.remap import configured_starts
-from cdc_core.schemas import RECLOCKED
 from cdc_core.source.pipeline import published_tables
 from cdc_core.spark import session_conf
 from tests.envelopes.test_envelope_support import dataframe
@@ -74,6 +73,8 @@ def wire(schema: object, value: object, schema_id: int) -> str:
 
 
 # Records of each documented source, as its dump holds them: (key text, payload text).
+# A source that includes headers reads HEADERS as each record's headers text.
+HEADERS = '["trace", "t1", "trace", "t2"]'
 PAID = (wire("string", "k1", 7), wire(PAYMENT, {"amount": 1.5, "memo": "m"}, 8))
 RECORDS = {
     "users": [
@@ -88,9 +89,10 @@ RECORDS = {
 def decoded(spark: SparkSession, config: Config, name: str) -> tuple:
     """What the engine makes of the source's record: its changes and error reasons."""
     source = config.source(name)
-    rows = [(0, offset, 1_767_225_600_000, key, payload)
+    headers = [HEADERS] if source.keeps_headers else []
+    rows = [(0, offset, 1_767_225_600_000, key, payload, *headers)
             for offset, (key, payload) in enumerate(RECORDS[name])]  # fmt: skip
-    records = dataframe(spark, rows, RECLOCKED)
+    records = dataframe(spark, rows, source.reclocked_schema)
     parts = {
         part: PartEncoding(
             source.key_encoding if part == "key" else source.value_encoding,
@@ -195,7 +197,9 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "sources[].envelope": (  # a NONE source keeps no history: its changes are one
         {"users.envelope": "none", "users.history": None}, lambda c, s: decoded(s, c, "users")
     ),
-    "sources[].include": ({"users.include": ["partition"]}, lambda c, s: decoded(s, c, "users")),
+    "sources[].include": (  # the example's headers left out
+        {"users.include": ["timestamp"]}, lambda c, s: decoded(s, c, "users")
+    ),
     "sources[].reclock": ({"users.reclock": "arrival"}, lambda c, s: users(c).reclock),
     "sources[].allow_offset_gaps": (
         {"users.allow_offset_gaps": True}, lambda c, s: users(c).allow_offset_gaps

@@ -5,6 +5,7 @@ Written as ``{"updates": [{"data": {...}, "time": 5, "diff": 1}]}`` and
 Also read: the Avro-JSON spelling of the Materialize CDC schema
 (``{"array": [...]}``, ``{"com.materialize.cdc.progress": {...}}``, nullable values as
 ``{"long": 5}``), so test fixtures and tools of that ecosystem can be fed in unchanged.
+Timestamps, dates and bytes are spelled as Avro-JSON spells them (``data_columns``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ _PROGRESS_KEYS = {"progress", "com.materialize.cdc.progress"}
 def encode(message: Message, columns: DataColumns) -> str:
     """One message as a single JSON line (``{"updates": [...]}`` or ``{"progress": {...}}``)."""
     key = "updates" if isinstance(message, Updates) else "progress"
-    return json.dumps({key: to_value(message, columns)}, separators=(",", ":"))
+    return json.dumps({key: to_value(message, columns, json=True)}, separators=(",", ":"))
 
 
 def decode(text: str, columns: DataColumns) -> Message:
@@ -35,7 +36,7 @@ def decode(text: str, columns: DataColumns) -> Message:
         raise MalformedMessage("a CDCv2 JSON message is an object with exactly one key")
     [(key, value)] = envelope.items()
     if key in _UPDATES_KEYS:
-        return updates_from_value(value, columns, unwrap_unions=_UPDATES_KEYS[key])
+        return updates_from_value(value, columns, unwrap_unions=_UPDATES_KEYS[key], json=True)
     if key in _PROGRESS_KEYS:
         return progress_from_value(value)
     raise MalformedMessage(f"unknown CDCv2 message kind {key!r}")

@@ -3,17 +3,27 @@ the strict check that turns an encoded row back into a ``Data`` tuple.
 
 A value of the wrong type is a ``MalformedMessage``, never a silent null: a column
 that quietly decodes to null would change the collection's contents.
+
+Timestamps, dates and bytes are Avro logical and primitive types (``timestamp-micros``,
+``date``, ``bytes``). In JSON they are spelled as Avro-JSON spells them, the spelling of
+Materialize's CDC tests: a timestamp as epoch microseconds, a date as days since the
+epoch, bytes as a string of one code point (0-255) per byte. So one JSON line reads the
+same with and without Avro-JSON's union wrappers (``{"long": 1767225600000000}``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 from pyspark.sql.types import (
+    BinaryType,
     BooleanType,
     ByteType,
     DataType,
+    DateType,
     DoubleType,
     FloatType,
     IntegerType,
@@ -21,16 +31,61 @@ from pyspark.sql.types import (
     ShortType,
     StringType,
     StructType,
+    TimestampType,
 )
 
 from cdc_core.cdcv2.model import Data, MalformedMessage
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_DAY = _EPOCH.date()
+
+
+def _micros(value: datetime) -> int:
+    return (value - _EPOCH) // timedelta(microseconds=1)
+
+
+def _from_micros(value: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def _days(value: date) -> int:
+    return (value - _EPOCH_DAY).days
+
+
+def _from_days(value: int) -> date:
+    return _EPOCH_DAY + timedelta(days=value)
+
+
+@dataclass(frozen=True)
+class _Spelling:
+    """How a column's values are spelled in JSON: the JSON type and both conversions."""
+
+    json: type
+    encode: Callable[[Any], object]
+    decode: Callable[[Any], object]
+
+
+_SPELLINGS: dict[type[DataType], _Spelling] = {
+    TimestampType: _Spelling(int, _micros, _from_micros),
+    DateType: _Spelling(int, _days, _from_days),
+    BinaryType: _Spelling(
+        str,
+        lambda value: value.decode("latin-1"),
+        lambda value: value.encode("latin-1"),
+    ),
+}
+
 
 @dataclass(frozen=True)
 class _Kind:
-    avro: str
+    avro: str | dict[str, str]
     python: type
     bits: int | None = None  # range of an integer column
+
+    @property
+    def branch(self) -> str:
+        """The name of the type's branch in an Avro union (a logical type's underlying one)."""
+        return self.avro if isinstance(self.avro, str) else self.avro["type"]
 
 
 _KINDS: dict[type[DataType], _Kind] = {
@@ -42,6 +97,9 @@ _KINDS: dict[type[DataType], _Kind] = {
     FloatType: _Kind("float", float),
     DoubleType: _Kind("double", float),
     StringType: _Kind("string", str),
+    TimestampType: _Kind({"type": "long", "logicalType": "timestamp-micros"}, datetime),
+    DateType: _Kind({"type": "int", "logicalType": "date"}, date),
+    BinaryType: _Kind("bytes", bytes),
 }
 
 
@@ -71,17 +129,27 @@ class DataColumns:
         """The data columns' names, in schema order (the order of a ``Data`` tuple)."""
         return [field.name for field in self.schema.fields]
 
-    def avro_type(self, name: str) -> str:
+    def avro_type(self, name: str) -> str | dict[str, str]:
         """The Avro type a column is encoded as."""
         return _KINDS[type(self.schema[name].dataType)].avro
 
-    def to_record(self, data: Data) -> dict[str, object]:
-        """A ``Data`` tuple as a record keyed by column name (the encoded row)."""
+    def to_record(self, data: Data, json: bool = False) -> dict[str, object]:
+        """A ``Data`` tuple as a record keyed by column name (the encoded row); ``json``:
+        values spelled for JSON (see the module docstring)."""
+        if json:
+            data = tuple(
+                value if value is None or spelling is None else spelling.encode(value)
+                for value, spelling in zip(data, self._spellings(), strict=True)
+            )
         return dict(zip(self.names, data, strict=True))
 
-    def from_record(self, record: object, unwrap_unions: bool = False) -> Data:
+    def _spellings(self) -> list[_Spelling | None]:
+        return [_SPELLINGS.get(type(field.dataType)) for field in self.schema.fields]
+
+    def from_record(self, record: object, unwrap_unions: bool = False, json: bool = False) -> Data:
         """The ``Data`` tuple of an encoded row; ``unwrap_unions`` accepts the Avro-JSON
-        spelling of nullable values (``{"long": 5}``)."""
+        spelling of nullable values (``{"long": 5}``), ``json`` the JSON spelling of
+        timestamps, dates and bytes."""
         if not isinstance(record, Mapping):
             raise MalformedMessage(f"update data must be a record, got {record!r}")
         if set(record) != set(self.names):
@@ -89,15 +157,18 @@ class DataColumns:
                 f"update data has columns {sorted(record)}, expected {sorted(self.names)}"
             )
         return tuple(
-            self._check(field.name, record[field.name], unwrap_unions)
+            self._check(field.name, record[field.name], unwrap_unions, json)
             for field in self.schema.fields
         )
 
-    def _check(self, name: str, value: object, unwrap_unions: bool) -> object:
+    def _check(self, name: str, value: object, unwrap_unions: bool, json: bool) -> object:
         field = self.schema[name]
         kind = _KINDS[type(field.dataType)]
-        if unwrap_unions and isinstance(value, Mapping) and list(value) == [kind.avro]:
-            value = value[kind.avro]
+        if unwrap_unions and isinstance(value, Mapping) and list(value) == [kind.branch]:
+            value = value[kind.branch]
+        spelling = _SPELLINGS.get(type(field.dataType)) if json else None
+        if spelling is not None and value is not None:
+            value = self._spelled(name, value, spelling, kind)
         if value is None:
             if not field.nullable:
                 raise MalformedMessage(f"column {name!r} is not nullable")
@@ -105,7 +176,20 @@ class DataColumns:
         if kind.python is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
         if type(value) is not kind.python:
-            raise MalformedMessage(f"column {name!r} expects {kind.avro}, got {value!r}")
+            raise MalformedMessage(f"column {name!r} expects {kind.branch}, got {value!r}")
         if kind.bits is not None and not -(2 ** (kind.bits - 1)) <= value < 2 ** (kind.bits - 1):
             raise MalformedMessage(f"column {name!r} value {value} is out of range")
         return value
+
+    @staticmethod
+    def _spelled(name: str, value: object, spelling: _Spelling, kind: _Kind) -> object:
+        """The value a JSON spelling stands for; a wrong spelling is ``MalformedMessage``."""
+        if type(value) is not spelling.json:
+            raise MalformedMessage(
+                f"column {name!r} expects {kind.branch} ({kind.python.__name__} in JSON as "
+                f"{spelling.json.__name__}), got {value!r}"
+            )
+        try:
+            return spelling.decode(value)
+        except (OverflowError, UnicodeEncodeError) as error:
+            raise MalformedMessage(f"column {name!r} value {value!r}: {error}") from None

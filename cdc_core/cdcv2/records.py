@@ -15,11 +15,14 @@ UpdatesValue = list[dict[str, object]]
 ProgressValue = dict[str, object]
 
 
-def to_value(message: Message, columns: DataColumns) -> UpdatesValue | ProgressValue:
-    """A message as the plain value both codecs encode (a list of updates or a progress record)."""
+def to_value(
+    message: Message, columns: DataColumns, json: bool = False
+) -> UpdatesValue | ProgressValue:
+    """A message as the plain value both codecs encode (a list of updates or a progress
+    record); ``json``: data values spelled for JSON (``DataColumns.to_record``)."""
     if isinstance(message, Updates):
         return [
-            {"data": columns.to_record(data), "time": time, "diff": diff}
+            {"data": columns.to_record(data, json), "time": time, "diff": diff}
             for data, time, diff in message.updates
         ]
     return {
@@ -29,14 +32,17 @@ def to_value(message: Message, columns: DataColumns) -> UpdatesValue | ProgressV
     }
 
 
-def updates_from_value(value: object, columns: DataColumns, unwrap_unions: bool) -> Updates:
-    """The updates of a decoded value; shape errors raise ``MalformedMessage`` naming the field."""
+def updates_from_value(
+    value: object, columns: DataColumns, unwrap_unions: bool, json: bool = False
+) -> Updates:
+    """The updates of a decoded value (``json``: data values in their JSON spelling); shape
+    errors raise ``MalformedMessage`` naming the field."""
     if not isinstance(value, list):
         raise MalformedMessage(f"updates must be an array, got {value!r}")
     updates = []
     for item in value:
         record = _record(item, ("data", "time", "diff"), "update")
-        data = columns.from_record(record["data"], unwrap_unions)
+        data = columns.from_record(record["data"], unwrap_unions, json)
         updates.append((data, _long(record["time"], "time"), _long(record["diff"], "diff")))
     return Updates(tuple(updates))
 

@@ -58,7 +58,7 @@ def decode_messages(raw: DataFrame, data_schema: StructType, packing: Packing) -
     columns = DataColumns(data_schema)
     output = _output_schema(data_schema)
     decoded = raw.select("payload", *POSITION_COLUMNS).mapInArrow(
-        _decoder(columns, packing, to_arrow_schema(output)), output
+        _decoder(columns, packing, to_arrow_schema(output, timezone="UTC")), output
     )
     statements = decoded.filter(F.col("kind") == "progress").select("progress").distinct()
     progress = tuple(progress_from_value(json.loads(r["progress"])) for r in statements.collect())

@@ -2,7 +2,7 @@
 
 A record with a null value (a Kafka tombstone) carries no row and is skipped, as in
 Materialize. With key columns, a null key gives null key columns; a key or value that does
-not decode is an error row (never retracted).
+not decode is an error row (never retracted), and so are included headers that do not.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.decode import decode_json, decode_key, unwrap_connect_envelope
-from cdc_core.envelopes.metadata import metadata_columns
+from cdc_core.envelopes.metadata import metadata_columns, metadata_problem, with_metadata
 from cdc_core.envelopes.reasons import error_rows
 from cdc_core.envelopes.result import EnvelopeResult
 from cdc_core.envelopes.upsert import key_problem, value_problem
@@ -32,7 +32,8 @@ def apply_none(batch: EnvelopeBatch) -> EnvelopeResult:
     staged = decode_json(
         staged.filter(F.col("value_text").isNotNull()), "value_text", value_schema, "value"
     )
-    problem = value_problem("value", "value")
+    staged = with_metadata(staged, batch.include)
+    problem = F.coalesce(value_problem("value", "value"), metadata_problem(batch.include))
     key_fields = []
     if key_schema.fields:
         staged = decode_key(staged, "key", key_schema, "key_value")

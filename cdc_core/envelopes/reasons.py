@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 NULL_KEY = "null key"
 KEY_DECODE = "key decode error"
 VALUE_DECODE = "value decode error"
+HEADERS_DECODE = "headers decode error"
 UNKNOWN_OP = "unknown op"
 UNSUPPORTED_OP = "unsupported op"
 KEY_MISMATCH = "key mismatch"
@@ -23,6 +24,7 @@ ENVELOPE_CATEGORIES: tuple[str, ...] = (
     NULL_KEY,
     KEY_DECODE,
     VALUE_DECODE,
+    HEADERS_DECODE,
     UNKNOWN_OP,
     UNSUPPORTED_OP,
     KEY_MISMATCH,

@@ -40,7 +40,7 @@ from cdc_core.envelopes.decode import (
     key_slot,
     unwrap_connect_envelope,
 )
-from cdc_core.envelopes.metadata import metadata_columns
+from cdc_core.envelopes.metadata import metadata_columns, metadata_problem, with_metadata
 from cdc_core.envelopes.reasons import (
     KEY_DECODE,
     NULL_KEY,
@@ -99,9 +99,13 @@ def apply_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
     def command(latest: DataFrame) -> DataFrame:
         staged = unwrap_connect_envelope(latest, "payload", value_schema, "value_text")
         staged = decode_json(staged, "value_text", value_schema, "value")
+        staged = with_metadata(staged, batch.include)
         is_tombstone = F.col("value_text").isNull()
         problem = F.when(
-            ~is_tombstone, F.coalesce(key_problem(), value_problem("value", "value"))
+            ~is_tombstone,
+            F.coalesce(
+                key_problem(), value_problem("value", "value"), metadata_problem(batch.include)
+            ),
         )
         fields = [F.col("key_value")[name].alias(name) for name in key_schema.names] + [
             F.col("value")[name].alias(name) for name in value_schema.names

@@ -8,9 +8,11 @@ A dump line looks like::
      "broker":1,"headers":[],"key":"{\\"id\\":1}","payload":"{\\"name\\":\\"a\\"}"}
 
 ``key``/``payload`` are strings holding JSON (or null) and are kept as raw text here;
-decoding them is the envelope's job. Files of topic T live anywhere under
-``<landing>/<T>/``; they may overlap (a record redelivered) and arrive in any order,
-so the same ``(partition, offset)`` can appear in several files and in ``records``.
+decoding them is the envelope's job. So are ``headers``, read only for a source that
+includes them (``reclocked_schema``): every other read parses no more than before.
+Files of topic T live anywhere under ``<landing>/<T>/``; they may overlap (a record
+redelivered) and arrive in any order, so the same ``(partition, offset)`` can appear in
+several files and in ``records``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
+import operator
 import os
 import stat
 import zlib
@@ -34,7 +37,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 from pyspark.sql.window import Window
 
 from cdc_core.ingest.connect_files import connect_lines, layout_of
-from cdc_core.schemas import DUMP_RECORD, ERROR, RECLOCKED
+from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import local_frame
 from cdc_core.vocabulary import DumpLayout
 
@@ -45,11 +48,9 @@ IN_PROGRESS_SUFFIXES = (".tmp", ".partial")
 GZIP_SUFFIX = ".gz"
 
 # How a line is parsed: position fields typed (a wrong JSON type yields null and fills
-# ``_corrupt_record``), key/payload as text.
+# ``_corrupt_record``), key/payload (and headers, when asked for) as text.
 _CORRUPT = "_corrupt_record"
-_LINE_SCHEMA = StructType(
-    [f for f in DUMP_RECORD.fields if f.name != "file"] + [StructField(_CORRUPT, StringType())]
-)
+_RECORD_FIELDS = [f for f in DUMP_RECORD.fields if f.name != "file"]
 # What registration needs of a line: its position fields (and whether it parsed).
 _SCAN_LINE = StructType(
     [f for f in DUMP_RECORD.fields if f.name in ("topic", "partition", "offset", "ts")]
@@ -119,19 +120,21 @@ class GzipDamage:
 
 @dataclass(frozen=True)
 class DumpRead:
-    """Parsed dump lines: ``lines`` holds the ``DUMP_RECORD`` columns plus ``reason`` (null
-    for a good record, else why the line failed) and ``dropped`` (for a good record whose
-    line goes on after its JSON object, why that text is lost); ``unreadable`` holds
-    ``ERROR`` rows of files that could not be read at all. One frame for good and bad
-    lines, so a caller that persists it parses every line once."""
+    """Parsed dump lines: ``lines`` holds the ``DUMP_RECORD`` columns (then ``headers``,
+    when read) plus ``reason`` (null for a good record, else why the line failed) and
+    ``dropped`` (for a good record whose line goes on after its JSON object, why that
+    text is lost); ``unreadable`` holds ``ERROR`` rows of files that could not be read at
+    all. One frame for good and bad lines, so a caller that persists it parses every
+    line once."""
 
     lines: DataFrame
     unreadable: DataFrame
 
     @property
     def records(self) -> DataFrame:
-        """The lines that decoded to a record, as ``DUMP_RECORD`` rows."""
-        return self.lines.where(F.col("reason").isNull()).select(*DUMP_RECORD.names)
+        """The lines that decoded to a record, as ``DUMP_RECORD`` rows (then ``headers``)."""
+        headers = [HEADERS.name] if HEADERS.name in self.lines.columns else []
+        return self.lines.where(F.col("reason").isNull()).select(*DUMP_RECORD.names, *headers)
 
     @property
     def errors(self) -> DataFrame:
@@ -209,6 +212,7 @@ def read_dumps(
     *,
     topic: str | None = None,
     damaged: Mapping[str, GzipDamage] | None = None,
+    headers: bool = False,
 ) -> DumpRead:
     """Parse dump files into records and errors, data-parallel.
 
@@ -227,10 +231,13 @@ def read_dumps(
     (the same lines on every read), of any other damaged one nothing is. ``damaged``: the
     verdicts already known for ``files`` (a registry's, taken when the immutable files
     were registered), which spares that job. Files that do not exist raise
-    ``FileNotFoundError``.
+    ``FileNotFoundError``. ``headers``: also read each record's headers (as JSON text,
+    null when the line has none).
     """
     readable, damaged = _readable(spark, files, damaged)
-    parsed = _parse(_read_lines(spark, readable, damaged), _LINE_SCHEMA, topic)
+    fields = [*_RECORD_FIELDS, *([HEADERS] if headers else [])]
+    line_schema = StructType([*fields, StructField(_CORRUPT, StringType())])
+    parsed = _parse(_read_lines(spark, readable, damaged), line_schema, topic)
     unreadable = local_frame(
         spark,
         [(None, None, None, None, d.reason, path) for path, d in sorted(damaged.items())],
@@ -239,6 +246,7 @@ def read_dumps(
     return DumpRead(
         lines=parsed.select(
             *(F.col(field.name).cast(field.dataType) for field in DUMP_RECORD.fields),
+            *([HEADERS.name] if headers else []),
             "reason",
             "dropped",
         ),
@@ -515,31 +523,33 @@ class CanonicalRecords:
     ``catalog`` maps to their paths, so the shuffled and cached rows stay narrow.
     ``unreadable``: ERROR rows of files that could not be read. Records, conflicts and
     read errors are views of the one frame, so persisting it (``CanonicalReads``) parses
-    and sorts every line once.
+    and sorts every line once. ``headers``: whether the records carry their headers.
     """
 
     lines: DataFrame
     catalog: DataFrame
     unreadable: DataFrame
+    headers: bool = False
 
     @property
     def records(self) -> DataFrame:
-        """RECLOCKED columns plus ``arrival_ms``, one row per (partition, offset)."""
+        """``reclocked_schema`` columns plus ``arrival_ms``, one row per (partition, offset)."""
         kept = F.col("reason").isNull() & (F.col("_copy") == 1)
-        return self.lines.where(kept).select(*RECLOCKED.names, "arrival_ms")
+        return self.lines.where(kept).select(*reclocked_schema(self.headers).names, "arrival_ms")
 
     @property
     def conflicts(self) -> DataFrame:
         """ERROR rows of every distinct dropped copy that contradicts the kept one."""
         kept_file = self.catalog.select(F.col("_file").alias("_kept_file"),
                                         F.col("file").alias("_kept_path"))
+        compared = _compared(self.headers)
         reason = F.format_string(
-            "conflicting copy of partition %d offset %d: ts/key/payload differ from the "
+            f"conflicting copy of partition %d offset %d: {'/'.join(compared)} differ from the "
             "kept copy in %s", F.col("partition"), F.col("offset"), F.col("_kept_path"),
         )
         return (
             self.lines.where(F.col("_kept_file").isNotNull())
-            .dropDuplicates(["partition", "offset", "_file", "ts", "key", "payload"])
+            .dropDuplicates(["partition", "offset", "_file", *compared])
             .join(F.broadcast(self.catalog.select("_file", "file")), "_file")
             .join(F.broadcast(kept_file), "_kept_file")
             .select(*[(reason if n == "reason" else F.col(n)).alias(n) for n in ERROR.names])
@@ -558,12 +568,17 @@ class CanonicalReads:
     reclocking them then parse and sort each dump line once. A read serves any later
     request for a subset of its files with the same partition starts (records outside a
     request's offsets are dropped by the request's own filters). ``release`` when the run
-    ends. With ``persist=False`` (a caller that reads once) nothing is kept."""
+    ends. With ``persist=False`` (a caller that reads once) nothing is kept; with
+    ``headers`` the records carry their headers (``reclocked_schema``)."""
 
-    def __init__(self, spark: SparkSession, registry: Registry, *, persist: bool = True) -> None:
+    def __init__(
+        self, spark: SparkSession, registry: Registry, *, persist: bool = True,
+        headers: bool = False,
+    ) -> None:
         self.spark = spark
         self.registry = registry
         self.persist = persist
+        self.headers = headers
         self._reads: list[tuple[frozenset[str], dict[int, int], CanonicalRecords]] = []
 
     def read(self, files: Sequence[RegisteredFile], starts: Mapping[int, int]) -> CanonicalRecords:
@@ -573,7 +588,7 @@ class CanonicalReads:
             if paths <= known and known_starts == dict(starts):
                 return canonical
         keep = F.col("offset") >= starts_column(self.spark, starts)
-        canonical = read_canonical(self.spark, self.registry, files, keep)
+        canonical = read_canonical(self.spark, self.registry, files, keep, headers=self.headers)
         if self.persist:
             canonical = dataclasses.replace(canonical, lines=canonical.lines.persist())
             self._reads.append((paths, dict(starts), canonical))
@@ -606,8 +621,18 @@ def require_present(files: Iterable[RegisteredFile]) -> None:
         raise MissingDumpFile(f"dump file(s) still needed but missing: {described}")
 
 
+def _compared(headers: bool) -> tuple[str, ...]:
+    """What two copies of one position must agree on: headers too when they are kept."""
+    return ("ts", "key", "payload", *([HEADERS.name] if headers else []))
+
+
 def read_canonical(
-    spark: SparkSession, registry: Registry, files: Sequence[RegisteredFile], keep: Column
+    spark: SparkSession,
+    registry: Registry,
+    files: Sequence[RegisteredFile],
+    keep: Column,
+    *,
+    headers: bool = False,
 ) -> CanonicalRecords:
     """Read ``files`` and keep one copy per (partition, offset) among records passing ``keep``.
 
@@ -618,12 +643,16 @@ def read_canonical(
     simply collapse. The lines are shuffled once, by Kafka partition, and sorted by
     offset: the copy ranking and every later per-partition pass in offset order (the
     binding times) reuse that layout. Gzip damage comes from the registry (judged when
-    the immutable files were registered).
+    the immutable files were registered). ``headers``: the records carry their headers,
+    "[]" for a kcat record without any, null for a sink record (a sink keeps none, so
+    they are unknown), and copies must agree on them too.
     """
     files = sorted((f for f in files if not f.unreadable), key=lambda f: f.path)
     require_present(files)
     damage = {f.path: GzipDamage.from_reason(f.problem) for f in files if f.problem}
-    dumps = read_dumps(spark, [f.path for f in files], topic=registry.topic, damaged=damage)
+    dumps = read_dumps(
+        spark, [f.path for f in files], topic=registry.topic, damaged=damage, headers=headers
+    )
     # File ids in path order, so ordering copies by id orders them by path.
     catalog = local_frame(
         spark,
@@ -640,11 +669,11 @@ def read_canonical(
     good = F.col("reason").isNull()
     # A left join (every line's file is in the catalog): an inner one would add a
     # not-null filter on ``file`` that Spark computes apart, decoding every path twice.
-    lines = (
-        dumps.lines.join(F.broadcast(catalog), "file", "left")
-        .drop("file")
-        .repartition("partition")
-    )
+    lines = dumps.lines.join(F.broadcast(catalog), "file", "left").drop("file")
+    if headers:
+        known = F.coalesce(F.col(HEADERS.name), F.lit("[]"))
+        lines = lines.withColumn(HEADERS.name, F.when(~F.col("_from_sink"), known))
+    lines = lines.repartition("partition")
     # Good records sort before bad lines at the same position, so a bad line never
     # displaces a good copy; the kept copy is the first row of its position.
     # A kcat copy is preferred to a sink copy, which lacks the key and the true timestamp;
@@ -652,11 +681,10 @@ def read_canonical(
     copies = Window.partitionBy("partition", "offset").orderBy(
         ~good, "_from_sink", "arrival_ms", "_file"
     )
-    kept = {c: F.first(c).over(copies) for c in ("ts", "key", "payload", "_file", "_from_sink")}
-    same = (
-        F.col("ts").eqNullSafe(kept["ts"])
-        & F.col("key").eqNullSafe(kept["key"])
-        & F.col("payload").eqNullSafe(kept["payload"])
+    compared = _compared(headers)
+    kept = {c: F.first(c).over(copies) for c in (*compared, "_file", "_from_sink")}
+    same = functools.reduce(
+        operator.and_, [F.col(c).eqNullSafe(kept[c]) for c in compared]
     )
     rank = F.row_number().over(copies)
     same_layout = F.col("_from_sink") == kept["_from_sink"]
@@ -667,4 +695,6 @@ def read_canonical(
     ranked = lines.select("*", rank.alias("_copy"), conflict.alias("_kept_file")).where(
         keep | ~good
     )
-    return CanonicalRecords(lines=ranked, catalog=catalog, unreadable=dumps.unreadable)
+    return CanonicalRecords(
+        lines=ranked, catalog=catalog, unreadable=dumps.unreadable, headers=headers
+    )

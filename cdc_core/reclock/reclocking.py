@@ -36,7 +36,7 @@ from cdc_core.reclock.remap import (
     effective_starts,
     mint_bindings,
 )
-from cdc_core.schemas import ERROR, RECLOCKED
+from cdc_core.schemas import ERROR
 from cdc_core.shard import Shard, ShardUsageError
 from cdc_core.spark import local_frame
 
@@ -50,7 +50,8 @@ _FILE_ERROR = pa.schema(
 @dataclass(frozen=True)
 class ReclockedRange:
     """Reclocked records and errors for the binding times ``[lower, upper)``;
-    ``records``: RECLOCKED + time + diff, ``errors``: ERROR + time + diff."""
+    ``records``: the ``reclocked_schema`` columns (headers as the reads carry them) + time
+    + diff, ``errors``: ERROR + time + diff."""
 
     lower: int
     upper: int
@@ -138,7 +139,8 @@ def reclock_range(
 ) -> ReclockedRange:
     """Reclocked records and errors for binding times ``[lower, upper)`` (``upper`` must
     not exceed the remap's upper); ``known`` saves reading the remap when the caller has
-    the range's bindings at hand, ``reads`` re-reading dumps the run has read already;
+    the range's bindings at hand, ``reads`` re-reading dumps the run has read already
+    (and whether the records carry their headers: without ``reads``, they do not);
     ``reported``: the files with errors whose rows an earlier range wrote (a file due to
     be reported though no binding covers it is reported again unless listed)."""
     remap_bindings = known or RangeBindings.read(remap, lower, upper)
@@ -162,7 +164,7 @@ def reclock_range(
             & (frame["offset"] < intervals["_hi"]),
         ).select(frame["*"], intervals["time"])
 
-    records = with_binding_time(canonical.records.select(*RECLOCKED.fieldNames())).withColumn(
+    records = with_binding_time(canonical.records.drop("arrival_ms")).withColumn(
         "diff", F.lit(1).cast("bigint")
     )
     empty = [f for f in needed if not f.partitions]

@@ -37,7 +37,7 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
 from cdc_core.reclock import Windows, frontier_at, reclock_windows
-from cdc_core.schemas import ERROR, RECLOCKED, REMAP, history_schema
+from cdc_core.schemas import ERROR, REMAP, history_schema
 from cdc_core.shard import Shard, ShardUsageError, stored_upper
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
@@ -170,7 +170,7 @@ class SourcePipeline:
         settle_schema(self.root, source)
         self.registry = Registry(self.root / "dumps", source.topic)
         self.remap = Shard.open(spark, str(self.root / "remap"), REMAP)
-        self.reclocked = Shard.open(spark, str(self.root / "reclocked"), RECLOCKED)
+        self.reclocked = Shard.open(spark, str(self.root / "reclocked"), source.reclocked_schema)
         self.changes = Shard.open(spark, str(self.root / "changes"), source.output_schema)
         self.errors = Shard.open(spark, str(self.root / "errors"), ERROR)
         self.dedup = (
@@ -239,7 +239,7 @@ class SourcePipeline:
         # Registered writers: a crash leaves staging that gc collects once the lease ran out.
         shards = [self.remap, *self.outputs]
         with writing(shards, unique_reader_id("run"), self.config.readers.lease_ms):
-            reads = CanonicalReads(self.spark, self.registry)
+            reads = CanonicalReads(self.spark, self.registry, headers=self.source.keeps_headers)
             try:
                 with phase(self.source.name, "bind windows"):
                     run = reclock_windows(
