@@ -35,7 +35,8 @@ from deltalake import DeltaTable
 
 from assets.partitions import to_datetime, window_bounds
 from assets.source_assets import output_key, source_tags
-from cdc_core.cdcv2 import Encoding, export_shard, write_parts
+from cdc_core.cdcv2 import DataColumns, Encoding, export_shard, write_parts
+from cdc_core.cdcv2.data_columns import UnsupportedColumnType
 from cdc_core.cdcv2.export import progress_within
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier, iso
@@ -51,6 +52,16 @@ EXPORT_FOLDER = "cdcv2"
 ABANDONED_AFTER_S = 6 * 3600
 EXPORT_READER = "cdcv2-export-"
 PUBLISH_ATTEMPTS = 20
+
+
+def exportable(source: SourceConfig) -> bool:
+    """Whether the CDCv2 encodings carry every output column of ``source`` (scalars: a
+    source that includes ``headers``, a list column, has no export asset)."""
+    try:
+        DataColumns(source.output_schema)
+    except UnsupportedColumnType:
+        return False
+    return True
 
 
 def export_key(source: str) -> AssetKey:

@@ -9,7 +9,7 @@ from dagster import (
     in_process_executor,
 )
 
-from assets.cdcv2_export import cdcv2_export_asset
+from assets.cdcv2_export import cdcv2_export_asset, exportable
 from assets.checks import source_checks
 from assets.partitions import window_partitions
 from assets.reader_checks import readers_check
@@ -30,7 +30,11 @@ def build_definitions(config: Config) -> Definitions:
     """
     partitions = window_partitions(config)
     assets = [source_assets(config, source, partitions) for source in config.sources]
-    assets += [cdcv2_export_asset(config, source, partitions) for source in config.sources]
+    assets += [
+        cdcv2_export_asset(config, source, partitions)
+        for source in config.sources
+        if exportable(source)
+    ]
     checks = [source_checks(config, source) for source in config.sources]
     checks += [readers_check(config, source) for source in config.sources]
     job = define_asset_job(

@@ -14,11 +14,14 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from assets.cdcv2_export import export_key
+from assets.source_assets import output_key
 from cdc_core.config import parse_config
 from cdc_core.envelopes import ConfigDriftError
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
 from cdc_core.source.rebuild import rebuild
+from pipelines.build import build_definitions
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 WINDOW = 60_000
@@ -220,3 +223,16 @@ def test_headers_added_under_existing_outputs_are_drift_until_rebuilt(
     state = {r["id"]: r["headers"] for r in rows(root / "state")}
     assert state == {1: pairs(("h", b"1")), 2: []}
     assert "headers" in DeltaTable(str(root / "reclocked")).schema().to_arrow().names
+
+
+def test_a_source_with_headers_has_no_cdcv2_export_asset(tmp_path: Path) -> None:
+    """The CDCv2 encodings carry scalar columns only: the export asset is left out for a
+    source with headers (it could only fail), and kept for one without."""
+    with_headers = build_definitions(config_of(tmp_path))
+    without = build_definitions(config_of(tmp_path, include=("timestamp",)))
+    keys = {
+        name: {spec.key for spec in d.resolve_all_asset_specs()}
+        for name, d in (("with", with_headers), ("without", without))
+    }
+    assert export_key("users") not in keys["with"] and export_key("users") in keys["without"]
+    assert output_key("users", "changes") in keys["with"]
