@@ -15,6 +15,7 @@ its windows one after another inside the run.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
 from cdc_core.reclock import Windows, frontier_at, reclock_windows
+from cdc_core.reclock.transactions import Member, TransactionGroupBinder
 from cdc_core.schemas import ERROR, RECLOCKED, REMAP, history_schema
 from cdc_core.shard import Shard, ShardUsageError, stored_upper
 from cdc_core.shard.delta_io import live_files
@@ -55,6 +57,8 @@ from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.vocabulary import Envelope
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
+# Under the lake: one folder per transaction group (its bindings and transaction dumps).
+TRANSACTIONS_FOLDER = "_transactions"
 
 
 def published_tables(source: SourceConfig) -> tuple[str, ...]:
@@ -179,6 +183,7 @@ class SourcePipeline:
             else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
+        self.group = self._transaction_group(Path(lake))
         self.encodings = {
             part: PartEncoding(
                 source.key_encoding if part == "key" else source.value_encoding,
@@ -187,6 +192,20 @@ class SourcePipeline:
             )
             for part in ("key", "value")
         }
+
+    def _transaction_group(self, lake: Path) -> TransactionGroupBinder | None:
+        """The binder of the source's transaction group (None when it belongs to none)."""
+        group = self.config.transaction_group(self.source.name)
+        if group is None:
+            return None
+        members = []
+        for name, collection in group.sources.items():
+            member = self.config.source(name)
+            registry = Registry(lake / name / "dumps", member.topic)
+            members.append(Member(name, member, registry, collection, member.value_schema))
+        return TransactionGroupBinder(
+            self.spark, lake / TRANSACTIONS_FOLDER / group.name, group.topic, members
+        )
 
     @classmethod
     def from_config(
@@ -202,16 +221,29 @@ class SourcePipeline:
 
     def register_dumps(self, arrival_ms: int, arrived: Mapping[str, int] | None = None) -> int:
         """Register dump files not seen before, stamped with their arrival time: the time
-        in ``arrived`` (by path) for a file seen landing earlier, else ``arrival_ms``."""
+        in ``arrived`` (by path) for a file seen landing earlier, else ``arrival_ms``.
+
+        A member of a transaction group registers its group's dumps too (every member's and
+        the transaction topic's), so the group's binding sees them all at the same moment.
+        Returns how many of the source's own files were new."""
+        registries = [self.registry]
+        if self.group is not None:
+            registries += [m.registry for m in self.group.members.values()]
+            registries.append(self.group.registry)
         with phase(self.source.name, "register dumps") as figures:
-            by_arrival: dict[int, list[DumpFile]] = {}
-            for dump in list_dump_files(self.landing, self.source.topic):
-                by_arrival.setdefault((arrived or {}).get(dump.path, arrival_ms), []).append(dump)
-            figures["files"] = sum(
-                len(self.registry.register(self.spark, files, moment))
-                for moment, files in sorted(by_arrival.items())
-            )
+            counts = [self._register(r, arrival_ms, arrived or {}) for r in registries]
+            figures["files"] = counts[0]
         return figures["files"]
+
+    def _register(self, registry: Registry, arrival_ms: int, arrived: Mapping[str, int]) -> int:
+        """Register the new dumps of ``registry``'s topic; how many were new."""
+        by_arrival: dict[int, list[DumpFile]] = {}
+        for dump in list_dump_files(self.landing, registry.topic):
+            by_arrival.setdefault(arrived.get(dump.path, arrival_ms), []).append(dump)
+        return sum(
+            len(registry.register(self.spark, files, moment))
+            for moment, files in sorted(by_arrival.items())
+        )
 
     def outputs_upper(self) -> TimeFrontier:
         """Where all outputs stand: the meet of their uppers ([0] before the first window)."""
@@ -245,6 +277,9 @@ class SourcePipeline:
                     run = reclock_windows(
                         self.spark, self.source, self.registry, self.remap, lower, windows, reads,
                         reported=self._reported_files(lower),
+                        imposed=None if self.group is None else functools.partial(
+                            self.group.member_bindings, self.source.name
+                        ),
                     )
                 upper = windows.end + 1
                 with phase(self.source.name, "append reclocked") as figures:
