@@ -30,7 +30,7 @@ from assets.partitions import (
     window_partitions,
 )
 from assets.source_assets import output_key
-from cdc_core.checks import history_versions, validate
+from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import phase
@@ -105,6 +105,7 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
         judge: Callable[[SourcePipeline, int, int], checks.CheckOutcome],
         *,
         blocking: bool = True,
+        severity: AssetCheckSeverity | None = None,
         description: str,
     ) -> AssetChecksDefinition:
         @asset_check(
@@ -120,10 +121,10 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
             window = judged_range(context, config, pipeline)
             if window is None:
                 return AssetCheckResult(passed=True, description="no complete window yet")
-            severity = AssetCheckSeverity.ERROR if blocking else AssetCheckSeverity.WARN
             with phase(name, f"check {asset}.{check_name}"):
                 outcome = judge(pipeline, *window)
-            return to_result(outcome, window, severity, config)
+            default = AssetCheckSeverity.ERROR if blocking else AssetCheckSeverity.WARN
+            return to_result(outcome, window, severity or default, config)
 
         return _check
 
@@ -236,6 +237,21 @@ def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefin
                 ),
                 description="At most one open version per key, no overlapping versions, "
                 "published through the window, and the open versions are the rows of changes.",
+            )
+        )
+    group = config.transaction_group(name)
+    if group is not None:
+        definitions.append(
+            make(
+                "remap",
+                "transactions",
+                lambda p, _s, end: transactions_settled(
+                    p.pending_transactions([end]).get(end), group.name, group.timeout
+                ),
+                blocking=False,
+                severity=AssetCheckSeverity.ERROR,
+                description=f"No transaction of group {group.name} stays incomplete longer "
+                f"than {group.timeout} (the bindings hold it back until it completes).",
             )
         )
     if source.expectations:

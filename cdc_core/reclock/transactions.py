@@ -94,6 +94,22 @@ TRANSACTION_EVENT = StructType(
 )
 
 
+# How many overdue transaction ids a report names (the count is always exact).
+MAX_OVERDUE = 20
+
+
+@dataclass(frozen=True)
+class PendingTransactions:
+    """Transactions announced by a window's end but not admitted by its binding: how
+    many, when the oldest was first announced (Kafka timestamp, ms), and the ids of those
+    waiting longer than the group's timeout, oldest first."""
+
+    count: int
+    oldest_ms: int | None
+    overdue: tuple[str, ...]
+    overdue_count: int
+
+
 class TransactionBindingMismatch(RemapError):
     """A member's remap disagrees with its group's bindings (bound before it joined)."""
 
@@ -226,25 +242,33 @@ class TransactionGroupBinder:
             for i in range(len(windows.ends))
         ]
 
+    def _transaction_records(self) -> DataFrame | None:
+        """The transaction topic's records, one per offset, with their parsed value ``e``
+        (None before any dump is registered)."""
+        files = self.registry.files()
+        if not files:
+            return None
+        records = CanonicalReads(self.spark, self.registry, persist=False).read(files, {}).records
+        value = unwrap_connect_envelope(records, "payload", TRANSACTION_EVENT, "_value")
+        return value.select(
+            "partition", "offset", "ts", F.from_json("_value", TRANSACTION_EVENT).alias("e")
+        )
+
     def _transaction_events(self, windows: Windows) -> DataFrame:
         """END records of the transaction topic with the window end that first knows
         them (event time): ``tpartition``, ``toffset``, ``txid``, ``known``, ``counts``
         (data_collection -> event_count)."""
-        files = self.registry.files()
-        if not files:
+        records = self._transaction_records()
+        if records is None:
             return self.spark.createDataFrame(
                 [], "tpartition int, toffset bigint, txid string, known bigint, "
                 "counts map<string,bigint>"
             )
-        records = CanonicalReads(self.spark, self.registry, persist=False).read(files, {}).records
         times = bind_times(
             records, starts_column(self.spark, {}), windows, ReclockPolicy.EVENT_TIME, False
         )
-        value = unwrap_connect_envelope(records, "payload", TRANSACTION_EVENT, "_value")
-        event = F.from_json("_value", TRANSACTION_EVENT)
         return (
-            value.select("partition", "offset", event.alias("e"))
-            .where(F.col("e.status") == "END")
+            records.where(F.col("e.status") == "END")
             .join(times, ["partition", "offset"])
             .select(
                 F.col("partition").alias("tpartition"),
@@ -259,6 +283,56 @@ class TransactionGroupBinder:
                 ).alias("counts"),
             )
         )
+
+    def pending(self, ends: Sequence[int], timeout_ms: int) -> dict[int, PendingTransactions]:
+        """Per bound window end: the transactions the transaction topic announced (a BEGIN
+        or END before the end) that its binding has not admitted; ``overdue`` names (at
+        most MAX_OVERDUE of) those announced more than ``timeout_ms`` before the end."""
+        records = self._transaction_records()
+        if records is None or not ends:
+            return {end: PendingTransactions(0, None, (), 0) for end in ends}
+        bound = [(end, self._frontiers_at(end).get(TRANSACTION_TOPIC, OffsetFrontier()))
+                 for end in ends]
+        frontiers = self.spark.createDataFrame(
+            [(end, p, o) for end, f in bound for p, o in f.offsets.items()],
+            "end bigint, partition int, frontier bigint",
+        )
+        windows = self.spark.createDataFrame([(end,) for end in ends], "end bigint")
+        announced = (
+            records.where(F.col("e.status").isin("BEGIN", "END"))
+            .groupBy(F.col("e.id").alias("txid"))
+            .agg(F.min("ts").alias("since"))
+        )
+        admitted = (
+            records.where(F.col("e.status") == "END")
+            .join(frontiers, "partition")
+            .where(F.col("offset") < F.col("frontier"))
+            .select("end", F.col("e.id").alias("txid"))
+        )
+        waiting = (
+            announced.crossJoin(F.broadcast(windows))
+            .where(F.col("since") < F.col("end"))
+            .join(admitted, ["end", "txid"], "left_anti")
+        )
+        late = F.col("since") < F.col("end") - timeout_ms
+        overdue = F.sort_array(F.collect_list(F.when(late, F.struct("since", "txid"))))
+        rows = (
+            waiting.groupBy("end")
+            .agg(
+                F.count("*").alias("n"),
+                F.min("since").alias("oldest"),
+                F.slice(overdue, 1, MAX_OVERDUE).alias("overdue"),
+                F.count(F.when(late, 1)).alias("late"),
+            )
+            .collect()
+        )
+        found = {
+            row["end"]: PendingTransactions(
+                row["n"], row["oldest"], tuple(o["txid"] for o in row["overdue"]), row["late"]
+            )
+            for row in rows
+        }
+        return {end: found.get(end, PendingTransactions(0, None, (), 0)) for end in ends}
 
     def _member_records(
         self, previous: Mapping[str, OffsetFrontier], top: Mapping[str, OffsetFrontier]

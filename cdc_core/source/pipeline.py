@@ -15,6 +15,7 @@ its windows one after another inside the run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Mapping
@@ -38,7 +39,7 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
 from cdc_core.reclock import Windows, frontier_at, reclock_windows
-from cdc_core.reclock.transactions import Member, TransactionGroupBinder
+from cdc_core.reclock.transactions import Member, PendingTransactions, TransactionGroupBinder
 from cdc_core.schemas import ERROR, RECLOCKED, REMAP, history_schema
 from cdc_core.shard import Shard, ShardUsageError, stored_upper
 from cdc_core.shard.delta_io import live_files
@@ -93,14 +94,18 @@ class WindowReport:
     records_in: int
     updates_out: int
     errors_out: int
+    pending: PendingTransactions | None = None  # for a member of a transaction group
 
     def summary(self) -> str:
         """One line for logs: the window, its binding and its figures."""
         verb = "bound" if self.minted else "reused binding"
+        waiting = "" if self.pending is None else (
+            f", {self.pending.count} transaction(s) waiting"
+        )
         return (
             f"{self.source} window [{iso(self.start)}, {iso(self.end)}): {verb} {self.frontier}; "
             f"{self.records_in} record(s) in, {self.updates_out} change(s), "
-            f"{self.errors_out} error update(s)"
+            f"{self.errors_out} error update(s){waiting}"
         )
 
 
@@ -260,7 +265,7 @@ class SourcePipeline:
         """
         held = self.outputs_upper()
         if held.time is None or held.time > windows.end:
-            return self._reused(windows)
+            return self._with_pending(self._reused(windows))
         lower = held.time
         done: list[WindowReport] = []
         if lower - 1 > windows.start:
@@ -301,7 +306,7 @@ class SourcePipeline:
                     errors_out.update(errors)
             finally:
                 reads.release()
-        return done + [
+        reports = done + [
             WindowReport(
                 source=self.source.name,
                 start=end - windows.width,
@@ -314,6 +319,23 @@ class SourcePipeline:
             )
             for end in windows.ends
         ]
+        return self._with_pending(reports)
+
+    def pending_transactions(self, ends: list[int]) -> dict[int, PendingTransactions]:
+        """Per window end, the transactions of the source's group its binding holds back
+        (nothing for a source in no group)."""
+        group = self.config.transaction_group(self.source.name)
+        if self.group is None or group is None:
+            return {}
+        with phase(self.source.name, "pending transactions") as figures:
+            pending = self.group.pending(ends, group.timeout_ms)
+            figures["pending"] = {end: p.count for end, p in pending.items()}
+        return pending
+
+    def _with_pending(self, reports: list[WindowReport]) -> list[WindowReport]:
+        """``reports`` with the pending transactions of their windows."""
+        pending = self.pending_transactions([r.end for r in reports])
+        return [dataclasses.replace(r, pending=pending.get(r.end)) for r in reports]
 
     def _reported_files(self, lower: int) -> frozenset[str]:
         """Registered files with errors to report whose rows the errors shard holds before

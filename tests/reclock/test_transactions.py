@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dagster import AssetCheckKey, AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
 from cdc_core.config import load_config
@@ -106,7 +107,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     member = {"key": {"id": "bigint"}, "envelope": "debezium-upsert", "reclock": "event-time"}
     config = {
         "lake": "lake", "landing": "landing", "window": "1m",
-        "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:04:00Z",
+        "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:05:00Z",
         "sources": [
             {"name": "orders", "topic": ORDERS, "value": {"id": "bigint", "total": "bigint"},
              **member},
@@ -119,15 +120,26 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         ],
     }
     (root / "reclock.yaml").write_text(yaml.safe_dump(config))
-    assert materialize(load_config(root / "reclock.yaml"), exports=False)
+    (root / "dagster").mkdir()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DAGSTER_HOME", str(root / "dagster"))  # the runs are recorded there
+        assert materialize(load_config(root / "reclock.yaml"), exports=False)
     yield root / "lake"
+
+
+@pytest.fixture(scope="module")
+def instance(lake: Path) -> Iterator[DagsterInstance]:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DAGSTER_HOME", str(lake.parent / "dagster"))
+        with DagsterInstance.get() as recorded:
+            yield recorded
 
 
 def frontiers(lake: Path, source: str) -> dict[int, dict[int, int]]:
     """The remap read back: window number -> partition -> next offset."""
     rows = DeltaTable(str(lake / source / "remap")).to_pyarrow_table().to_pylist()
     result = {}
-    for window in range(1, 5):
+    for window in range(1, 6):
         until = T0 + window * 60 * S
         live: dict[tuple[int, int], int] = {}
         for row in rows:
@@ -155,14 +167,14 @@ def test_windows_hold_transactions_whole(lake: Path) -> None:
     assert orders[1] == {0: 2} and lines[1] == {0: 1, 1: 1}
     # Window 2: T2 whole.
     assert orders[2] == {0: 2, 1: 1} and lines[2] == {0: 2, 1: 1}
-    # Windows 3, 4: T3 never completes; it and all behind it wait.
-    assert orders[3] == orders[4] == orders[2]
-    assert lines[3] == lines[4] == lines[2]
-    assert [visible_ids(lake, "orders", w) for w in range(1, 5)] == [
-        {0, 1}, {0, 1, 2}, {0, 1, 2}, {0, 1, 2}
+    # Windows 3 to 5: T3 never completes; it and all behind it wait.
+    assert orders[3] == orders[4] == orders[5] == orders[2]
+    assert lines[3] == lines[4] == lines[5] == lines[2]
+    assert [visible_ids(lake, "orders", w) for w in range(1, 6)] == [
+        {0, 1}, {0, 1, 2}, {0, 1, 2}, {0, 1, 2}, {0, 1, 2}
     ]
-    assert [visible_ids(lake, "order_lines", w) for w in range(1, 5)] == [
-        {11, 12}, {11, 12, 21}, {11, 12, 21}, {11, 12, 21}
+    assert [visible_ids(lake, "order_lines", w) for w in range(1, 6)] == [
+        {11, 12}, {11, 12, 21}, {11, 12, 21}, {11, 12, 21}, {11, 12, 21}
     ]
 
 
@@ -171,7 +183,7 @@ def test_no_window_shows_half_a_transaction(lake: Path) -> None:
     topic or none (counted from the dumps, not from reclock's tables)."""
     members = {"orders": ORDER_RECORDS, "order_lines": LINE_RECORDS}
     bound = {name: frontiers(lake, name) for name in members}
-    for window in range(1, 5):
+    for window in range(1, 6):
         shown: dict[str, list[bool]] = {}
         for name, records in members.items():
             for r in records:
@@ -180,3 +192,25 @@ def test_no_window_shows_half_a_transaction(lake: Path) -> None:
                     covered = r["offset"] < bound[name][window].get(r["partition"], 0)
                     shown.setdefault(txid, []).append(covered)
         assert all(all(flags) or not any(flags) for flags in shown.values()), (window, shown)
+
+
+def test_waiting_transactions_are_visible(lake: Path, instance: DagsterInstance) -> None:
+    """Each window's materialization counts the transactions its binding holds back; the
+    transactions check fails once one waited longer than the group's timeout (2m), naming
+    it: at window 5's end (300s) T3 (announced at 125s) and T4 (145s) have."""
+    records = instance.fetch_materializations(AssetKey(["orders", "remap"]), limit=10).records
+    figures = {
+        r.partition_key: r.asset_materialization.metadata for r in records
+    }
+    windows = [figures[key] for key in sorted(figures)]
+    # Window 1 holds T2 (announced at 35s); window 2 admits it; 3 to 5 hold T3 and T4.
+    assert [w["transactions_pending"].value for w in windows] == [1, 0, 2, 2, 2]
+    assert [w["transactions_overdue"].value for w in windows] == [0, 0, 0, 0, 2]
+    oldest = [w["transactions_oldest_age_seconds"].value for w in windows]
+    assert oldest[0] == 60 - 35 and oldest[4] == 300 - 125
+    check = instance.get_latest_asset_check_evaluation_record(
+        AssetCheckKey(AssetKey(["orders", "remap"]), "transactions")
+    )
+    assert check is not None and not check.evaluation.passed
+    assert "2 transaction(s) of group shop" in check.evaluation.description
+    assert check.evaluation.description.endswith(": T3, T4")
