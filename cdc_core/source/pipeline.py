@@ -82,6 +82,24 @@ def stored_outputs_upper(lake: Path, source: SourceConfig) -> TimeFrontier:
     return meet
 
 
+def transaction_binder(
+    spark: SparkSession, config: Config, lake: Path, source: str
+) -> TransactionGroupBinder | None:
+    """The binder of ``source``'s transaction group (None when it belongs to none): the
+    group's bindings and transaction dumps under ``<lake>/_transactions/<group>``, and
+    every member's registry (where its own runs register its dumps)."""
+    group = config.transaction_group(source)
+    if group is None:
+        return None
+    members = []
+    for name, collection in group.sources.items():
+        member = config.source(name)
+        registry = Registry(lake / name / "dumps", member.topic)
+        members.append(Member(name, member, registry, collection, member.value_schema))
+    return TransactionGroupBinder(spark, lake / TRANSACTIONS_FOLDER / group.name, group.topic,
+                                  members)
+
+
 @dataclass(frozen=True)
 class WindowReport:
     """What one window did: figures for logs and materialization metadata."""
@@ -188,7 +206,7 @@ class SourcePipeline:
             else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
-        self.group = self._transaction_group(Path(lake))
+        self.group = transaction_binder(spark, config, Path(lake), source.name)
         self.encodings = {
             part: PartEncoding(
                 source.key_encoding if part == "key" else source.value_encoding,
@@ -197,20 +215,6 @@ class SourcePipeline:
             )
             for part in ("key", "value")
         }
-
-    def _transaction_group(self, lake: Path) -> TransactionGroupBinder | None:
-        """The binder of the source's transaction group (None when it belongs to none)."""
-        group = self.config.transaction_group(self.source.name)
-        if group is None:
-            return None
-        members = []
-        for name, collection in group.sources.items():
-            member = self.config.source(name)
-            registry = Registry(lake / name / "dumps", member.topic)
-            members.append(Member(name, member, registry, collection, member.value_schema))
-        return TransactionGroupBinder(
-            self.spark, lake / TRANSACTIONS_FOLDER / group.name, group.topic, members
-        )
 
     @classmethod
     def from_config(
