@@ -147,8 +147,8 @@ class TransactionGroupBinder:
     ) -> list[tuple[int, OffsetFrontier]]:
         """The bindings ``member`` copies for its binding times ``[bound, windows.end + 1)``
         from ``previous`` (its remap at ``bound - 1``): the group's, minted first if need
-        be. Every group binding time in the range is included, so the member's remap equals
-        the group's projection at every time, not only at its windows' ends."""
+        be. Every window end and every group binding time in the range is included, so the
+        member's remap equals the group's projection at every time."""
         upper = windows.end + 1
         self._mint_through(windows)
         updates = self.bindings.updates_through(upper - 1)
@@ -173,7 +173,10 @@ class TransactionGroupBinder:
             )
         result: list[tuple[int, OffsetFrontier]] = []
         frontier = previous
-        for time in sorted({t for t, *_ in rows if bound <= t < upper}):
+        times = {t for t, *_ in rows if bound <= t < upper} | {
+            end for end in windows.ends if end >= bound
+        }
+        for time in sorted(times):
             moved = {p: o for t, p, o, d in rows if t == time and d > 0}
             frontier = frontier.join(OffsetFrontier(moved))
             result.append((time, frontier))
