@@ -2,6 +2,8 @@
 
 The checks that guard correctness are blocking: an asset downstream of a failed check
 (in another step, e.g. a CDCv2 export of ``changes``) is not built on a failed window.
+The transactions check of a group member fails with severity error but does not block:
+what its bindings hold back is waiting, and what they bound stays consistent.
 A run covers a range of windows; the checks judge that whole range (every time in it
 for completeness, the last window's time for the others). Without partition tags
 (a check run on its own) they judge the newest complete window.
@@ -96,6 +98,7 @@ def to_result(
 def source_checks(config: Config, source: SourceConfig) -> list[AssetChecksDefinition]:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
     registered record accounted for, upsert state is a set, well-formed history (when kept),
+    no transaction waiting past its group's timeout (for a member of a transaction group),
     and the source's data expectations."""
     name = source.name
 

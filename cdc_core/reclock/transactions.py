@@ -57,6 +57,7 @@ from cdc_core.reclock.remap import (
     bind_times,
     binding_updates,
     effective_starts,
+    frontier_of,
     propose_frontiers,
 )
 from cdc_core.shard import Shard
@@ -151,34 +152,19 @@ class TransactionGroupBinder:
         member's remap equals the group's projection at every time."""
         upper = windows.end + 1
         self._mint_through(windows)
-        updates = self.bindings.updates_through(upper - 1)
-        rows = sorted(
-            (t, p, o, d)
-            for m, p, o, t, d in zip(
-                *(updates.column(c).to_pylist() for c in ("member", "partition", "offset",
-                                                         "time", "diff")),
-                strict=True,
-            )
-            if m == member
-        )
-        live: dict[tuple[int, int], int] = {}
-        for t, p, o, d in rows:
-            if t < bound:
-                live[(p, o)] = live.get((p, o), 0) + d
-        base = OffsetFrontier({p: o for (p, o), n in live.items() if n > 0})
+        base = self._frontiers_at(bound - 1).get(member, OffsetFrontier())
         if base != previous:
             raise TransactionBindingMismatch(
                 f"source {member}: remap at {bound - 1} is {previous}, its transaction group "
                 f"bound {base}; a source bound before it joined a group needs a new name"
             )
+        rows = [(p, o, t) for m, p, o, t, d in self._updates(upper - 1)
+                if m == member and d > 0 and t >= bound]
+        times = {t for _, _, t in rows} | {end for end in windows.ends if end >= bound}
         result: list[tuple[int, OffsetFrontier]] = []
         frontier = previous
-        times = {t for t, *_ in rows if bound <= t < upper} | {
-            end for end in windows.ends if end >= bound
-        }
         for time in sorted(times):
-            moved = {p: o for t, p, o, d in rows if t == time and d > 0}
-            frontier = frontier.join(OffsetFrontier(moved))
+            frontier = frontier.join(OffsetFrontier({p: o for p, o, t in rows if t == time}))
             result.append((time, frontier))
         return result
 
@@ -213,22 +199,22 @@ class TransactionGroupBinder:
             ):
                 return
 
+    def _updates(self, until: int) -> list[tuple[str, int, int, int, int]]:
+        """The group's updates ``(member, partition, offset, time, diff)`` at times
+        ``<= until``, read on the driver (tiny metadata, as a remap's)."""
+        table = self.bindings.updates_through(until)
+        names = (*GROUP_BINDING.names, "time", "diff")
+        return list(zip(*(table.column(c).to_pylist() for c in names), strict=True))
+
     def _frontiers_at(self, time: int) -> dict[str, OffsetFrontier]:
         """Every member's (and the transaction topic's) group frontier at ``time``."""
         if time < 0:
             return {}
-        updates = self.bindings.updates_through(time)
         live: dict[str, dict[tuple[int, int], int]] = {}
-        for m, p, o, d in zip(
-            *(updates.column(c).to_pylist() for c in ("member", "partition", "offset", "diff")),
-            strict=True,
-        ):
+        for m, p, o, _, d in self._updates(time):
             counts = live.setdefault(m, {})
             counts[(p, o)] = counts.get((p, o), 0) + d
-        return {
-            m: OffsetFrontier({p: o for (p, o), n in counts.items() if n > 0})
-            for m, counts in live.items()
-        }
+        return {m: frontier_of(counts, time) for m, counts in live.items()}
 
     def _propose(
         self, previous: Mapping[str, OffsetFrontier], windows: Windows
@@ -288,9 +274,12 @@ class TransactionGroupBinder:
         )
 
     def pending(self, ends: Sequence[int], timeout_ms: int) -> dict[int, PendingTransactions]:
-        """Per bound window end: the transactions the transaction topic announced (a BEGIN
-        or END before the end) that its binding has not admitted; ``overdue`` names (at
-        most MAX_OVERDUE of) those announced more than ``timeout_ms`` before the end."""
+        """Per window end the group has bound: the transactions the transaction topic
+        announced (a BEGIN or END before the end) that its binding has not admitted;
+        ``overdue`` names (at most MAX_OVERDUE of) those announced more than ``timeout_ms``
+        before the end."""
+        upper = self.bindings.refresh().upper.time
+        ends = [end for end in ends if upper is None or end < upper]
         records = self._transaction_records()
         if records is None or not ends:
             return {end: PendingTransactions(0, None, (), 0) for end in ends}

@@ -39,6 +39,7 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
 from cdc_core.reclock import Windows, frontier_at, reclock_windows
+from cdc_core.reclock.remap import ImposedBindings
 from cdc_core.reclock.transactions import Member, PendingTransactions, TransactionGroupBinder
 from cdc_core.schemas import ERROR, RECLOCKED, REMAP, history_schema
 from cdc_core.shard import Shard, ShardUsageError, stored_upper
@@ -184,8 +185,17 @@ class SourcePipeline:
     """The shards of one source and the steps that advance them."""
 
     def __init__(
-        self, spark: SparkSession, config: Config, source: SourceConfig, lake: Path, landing: Path
+        self,
+        spark: SparkSession,
+        config: Config,
+        source: SourceConfig,
+        lake: Path,
+        landing: Path,
+        *,
+        group_lake: Path | None = None,
     ) -> None:
+        """``group_lake``: the lake of the source's transaction group (``lake`` unless the
+        tables are built elsewhere, as a rebuild does, binding with the group in place)."""
         self.spark = spark
         self.config = config
         self.source = source
@@ -206,7 +216,7 @@ class SourcePipeline:
             else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
-        self.group = transaction_binder(spark, config, Path(lake), source.name)
+        self.group = transaction_binder(spark, config, Path(group_lake or lake), source.name)
         self.encodings = {
             part: PartEncoding(
                 source.key_encoding if part == "key" else source.value_encoding,
@@ -286,9 +296,7 @@ class SourcePipeline:
                     run = reclock_windows(
                         self.spark, self.source, self.registry, self.remap, lower, windows, reads,
                         reported=self._reported_files(lower),
-                        imposed=None if self.group is None else functools.partial(
-                            self.group.member_bindings, self.source.name
-                        ),
+                        imposed=self.imposed_bindings,
                     )
                 upper = windows.end + 1
                 with phase(self.source.name, "append reclocked") as figures:
@@ -325,9 +333,17 @@ class SourcePipeline:
         ]
         return self._with_pending(reports)
 
+    @property
+    def imposed_bindings(self) -> ImposedBindings | None:
+        """For a member of a transaction group, its part of the group's bindings (what
+        ``mint_bindings`` copies instead of asking the source's policy)."""
+        if self.group is None:
+            return None
+        return functools.partial(self.group.member_bindings, self.source.name)
+
     def pending_transactions(self, ends: list[int]) -> dict[int, PendingTransactions]:
-        """Per window end, the transactions of the source's group its binding holds back
-        (nothing for a source in no group)."""
+        """Per window end the group has bound, the transactions of the source's group its
+        binding holds back (nothing for a source in no group)."""
         group = self.config.transaction_group(self.source.name)
         if self.group is None or group is None:
             return {}
