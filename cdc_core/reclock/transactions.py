@@ -15,8 +15,9 @@ a window end ``W`` is computed for all members at once:
 4. per transaction-topic partition, ENDs are admitted in offset order while complete: a
    transaction that is not complete holds every later one back;
 5. each member partition's frontier is cut at its first record of a transaction not
-   admitted (records without a transaction are never held), and steps 3-5 repeat until
-   the frontiers stop moving (a cut can make an admitted transaction incomplete again).
+   admitted (a record without a transaction is held only behind such a record: a
+   frontier is a prefix), and steps 3-5 repeat until the frontiers stop moving (a cut can
+   make an admitted transaction incomplete again).
 
 The transaction topic's own frontier (where its first END not admitted lies) is kept, so
 a transaction admitted once stays admitted: its redelivered records are never held.
@@ -26,7 +27,8 @@ that member, so no member's binding ever splits a transaction; the group's bindi
 minted once, with compare_and_append (one winner; every other run reads them back), and a
 member's remap is copied from them. A run killed after some members copied their
 bindings finishes the others from the same durable group bindings, so all members agree.
-Only per-partition frontiers reach the driver; records stay on the executors.
+Only per-partition frontiers and per-window figures of waiting transactions reach the
+driver; records stay on the executors.
 """
 
 from __future__ import annotations
