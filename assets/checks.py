@@ -2,6 +2,8 @@
 
 The checks that guard correctness are blocking: an asset downstream of a failed check
 (in another step, e.g. a CDCv2 export of ``changes``) is not built on a failed window.
+The transactions check of a group member fails with severity error but does not block:
+what its bindings hold back is waiting, and what they bound stays consistent.
 A run covers a range of windows; the checks judge that whole range (every time in it
 for completeness, the last window's time for the others). Without partition tags
 (a check run on its own) they judge the newest complete window.
@@ -33,7 +35,7 @@ from assets.partitions import (
     window_partitions,
 )
 from assets.source_assets import output_key
-from cdc_core.checks import history_versions, validate
+from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import phase
@@ -109,18 +111,21 @@ class SourceCheck:
     judge: Callable[[SourcePipeline, int, int], checks.CheckOutcome]
     description: str
     blocking: bool = True
+    severity: AssetCheckSeverity | None = None  # None: error when blocking, else warning
 
 
 def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
     registered record accounted for, upsert state is a set, well-formed history (when kept),
+    no transaction waiting past its group's timeout (for a member of a transaction group),
     and the source's data expectations.
+
 
     They run as one step per source (any subset of them, e.g. one picked in the UI): the
     source is opened once for all of them, not once per check. A check that raises does
     not keep the others from reporting; the step fails after they did."""
     name = source.name
-    defined = _source_checks(source)
+    defined = _source_checks(config, source)
     keys = {AssetCheckKey(output_key(name, c.asset), c.name): c for c in defined}
 
     @multi_asset_check(
@@ -148,7 +153,8 @@ def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition
                     description="no complete window yet",
                 )
                 continue
-            severity = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
+            default = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
+            severity = check.severity or default
             try:
                 with phase(name, f"check {check.asset}.{check.name}"):
                     outcome = check.judge(pipeline, *window)
@@ -163,8 +169,9 @@ def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition
     return _checks
 
 
-def _source_checks(source: SourceConfig) -> list[SourceCheck]:
-    """The checks that apply to ``source`` (its envelope, history and expectations)."""
+def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
+    """The checks that apply to ``source`` (its envelope, history, transaction group and
+    expectations)."""
     name = source.name
 
     def completeness_of(output: str) -> Callable[[SourcePipeline, int, int], checks.CheckOutcome]:
@@ -270,6 +277,21 @@ def _source_checks(source: SourceConfig) -> list[SourceCheck]:
                 ),
                 "At most one open version per key, no overlapping versions, published "
                 "through the window, and the open versions are the rows of changes.",
+            )
+        )
+    group = config.transaction_group(name)
+    if group is not None:
+        definitions.append(
+            SourceCheck(
+                "remap",
+                "transactions",
+                lambda p, _s, end: transactions_settled(
+                    p.pending_transactions([end]).get(end), group.name, group.timeout
+                ),
+                f"No transaction of group {group.name} stays incomplete longer than "
+                f"{group.timeout} (the bindings hold it back until it completes).",
+                blocking=False,
+                severity=AssetCheckSeverity.ERROR,
             )
         )
     if source.expectations:

@@ -198,6 +198,13 @@ def window_metadata(report: WindowReport, backlog: Backlog) -> dict[str, object]
     # The window's binding per Kafka partition: the next offset after it.
     for partition, offset in report.frontier.offsets.items():
         metadata[f"frontier/partition_{partition}"] = offset
+    if report.pending is not None:  # a member of a transaction group
+        metadata["transactions_pending"] = report.pending.count
+        metadata["transactions_overdue"] = report.pending.overdue_count
+        oldest = report.pending.oldest_ms
+        metadata["transactions_oldest_age_seconds"] = (
+            0.0 if oldest is None else (report.end - oldest) / 1000
+        )
     return metadata
 
 

@@ -757,6 +757,36 @@ class SourceConfig(_Section):
         )
 
 
+class TransactionGroup(_Section):
+    """Sources written by one database's transactions, and the connector's transaction
+    topic: their windows never split a transaction (README, "Transactions")."""
+
+    model_config = ConfigDict(title="TransactionGroup")
+
+    name: Identifier
+    """The group's name (an identifier): its bindings live under <lake>/_transactions/<name>."""
+    topic: Topic
+    """The connector's transaction topic (BEGIN/END records), e.g. shop.transaction."""
+    sources: dict[Identifier, Annotated[str, BeforeValidator(_text)]] = Field(
+        json_schema_extra={"minProperties": 1}
+    )
+    """Member source name -> its Debezium data_collection, e.g. {orders: inventory.orders}."""
+    timeout: Annotated[Duration, AfterValidator(_positive)] = "10m"
+    """The transactions check fails when a transaction stays incomplete longer than this."""
+
+    @field_validator("sources")
+    @classmethod
+    def _some_sources(cls, sources: dict[str, str]) -> dict[str, str]:
+        if not sources:
+            raise _problem("must name at least one member source")
+        return sources
+
+    @property
+    def timeout_ms(self) -> int:
+        """``timeout`` in milliseconds."""
+        return duration_ms(self.timeout)
+
+
 class Config(_Section):
     """The whole configuration; paths are absolute, times are epoch milliseconds (UTC)."""
 
@@ -781,6 +811,8 @@ class Config(_Section):
     {"id": ..., "schema": "..."} as the registry serves them (relative: as lake)."""
     sources: tuple[SourceConfig, ...] = Field(json_schema_extra={"minItems": 1})
     """The topics to turn into Delta tables (at least one, with unique names)."""
+    transactions: tuple[TransactionGroup, ...] = ()
+    """Optional: groups of Debezium sources whose windows never split a transaction."""
 
     @field_validator("start_ms", "end_ms")
     @classmethod
@@ -849,6 +881,45 @@ class Config(_Section):
                 ]
         _raise_all(type(self).__name__, problems)
         return self
+
+    @model_validator(mode="after")
+    def _transaction_members(self) -> Config:
+        """A member is a configured Debezium source with JSON values (the transaction id is
+        read from the value), in one group only; group names are unique."""
+        problems: list[Located] = []
+        sources = {source.name: source for source in self.sources}
+        owner: dict[str, str] = {}
+        names: set[str] = set()
+        for index, group in enumerate(self.transactions):
+            if group.name in names:
+                problems.append(
+                    (("transactions", index, "name"), f"duplicate group name {group.name!r}",
+                     group.name)
+                )
+            names.add(group.name)
+            for member in group.sources:
+                where = ("transactions", index, "sources", member)
+                source = sources.get(member)
+                if source is None:
+                    known = ", ".join(sources)
+                    problems.append((where, f"no source named {member!r} (configured: {known})",
+                                     member))
+                elif not source.envelope.after_image:
+                    problems.append((where, "must be a source with envelope debezium or "
+                                     f"debezium-upsert (got {source.envelope})", member))
+                elif source.value_encoding != RecordEncoding.JSON:
+                    problems.append((where, "must have json values: the transaction id is read "
+                                     f"from them (got {source.value_encoding})", member))
+                if member in owner:
+                    problems.append((where, f"already a member of group {owner[member]!r}",
+                                     member))
+                owner.setdefault(member, group.name)
+        _raise_all(type(self).__name__, problems)
+        return self
+
+    def transaction_group(self, source: str) -> TransactionGroup | None:
+        """The transaction group ``source`` belongs to (None when it belongs to none)."""
+        return next((g for g in self.transactions if source in g.sources), None)
 
     @property
     def window_ms(self) -> int:

@@ -24,7 +24,7 @@ import json
 import os
 import random
 import struct
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,7 +51,17 @@ ORDERS_VALUE_SCHEMA = {
     "status": "string",
     "amount": "double",
 }
+ORDER_LINES_VALUE_SCHEMA = {
+    "id": "bigint",
+    "order_id": "bigint",
+    "sku": "string",
+    "quantity": "bigint",
+}
 CLICKS_VALUE_SCHEMA = {"user_id": "bigint", "url": "string"}
+# The Debezium connector's transaction topic, and the tables its transactions write.
+TRANSACTION_TOPIC = "shop.transaction"
+DATA_COLLECTIONS = {"orders": "public.orders", "order_lines": "public.order_lines"}
+MAX_LINE_DELAY_MS = 9_000  # an order's lines are written this much later at most
 
 LATE_SHARE = 0.02  # of each file's slice: records of one partition that arrive a file later
 JITTER_SHARE = 0.03  # of records whose producer timestamp lags behind their predecessor's
@@ -109,6 +119,15 @@ class Message(NamedTuple):
     payload: str | None
 
 
+class Shop(NamedTuple):
+    """The shop database through Debezium: its two tables' topics and the connector's
+    transaction topic (BEGIN/END records)."""
+
+    orders: list[Message]
+    order_lines: list[Message]
+    transactions: list[Message]
+
+
 class Record(NamedTuple):
     """A Kafka record: a message at its offset."""
 
@@ -121,7 +140,8 @@ class Record(NamedTuple):
 
 def write_sample(workdir: Path, seed: int = 7) -> Path:
     """Write the bundled demo (dumps under ``<workdir>/landing``) and its config; return the
-    config path. Topics: ``users`` (upsert), ``orders`` (Debezium Postgres, debezium-upsert),
+    config path. Topics: ``users`` (upsert), ``orders`` and ``order_lines`` (Debezium Postgres,
+    debezium-upsert, one transaction group with the connector's ``shop.transaction``),
     ``clicks`` (no envelope), ``payments`` (Avro keys and values in the Confluent wire
     format, upsert; schemas under ``<workdir>/schemas``) and ``pageviews`` (Kafka Connect
     sink files, no envelope), 3 partitions each, over 8 one-minute windows."""
@@ -149,10 +169,13 @@ def write_sample(workdir: Path, seed: int = 7) -> Path:
     _write_topic(landing, "users", user_messages, users, files=6, malformed=1)
 
     orders = random.Random(f"{seed}:orders")
-    order_messages = debezium_order_messages(
-        orders, snapshot_rows=40, changes=450, start_ms=SAMPLE_START_MS, span_ms=span_ms
+    lines = random.Random(f"{seed}:order_lines")
+    shop = debezium_order_messages(
+        orders, lines, snapshot_rows=40, changes=450, start_ms=SAMPLE_START_MS, span_ms=span_ms
     )
-    _write_topic(landing, "orders", order_messages, orders, files=5)
+    _write_topic(landing, "orders", shop.orders, orders, files=5)
+    _write_topic(landing, "order_lines", shop.order_lines, lines, files=3)
+    _write_topic(landing, TRANSACTION_TOPIC, shop.transactions, lines, files=2)
 
     clicks = random.Random(f"{seed}:clicks")
     click_messages = list(
@@ -277,15 +300,28 @@ def upsert_messages(
 
 
 def debezium_order_messages(
-    rng: random.Random, *, snapshot_rows: int, changes: int, start_ms: int, span_ms: int
-) -> list[Message]:
-    """A Postgres ``public.orders`` table through Debezium: an initial snapshot (``op=r``),
-    then transactions of creates, updates and deletes (each delete followed by a null
-    tombstone), and once a connector restart that re-sends the last few events."""
+    rng: random.Random,
+    lines_rng: random.Random,
+    *,
+    snapshot_rows: int,
+    changes: int,
+    start_ms: int,
+    span_ms: int,
+) -> Shop:
+    """A Postgres ``public.orders`` table through Debezium: an initial snapshot (``op=r``,
+    outside any transaction), then transactions of creates, updates and deletes (each delete
+    followed by a null tombstone), and once a connector restart that re-sends the last few
+    events. A transaction that creates an order also creates its lines in
+    ``public.order_lines`` (``lines_rng`` draws them), written up to MAX_LINE_DELAY_MS
+    later, so a window's end may fall between an order and its lines; every transaction
+    has BEGIN and END records on the transaction topic."""
     table: dict[int, dict[str, object]] = {}
     messages: list[Message] = []
+    lines: list[Message] = []
+    transactions: list[Message] = []
     lsn = 24_000_000
     snapshot_ms = span_ms // 20
+    last_ms = start_ms + span_ms - 1  # everything lies inside the sample's windows
 
     for order_id in range(1, snapshot_rows + 1):
         table[order_id] = _new_order(rng, order_id)
@@ -297,37 +333,81 @@ def debezium_order_messages(
     commit_lsn = lsn  # streaming continues from the snapshot's position
     replay_at = changes * 3 // 5
     next_id = snapshot_rows + 1
+    next_line = 1
     tx_id = 701
     done = 0
     while done < changes:
         tx_events = min(rng.randint(1, 3), changes - done)
+        txid = f"{tx_id}:{lsn + 1}"
+        written: list[tuple[str, int]] = []  # (table, ts) of the transaction's events
         for _ in range(tx_events):
             ts = start_ms + snapshot_ms + (span_ms - snapshot_ms) * done // changes
             lsn += rng.randint(8, 400)
             source = _pg_source(ts - rng.randint(5, 80), "false", lsn, commit_lsn, tx_id)
             roll = rng.random()
+            in_tx = _transaction_block(txid, written, "orders")
+            written.append(("orders", ts))
             if not table or roll < 0.3:
                 table[next_id] = _new_order(rng, next_id)
-                messages.append(_debezium_message(next_id, None, table[next_id], "c", source, ts))
+                messages.append(
+                    _debezium_message(next_id, None, table[next_id], "c", source, ts, in_tx)
+                )
+                for _ in range(lines_rng.randint(1, 3)):
+                    line_ts = min(ts + lines_rng.randrange(MAX_LINE_DELAY_MS), last_ms)
+                    line = _new_line(lines_rng, next_line, next_id)
+                    line_source = {**source, "table": "order_lines", "ts_ms": line_ts}
+                    line_tx = _transaction_block(txid, written, "order_lines")
+                    written.append(("order_lines", line_ts))
+                    lines.append(
+                        _debezium_message(next_line, None, line, "c", line_source, line_ts, line_tx)
+                    )
+                    next_line += 1
                 next_id += 1
             elif roll < 0.85:
                 order_id = rng.choice(sorted(table))
                 before = table[order_id]
                 table[order_id] = _updated_order(rng, before)
                 messages.append(
-                    _debezium_message(order_id, before, table[order_id], "u", source, ts)
+                    _debezium_message(order_id, before, table[order_id], "u", source, ts, in_tx)
                 )
             else:
                 order_id = rng.choice(sorted(table))
                 before = table.pop(order_id)
-                messages.append(_debezium_message(order_id, before, None, "d", source, ts))
+                messages.append(
+                    _debezium_message(order_id, before, None, "d", source, ts, in_tx)
+                )
                 messages.append(Message(messages[-1].partition, ts, messages[-1].key, None))
             done += 1
             if done == replay_at:
                 messages.extend(_connector_restart(messages[-6:], ts))
+        transactions += _transaction_records(txid, written)
         commit_lsn = lsn
         tx_id += 1
-    return messages
+    return Shop(messages, lines, transactions)
+
+
+def _transaction_block(
+    txid: str, written: list[tuple[str, int]], table: str
+) -> dict[str, object]:
+    """The ``transaction`` block of the next event of ``table`` in a transaction that wrote
+    ``written`` so far: its place in the transaction and among its table's events."""
+    order = sum(1 for name, _ in written if name == table) + 1
+    return {"id": txid, "total_order": len(written) + 1, "data_collection_order": order}
+
+
+def _transaction_records(txid: str, written: list[tuple[str, int]]) -> list[Message]:
+    """The BEGIN and END records of a transaction that wrote ``(table, ts)`` events, as
+    the connector writes them (one partition, keyed by the transaction id)."""
+    counts = Counter(name for name, _ in written)
+    begin_ms, end_ms = min(ts for _, ts in written), max(ts for _, ts in written)
+    key = json.dumps({"id": txid})
+    begin = {"status": "BEGIN", "id": txid, "event_count": None, "data_collections": None,
+             "ts_ms": begin_ms}
+    end = {"status": "END", "id": txid, "event_count": len(written), "ts_ms": end_ms,
+           "data_collections": [{"data_collection": DATA_COLLECTIONS[name], "event_count": n}
+                                for name, n in sorted(counts.items())]}
+    return [Message(0, begin_ms, key, json.dumps(begin, separators=(",", ":"))),
+            Message(0, end_ms, key, json.dumps(end, separators=(",", ":")))]  # fmt: skip
 
 
 def click_stream(
@@ -651,6 +731,11 @@ def _new_order(rng: random.Random, order_id: int) -> dict[str, object]:
     }
 
 
+def _new_line(rng: random.Random, line_id: int, order_id: int) -> dict[str, object]:
+    return {"id": line_id, "order_id": order_id, "sku": f"SKU-{rng.randrange(100, 999)}",
+            "quantity": rng.randint(1, 5)}
+
+
 def _updated_order(rng: random.Random, order: dict[str, object]) -> dict[str, object]:
     """Move the order along its lifecycle, sometimes correcting the amount."""
     status = ORDER_STATUSES.index(str(order["status"]))
@@ -681,25 +766,27 @@ def _pg_source(
 
 
 def _debezium_message(
-    order_id: int,
+    row_id: int,
     before: dict[str, object] | None,
     after: dict[str, object] | None,
     op: str,
     source: dict[str, object],
     ts: int,
+    transaction: dict[str, object] | None = None,
 ) -> Message:
+    """A change event of row ``row_id``, in ``transaction`` (None: outside any, a snapshot)."""
     payload = {
         "before": before,
         "after": after,
         "source": source,
         "op": op,
         "ts_ms": ts,
-        "transaction": None,
+        "transaction": transaction,
     }
     return Message(
-        key_partition(order_id, SAMPLE_PARTITIONS),
+        key_partition(row_id, SAMPLE_PARTITIONS),
         ts,
-        f'{{"id":{order_id}}}',
+        f'{{"id":{row_id}}}',
         json.dumps(payload, separators=(",", ":"), ensure_ascii=False),
     )
 
@@ -761,9 +848,15 @@ def _sample_config_yaml(end_ms: int, schemas: str) -> str:
         "sources": [
             users,
             source("orders", {"id": "bigint"}, ORDERS_VALUE_SCHEMA, "debezium-upsert"),
+            source("order_lines", {"id": "bigint"}, ORDER_LINES_VALUE_SCHEMA, "debezium-upsert"),
             source("clicks", {}, CLICKS_VALUE_SCHEMA, "none"),
             payments,
             pageviews,
+        ],
+        # An order and its lines change in one transaction: no window shows half of one.
+        "transactions": [
+            {"name": "shop", "topic": TRANSACTION_TOPIC, "sources": DATA_COLLECTIONS,
+             "timeout": "2m"},
         ],
     }
     header = "# The bundled reclock demo, written by `reclock sample`.\n"

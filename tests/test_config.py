@@ -351,7 +351,7 @@ def test_every_problem_is_reported_at_once() -> None:
             (
                 "colour",
                 "unknown key (expected: lake, landing, window, start, end, spark, readers, "
-                "schema_folder, sources)",
+                "schema_folder, sources, transactions)",
             ),
             ("end", "must be after start (2026-01-01T00:00:00Z)"),
             ("spark.mastr", "unknown key; did you mean 'master'? (expected: master, conf)"),
@@ -473,7 +473,8 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
         "materialize (got 'upsrt')",
         f"{typos}: window: is required",
         f"{typos}: windw: unknown key; did you mean 'window'? "
-        "(expected: lake, landing, window, start, end, spark, readers, schema_folder, sources)",
+        "(expected: lake, landing, window, start, end, spark, readers, schema_folder, sources, "
+        "transactions)",
     ]
 
 
@@ -736,3 +737,65 @@ def test_include_adds_metadata_columns_and_refuses_what_cannot_work() -> None:
     for changes, field, words in cases:
         error = rejected(config_with(**changes))
         assert field in [p.field for p in error.problems] and words in str(error), changes
+
+
+GROUP = {"name": "shop", "topic": "shop.transaction", "sources": {"orders": "inventory.orders"}}
+
+
+def test_transaction_groups_load_with_their_members() -> None:
+    config = parse_config(config_with(transactions=[GROUP]), Path("/base"))
+    (group,) = config.transactions
+    assert (group.name, group.topic, dict(group.sources)) == (
+        "shop", "shop.transaction", {"orders": "inventory.orders"}
+    )
+    assert group.timeout_ms == 10 * 60_000  # the default
+    assert config.transaction_group("orders") is group
+    assert config.transaction_group("users") is None
+    assert parse_config(BASE, Path("/base")).transactions == ()
+
+
+@pytest.mark.parametrize(
+    ("group", "field", "words"),
+    [
+        ({"sources": {"users": "inventory.users"}}, "transactions[0].sources.users",
+         "envelope debezium or debezium-upsert (got upsert)"),
+        ({"sources": {"nobody": "x"}}, "transactions[0].sources.nobody",
+         "no source named 'nobody' (configured: users, orders)"),
+        ({"sources": {}}, "transactions[0].sources", "at least one member"),
+        ({"sources": {"orders": ""}}, "transactions[0].sources.orders", "non-empty string"),
+        ({"timeout": "soon"}, "transactions[0].timeout", "duration"),
+        ({"timeout": "0m"}, "transactions[0].timeout", "longer than zero"),
+        ({"topic": "a topic"}, "transactions[0].topic", "Kafka topic"),
+        ({"timout": "5m"}, "transactions[0].timout", "did you mean 'timeout'"),
+        ({"name": "shop-1"}, "transactions[0].name", "identifier"),
+    ],
+)
+def test_transaction_groups_are_judged_at_load(group: dict, field: str, words: str) -> None:
+    error = rejected(config_with(transactions=[{**GROUP, **group}]))
+    assert error.field == field and words in str(error), str(error)
+
+
+def test_a_source_joins_one_transaction_group_with_json_values(tmp_path: Path) -> None:
+    twice = rejected(config_with(transactions=[GROUP, {**GROUP, "name": "again"}]))
+    assert str(twice) == (
+        "transactions[1].sources.orders: already a member of group 'shop'"
+    )
+    same_name = rejected(
+        config_with(transactions=[GROUP, {**GROUP, "sources": {"x": "y"}}])
+    )
+    assert "transactions[1].name: duplicate group name 'shop'" in str(same_name)
+    avro = config_with(
+        transactions=[GROUP],
+        sources__1__value_encoding="avro",
+        sources__1__value_avro_schema={"file": "v.avsc", "id": 1},
+    )
+    record = {"type": "record", "name": "Order", "fields": [
+        {"name": "after", "type": ["null", {"type": "record", "name": "Row", "fields": [
+            {"name": "id", "type": "long"}, {"name": "status", "type": "string"}]}]}]}
+    (tmp_path / "v.avsc").write_text(json.dumps(record))  # the schema exists and fits
+    with pytest.raises(ConfigError) as caught:
+        parse_config(avro, tmp_path)
+    assert str(caught.value) == (
+        "transactions[0].sources.orders: must have json values: the transaction id is read "
+        "from them (got avro)"
+    )

@@ -28,7 +28,7 @@ from cdc_core.config import Config, parse_config
 from cdc_core.envelopes import EnvelopeBatch, apply_envelope
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.reclock.remap import configured_starts
-from cdc_core.source.pipeline import published_tables
+from cdc_core.source.pipeline import published_tables, transaction_binder
 from cdc_core.spark import session_conf
 from tests.envelopes.test_envelope_support import dataframe
 from tests.test_config import config_schema, document_fields, readme_example
@@ -134,7 +134,8 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "readers.lease": ({"readers.lease": "2h"}, lambda c, s: c.readers.lease_ms),
     "readers.warn_after": ({"readers.warn_after": "2h"}, lambda c, s: c.readers.warn_after_ms),
     "schema_folder": ({"schema_folder": "schemas2"}, lambda c, s: decoded(s, c, "payments")),
-    "sources": ({"sources": "users only"}, lambda c, s: [x.name for x in c.sources]),
+    "sources": ({"sources": "users only", "transactions": None},
+                lambda c, s: [x.name for x in c.sources]),
     "sources[].name": ({"users.name": "people"}, lambda c, s: c.sources[0].output_schema and
                        c.sources[0].name),
     "sources[].topic": ({"users.topic": "people"}, lambda c, s: c.landing / c.sources[0].topic),
@@ -223,7 +224,25 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     ),
     "sources[].owners": ({"users.owners": ["team:other"]}, lambda c, s: users(c).owners),
     "sources[].history": ({"users.history": None}, lambda c, s: published_tables(users(c))),
+    "transactions": ({"transactions": None}, lambda c, s: _group_binding(s, c)),
+    "transactions[].name": ({"transactions.name": "store"}, lambda c, s: _group_binding(s, c)),
+    "transactions[].topic": ({"transactions.topic": "store.transaction"},
+                             lambda c, s: _group_binding(s, c)),
+    "transactions[].sources": ({"transactions.sources": {"orders": "inventory.orders"}},
+                               lambda c, s: _group_binding(s, c)),
+    "transactions[].timeout": ({"transactions.timeout": "1h"},
+                               lambda c, s: c.transaction_group("orders").timeout_ms),
 }  # fmt: skip
+
+
+def _group_binding(spark: SparkSession, config: Config) -> tuple | None:
+    """Where the group of ``orders`` keeps its bindings, which topic's END records it
+    reads, and which data collection it counts for each member (None: no group)."""
+    binder = transaction_binder(spark, config, config.lake, "orders")
+    if binder is None:
+        return None
+    members = {name: m.collection for name, m in binder.members.items()}
+    return binder.bindings.path, binder.registry.topic, members
 
 
 def _expectations_pass(spark: SparkSession, config: Config) -> bool:
@@ -241,6 +260,9 @@ def variant(example: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
         head, _, rest = path.partition(".")
         if path == "sources":
             data["sources"] = [by_name["users"]]
+            continue
+        if head == "transactions" and rest:
+            data["transactions"][0][rest] = value
             continue
         target = by_name.get(head, data)
         key = rest if head in by_name else path

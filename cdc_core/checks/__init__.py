@@ -4,18 +4,19 @@ Invariant: a check reads only what is on disk, so it catches damage done behind 
 pipeline's back; only aggregates reach the driver.
 
 Modules: ``invariants`` (completeness, monotone remap, exactly-once, accounted, set
-semantics), ``history`` (an SCD type 2 history's versions), ``expectations``
-(great-expectations suites on a window's output).
+semantics, transactions settled in time), ``history`` (an SCD type 2 history's versions),
+``expectations`` (great-expectations suites on a window's output).
 """
 
 from cdc_core.checks.expectations import ExpectationSpec, ValidationReport, validate
 from cdc_core.checks.history import history_versions
-from cdc_core.checks.invariants import CheckOutcome
+from cdc_core.checks.invariants import CheckOutcome, transactions_settled
 
 __all__ = [
     "CheckOutcome",
     "ExpectationSpec",
     "ValidationReport",
     "history_versions",
+    "transactions_settled",
     "validate",
 ]

@@ -18,6 +18,7 @@ from cdc_core.cdcv2 import check_completeness
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import RegisteredFile
 from cdc_core.reclock import frontier_of, remap_updates
+from cdc_core.reclock.transactions import PendingTransactions
 from cdc_core.shard import Shard
 from cdc_core.spark import local_frame
 
@@ -317,3 +318,27 @@ def state_is_set(changes: Shard, key_columns: Sequence[str], as_of: int) -> Chec
 def window_rows(shard: Shard, lower: int, upper: int) -> DataFrame:
     """The updates at times in ``[lower, upper)`` (what data expectations judge)."""
     return shard.listen(lower - 1, upper - 1) if lower > 0 else shard.snapshot(upper - 1)
+
+
+def transactions_settled(
+    pending: PendingTransactions | None, group: str, timeout: str
+) -> CheckOutcome:
+    """No transaction of ``group`` has waited longer than ``timeout`` for its records:
+    those ``pending`` calls overdue (announced more than the timeout before the window's
+    end, still not admitted) fail the check, named oldest first."""
+    if pending is None:
+        return CheckOutcome(True, f"no binding of group {group} to judge yet")
+    figures = {"pending": pending.count, "overdue": pending.overdue_count,
+               "oldest_pending": iso(pending.oldest_ms) if pending.oldest_ms else None,
+               "overdue_ids": list(pending.overdue)}
+    if pending.overdue_count:
+        named = ", ".join(pending.overdue)
+        more = pending.overdue_count - len(pending.overdue)
+        return CheckOutcome(
+            False,
+            f"{pending.overdue_count} transaction(s) of group {group} incomplete for longer "
+            f"than {timeout}: {named}" + (f" and {more} more" if more else ""),
+            figures,
+        )
+    return CheckOutcome(True, f"{pending.count} transaction(s) of group {group} waiting, "
+                        f"none longer than {timeout}", figures)

@@ -4,7 +4,8 @@ Invariant: a binding is minted once, durably, and reused by every later run; a r
 appears exactly once in the reclocked collection, at the first binding that covers it.
 
 Modules: ``remap`` (minting policies and the remap shard), ``reclocking`` (the reclocked
-collection of a range of bindings).
+collection of a range of bindings), ``transactions`` (a transaction group's bindings, which
+never split a transaction, copied by its members).
 """
 
 from cdc_core.reclock.reclocking import ReclockedWindows, reclock_windows

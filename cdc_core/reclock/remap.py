@@ -27,7 +27,7 @@ raises ``UnexpectedStartOffset`` until ``start_offsets`` accepts where it really
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,6 +62,11 @@ class ReclockSource(Protocol):
     @property
     def start_offsets(self) -> OffsetFrontier | Mapping[int, int] | None:
         """Where each partition starts when no binding exists yet."""
+
+
+# Bindings imposed from outside the source, from ``previous`` at its remap's upper ``bound``
+# through ``windows``: ``(time, frontier)`` per binding time (a transaction group's).
+ImposedBindings = Callable[[OffsetFrontier, int, "Windows"], list[tuple[int, "OffsetFrontier"]]]
 
 
 class RemapError(ValueError):
@@ -426,11 +431,13 @@ def mint_bindings(
     remap: Shard,
     windows: Windows,
     reads: CanonicalReads | None = None,
+    imposed: ImposedBindings | None = None,
 ) -> RangeBindings:
     """The bindings of ``windows`` (binding times ``[windows.start + 1, windows.end + 1)``):
     those already in the remap are read back, the others minted with one
     compare_and_append, which also binds any skipped windows (between the remap's upper
-    and ``windows.start``) to the unchanged frontier.
+    and ``windows.start``) to the unchanged frontier. With ``imposed`` (a transaction
+    group's bindings) the source's policy does not decide: the imposed bindings are copied.
 
     On an upper mismatch another process won: re-read and adopt or retry.
     """
@@ -445,8 +452,11 @@ def mint_bindings(
             previous = done.top
         else:
             unbound, done, previous = windows, None, frontier_at(remap, bound - 1)
-        frontiers = propose_frontiers(spark, source, registry, previous, unbound, reads)
-        minted = list(zip(unbound.ends, frontiers, strict=True))
+        if imposed is None:
+            frontiers = propose_frontiers(spark, source, registry, previous, unbound, reads)
+            minted = list(zip(unbound.ends, frontiers, strict=True))
+        else:
+            minted = imposed(previous, bound, windows)
         updates = binding_updates(previous, minted)
         if remap.compare_and_append(updates, TimeFrontier.at(bound), TimeFrontier.at(upper)):
             continue

@@ -15,6 +15,8 @@ its windows one after another inside the run.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,6 +39,8 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
 from cdc_core.reclock import Windows, frontier_at, reclock_windows
+from cdc_core.reclock.remap import ImposedBindings
+from cdc_core.reclock.transactions import Member, PendingTransactions, TransactionGroupBinder
 from cdc_core.schemas import ERROR, REMAP, history_schema
 from cdc_core.shard import Shard, ShardUsageError, stored_upper
 from cdc_core.shard.delta_io import live_files
@@ -55,6 +59,8 @@ from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.vocabulary import Envelope
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
+# Under the lake: one folder per transaction group (its bindings and transaction dumps).
+TRANSACTIONS_FOLDER = "_transactions"
 
 
 def published_tables(source: SourceConfig) -> tuple[str, ...]:
@@ -77,6 +83,24 @@ def stored_outputs_upper(lake: Path, source: SourceConfig) -> TimeFrontier:
     return meet
 
 
+def transaction_binder(
+    spark: SparkSession, config: Config, lake: Path, source: str
+) -> TransactionGroupBinder | None:
+    """The binder of ``source``'s transaction group (None when it belongs to none): the
+    group's bindings and transaction dumps under ``<lake>/_transactions/<group>``, and
+    every member's registry (where its own runs register its dumps)."""
+    group = config.transaction_group(source)
+    if group is None:
+        return None
+    members = []
+    for name, collection in group.sources.items():
+        member = config.source(name)
+        registry = Registry(lake / name / "dumps", member.topic)
+        members.append(Member(name, member, registry, collection, member.value_schema))
+    return TransactionGroupBinder(spark, lake / TRANSACTIONS_FOLDER / group.name, group.topic,
+                                  members)
+
+
 @dataclass(frozen=True)
 class WindowReport:
     """What one window did: figures for logs and materialization metadata."""
@@ -89,14 +113,18 @@ class WindowReport:
     records_in: int
     updates_out: int
     errors_out: int
+    pending: PendingTransactions | None = None  # for a member of a transaction group
 
     def summary(self) -> str:
         """One line for logs: the window, its binding and its figures."""
         verb = "bound" if self.minted else "reused binding"
+        waiting = "" if self.pending is None else (
+            f", {self.pending.count} transaction(s) waiting"
+        )
         return (
             f"{self.source} window [{iso(self.start)}, {iso(self.end)}): {verb} {self.frontier}; "
             f"{self.records_in} record(s) in, {self.updates_out} change(s), "
-            f"{self.errors_out} error update(s)"
+            f"{self.errors_out} error update(s){waiting}"
         )
 
 
@@ -157,8 +185,17 @@ class SourcePipeline:
     """The shards of one source and the steps that advance them."""
 
     def __init__(
-        self, spark: SparkSession, config: Config, source: SourceConfig, lake: Path, landing: Path
+        self,
+        spark: SparkSession,
+        config: Config,
+        source: SourceConfig,
+        lake: Path,
+        landing: Path,
+        *,
+        group_lake: Path | None = None,
     ) -> None:
+        """``group_lake``: the lake of the source's transaction group (``lake`` unless the
+        tables are built elsewhere, as a rebuild does, binding with the group in place)."""
         self.spark = spark
         self.config = config
         self.source = source
@@ -179,6 +216,7 @@ class SourcePipeline:
             else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
+        self.group = transaction_binder(spark, config, Path(group_lake or lake), source.name)
         self.encodings = {
             part: PartEncoding(
                 source.key_encoding if part == "key" else source.value_encoding,
@@ -202,16 +240,29 @@ class SourcePipeline:
 
     def register_dumps(self, arrival_ms: int, arrived: Mapping[str, int] | None = None) -> int:
         """Register dump files not seen before, stamped with their arrival time: the time
-        in ``arrived`` (by path) for a file seen landing earlier, else ``arrival_ms``."""
+        in ``arrived`` (by path) for a file seen landing earlier, else ``arrival_ms``.
+
+        A member of a transaction group registers its group's dumps too (every member's and
+        the transaction topic's), so the group's binding sees them all at the same moment.
+        Returns how many of the source's own files were new."""
+        registries = [self.registry]
+        if self.group is not None:
+            registries += [m.registry for m in self.group.members.values()]
+            registries.append(self.group.registry)
         with phase(self.source.name, "register dumps") as figures:
-            by_arrival: dict[int, list[DumpFile]] = {}
-            for dump in list_dump_files(self.landing, self.source.topic):
-                by_arrival.setdefault((arrived or {}).get(dump.path, arrival_ms), []).append(dump)
-            figures["files"] = sum(
-                len(self.registry.register(self.spark, files, moment))
-                for moment, files in sorted(by_arrival.items())
-            )
+            counts = [self._register(r, arrival_ms, arrived or {}) for r in registries]
+            figures["files"] = counts[0]
         return figures["files"]
+
+    def _register(self, registry: Registry, arrival_ms: int, arrived: Mapping[str, int]) -> int:
+        """Register the new dumps of ``registry``'s topic; how many were new."""
+        by_arrival: dict[int, list[DumpFile]] = {}
+        for dump in list_dump_files(self.landing, registry.topic):
+            by_arrival.setdefault(arrived.get(dump.path, arrival_ms), []).append(dump)
+        return sum(
+            len(registry.register(self.spark, files, moment))
+            for moment, files in sorted(by_arrival.items())
+        )
 
     def outputs_upper(self) -> TimeFrontier:
         """Where all outputs stand: the meet of their uppers ([0] before the first window)."""
@@ -228,7 +279,7 @@ class SourcePipeline:
         """
         held = self.outputs_upper()
         if held.time is None or held.time > windows.end:
-            return self._reused(windows)
+            return self._with_pending(self._reused(windows))
         lower = held.time
         done: list[WindowReport] = []
         if lower - 1 > windows.start:
@@ -245,6 +296,7 @@ class SourcePipeline:
                     run = reclock_windows(
                         self.spark, self.source, self.registry, self.remap, lower, windows, reads,
                         reported=self._reported_files(lower),
+                        imposed=self.imposed_bindings,
                     )
                 upper = windows.end + 1
                 with phase(self.source.name, "append reclocked") as figures:
@@ -266,7 +318,7 @@ class SourcePipeline:
                     errors_out.update(errors)
             finally:
                 reads.release()
-        return done + [
+        reports = done + [
             WindowReport(
                 source=self.source.name,
                 start=end - windows.width,
@@ -279,6 +331,31 @@ class SourcePipeline:
             )
             for end in windows.ends
         ]
+        return self._with_pending(reports)
+
+    @property
+    def imposed_bindings(self) -> ImposedBindings | None:
+        """For a member of a transaction group, its part of the group's bindings (what
+        ``mint_bindings`` copies instead of asking the source's policy)."""
+        if self.group is None:
+            return None
+        return functools.partial(self.group.member_bindings, self.source.name)
+
+    def pending_transactions(self, ends: list[int]) -> dict[int, PendingTransactions]:
+        """Per window end the group has bound, the transactions of the source's group its
+        binding holds back (nothing for a source in no group)."""
+        group = self.config.transaction_group(self.source.name)
+        if self.group is None or group is None:
+            return {}
+        with phase(self.source.name, "pending transactions") as figures:
+            pending = self.group.pending(ends, group.timeout_ms)
+            figures["pending"] = {end: p.count for end, p in pending.items()}
+        return pending
+
+    def _with_pending(self, reports: list[WindowReport]) -> list[WindowReport]:
+        """``reports`` with the pending transactions of their windows."""
+        pending = self.pending_transactions([r.end for r in reports])
+        return [dataclasses.replace(r, pending=pending.get(r.end)) for r in reports]
 
     def _reported_files(self, lower: int) -> frozenset[str]:
         """Registered files with errors to report whose rows the errors shard holds before

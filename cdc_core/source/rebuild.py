@@ -49,7 +49,9 @@ def rebuild(
     old_root = lake / source.name
     if old_root.exists() or not (staging / source.name).exists():  # else: a swap cut short
         arrivals = _old_arrivals(old_root, source) if old_root.exists() else {}
-        pipeline = SourcePipeline(spark, config, source, staging, config.landing)
+        pipeline = SourcePipeline(
+            spark, config, source, staging, config.landing, group_lake=lake
+        )
         if old_root.exists():
             old_remap = Shard.open(spark, str(old_root / "remap"), REMAP)
             _copy_bindings(old_remap, pipeline.remap)

@@ -92,11 +92,46 @@ def test_config_describes_the_sample(sample: Path) -> None:
     assert {s.name: s.envelope for s in config.sources} == {
         "users": "upsert",
         "orders": "debezium-upsert",
+        "order_lines": "debezium-upsert",
         "clicks": "none",
         "payments": "upsert",
         "pageviews": "none",
     }
     assert {s.reclock for s in config.sources} == {"event-time"}
+    (group,) = config.transactions
+    assert (group.topic, dict(group.sources)) == (
+        "shop.transaction", {"orders": "public.orders", "order_lines": "public.order_lines"}
+    )
+
+
+def test_the_shop_transactions_span_both_tables_and_windows(landing: Path) -> None:
+    """Every END counts, per table, the distinct change events carrying its id; some
+    transactions write both tables, and some have lines in a later window than their order."""
+    events: dict[str, Counter] = defaultdict(Counter)
+    minutes: dict[str, set[int]] = defaultdict(set)
+    for topic, collection in (("orders", "public.orders"), ("order_lines", "public.order_lines")):
+        seen: set[tuple[str, str]] = set()  # a connector restart re-sends events
+        for record in Topic(landing, topic).in_kafka_order():
+            event = json.loads(record["payload"]) if record["payload"] else None
+            if event is None or event["transaction"] is None:
+                assert event is None or event["op"] == "r"  # the snapshot is in none
+                continue
+            txid = event["transaction"]["id"]
+            minutes[txid].add((record["ts"] - START) // 60_000)
+            identity = (txid, record["payload"].replace(f'"ts_ms":{event["ts_ms"]}', ""))
+            if identity not in seen:
+                seen.add(identity)
+                events[txid][collection] += 1
+    records = Topic(landing, "shop.transaction").in_kafka_order()
+    ends = {r["key"]: json.loads(r["payload"]) for r in records
+            if json.loads(r["payload"])["status"] == "END"}  # fmt: skip
+    assert len(records) == 2 * len(ends)  # a BEGIN and an END each
+    for end in ends.values():
+        counts = {c["data_collection"]: c["event_count"] for c in end["data_collections"]}
+        assert counts == dict(events[end["id"]]), end["id"]
+        assert end["event_count"] == sum(counts.values())
+    assert sum(1 for e in events.values() if len(e) == 2) >= 20
+    assert any(len(m) == 2 for m in minutes.values())
 
 
 @pytest.mark.parametrize("name", ["users", "orders", "clicks", "payments"])

@@ -46,6 +46,7 @@ def one_source_sample(workdir: Path) -> Path:
     config_file = write_sample(workdir)
     settings = yaml.safe_load(config_file.read_text())
     settings["sources"] = [s for s in settings["sources"] if s["name"] == SOURCE]
+    del settings["transactions"]  # its sources are not configured here
     config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
     return config_file
 
@@ -77,6 +78,54 @@ def test_a_run_killed_after_a_phase_then_rerun_equals_a_clean_run(
     config = load_config(config_file)
     assert materialize(config, exports=False)
     assert contents(config) == never_killed
+
+
+GROUP = ("orders", "order_lines")  # the sample's transaction group "shop"
+
+
+def group_sample(workdir: Path) -> Path:
+    """The bundled sample with only the sources of its transaction group."""
+    config_file = write_sample(workdir)
+    settings = yaml.safe_load(config_file.read_text())
+    settings["sources"] = [s for s in settings["sources"] if s["name"] in GROUP]
+    config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return config_file
+
+
+def group_contents(config: Config) -> dict[str, Counter]:
+    """Every table of both members, and the group's own bindings."""
+    tables = {
+        f"{source}/{table}": table_rows(config, source, table)
+        for source in GROUP
+        for table in published_tables(config.source(source))
+    }
+    tables["bindings"] = table_rows(config, "_transactions", "shop/bindings")
+    return tables
+
+
+@pytest.fixture(scope="module")
+def group_never_killed(tmp_path_factory: pytest.TempPathFactory, spark) -> dict[str, Counter]:
+    config = load_config(group_sample(tmp_path_factory.mktemp("group")))
+    assert materialize(config, exports=False)
+    return group_contents(config)
+
+
+@pytest.mark.parametrize("source", GROUP)
+def test_a_group_run_killed_after_one_member_bound_then_rerun_equals_a_clean_run(
+    source: str, group_never_killed: dict[str, Counter], tmp_path: Path
+) -> None:
+    """Killed once ``source`` copied the group's bindings (the other member may not have
+    yet): the rerun finishes both from the same durable group bindings."""
+    config_file = group_sample(tmp_path)
+    script = Path(__file__).with_name("kill_at_phase.py")
+    killed = subprocess.run(
+        [sys.executable, str(script), str(config_file), source, "bind windows"],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2],
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    config = load_config(config_file)
+    assert materialize(config, exports=False)
+    assert group_contents(config) == group_never_killed
 
 
 @pytest.fixture

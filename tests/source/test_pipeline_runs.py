@@ -61,7 +61,10 @@ def run(
     pipeline.register_dumps(arrival_ms=config.start_ms + 100 * config.window_ms)
     if bound_first:  # a crash right after binding: bindings durable, no outputs yet
         whole = Windows(runs[0].start, runs[-1].end, config.window_ms)
-        mint_bindings(spark, source, pipeline.registry, pipeline.remap, whole)
+        mint_bindings(
+            spark, source, pipeline.registry, pipeline.remap, whole, None,
+            pipeline.imposed_bindings,  # a member of a transaction group copies the group's
+        )
     reports = [
         (r.end, r.records_in, r.updates_out, r.errors_out)
         for windows in runs

@@ -1,0 +1,478 @@
+"""Transaction-consistent bindings: a group's windows never split a database transaction.
+
+A transaction that writes several tables arrives as records on several topics (each value
+names its ``transaction.id``) plus BEGIN/END records on the connector's transaction topic
+(END: ``id``, ``data_collections[{data_collection, event_count}]``). The group's binding at
+a window end ``W`` is computed for all members at once:
+
+1. each member proposes its frontier by its own policy, as an ungrouped source would;
+2. an END record is known at ``W`` when the transaction topic's event-time binding covers
+   it (its contiguous prefix whose running maximum timestamp is below ``W``);
+3. a transaction is complete when its END is known and, for every member, the distinct
+   records carrying its id below the member's frontier number at least the END's
+   ``event_count`` of the member's data collection (collections outside the group are
+   not read);
+4. per transaction-topic partition, ENDs are admitted in offset order while complete: a
+   transaction that is not complete holds every later one back;
+5. each member partition's frontier is cut at its first record of a transaction not
+   admitted (a record without a transaction is held only behind such a record: a
+   frontier is a prefix), and steps 3-5 repeat until the frontiers stop moving (a cut can
+   make an admitted transaction incomplete again).
+
+The transaction topic's own frontier (where its first END not admitted lies) is kept, so
+a transaction admitted once stays admitted: its redelivered records are never held.
+
+Invariants: every member's remap is the projection of the group's ``bindings`` shard onto
+that member, so no member's binding ever splits a transaction; the group's bindings are
+minted once, with compare_and_append (one winner; every other run reads them back), and a
+member's remap is copied from them. A run killed after some members copied their
+bindings finishes the others from the same durable group bindings, so all members agree.
+Only per-partition frontiers and per-window figures of waiting transactions reach the
+driver; records stay on the executors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+from pyspark.sql.window import Window
+
+from cdc_core.envelopes.decode import unwrap_connect_envelope
+from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.ingest import CanonicalReads, Registry, starts_column
+from cdc_core.reclock.remap import (
+    ReclockSource,
+    RemapError,
+    Windows,
+    bind_times,
+    binding_updates,
+    effective_starts,
+    frontier_of,
+    propose_frontiers,
+)
+from cdc_core.shard import Shard
+from cdc_core.vocabulary import ReclockPolicy
+
+# A group binding element: member source -> partition -> next offset. The transaction
+# topic's own frontier is stored under the member name TRANSACTION_TOPIC.
+GROUP_BINDING = StructType(
+    [
+        StructField("member", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+    ]
+)
+TRANSACTION_TOPIC = ""
+
+# The value of a transaction topic record (Debezium's transaction metadata).
+TRANSACTION_EVENT = StructType(
+    [
+        StructField("status", StringType()),
+        StructField("id", StringType()),
+        StructField("event_count", LongType()),
+        StructField(
+            "data_collections",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("data_collection", StringType()),
+                        StructField("event_count", LongType()),
+                    ]
+                )
+            ),
+        ),
+    ]
+)
+
+
+# How many overdue transaction ids a report names (the count is always exact).
+MAX_OVERDUE = 20
+
+
+@dataclass(frozen=True)
+class PendingTransactions:
+    """Transactions announced by a window's end but not admitted by its binding: how
+    many, when the oldest was first announced (Kafka timestamp, ms), and the ids of those
+    waiting longer than the group's timeout, oldest first."""
+
+    count: int
+    oldest_ms: int | None
+    overdue: tuple[str, ...]
+    overdue_count: int
+
+
+class TransactionBindingMismatch(RemapError):
+    """A member's remap disagrees with its group's bindings (bound before it joined)."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One source of a transaction group: what binding it needs."""
+
+    name: str
+    source: ReclockSource
+    registry: Registry
+    collection: str
+    value_schema: StructType
+
+
+class TransactionGroupBinder:
+    """Mints a transaction group's bindings (``<root>/bindings``) and hands each member
+    its projection; the transaction topic's dumps are registered in ``<root>/dumps``."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: Path,
+        topic: str,
+        members: Sequence[Member],
+    ) -> None:
+        self.spark = spark
+        self.topic = topic
+        self.members = {m.name: m for m in members}
+        self.registry = Registry(Path(root) / "dumps", topic)
+        self.bindings = Shard.open(spark, str(Path(root) / "bindings"), GROUP_BINDING)
+
+    def member_bindings(
+        self, member: str, previous: OffsetFrontier, bound: int, windows: Windows
+    ) -> list[tuple[int, OffsetFrontier]]:
+        """The bindings ``member`` copies for its binding times ``[bound, windows.end + 1)``
+        from ``previous`` (its remap at ``bound - 1``): the group's, minted first if need
+        be. Every window end and every group binding time in the range is included, so the
+        member's remap equals the group's projection at every time."""
+        upper = windows.end + 1
+        self._mint_through(windows)
+        base = self._frontiers_at(bound - 1).get(member, OffsetFrontier())
+        if base != previous:
+            raise TransactionBindingMismatch(
+                f"source {member}: remap at {bound - 1} is {previous}, its transaction group "
+                f"bound {base}; a source bound before it joined a group needs a new name"
+            )
+        rows = [(p, o, t) for m, p, o, t, d in self._updates(upper - 1)
+                if m == member and d > 0 and t >= bound]
+        times = {t for _, _, t in rows} | {end for end in windows.ends if end >= bound}
+        result: list[tuple[int, OffsetFrontier]] = []
+        frontier = previous
+        for time in sorted(times):
+            frontier = frontier.join(OffsetFrontier({p: o for p, o, t in rows if t == time}))
+            result.append((time, frontier))
+        return result
+
+    def _mint_through(self, windows: Windows) -> None:
+        """Bind the group through ``windows.end`` unless it is bound already; on a lost
+        compare_and_append, re-read and go on from where the winner left it."""
+        upper = windows.end + 1
+        while True:
+            bound = self.bindings.refresh().upper.time
+            if bound is None or bound >= upper:
+                return
+            if bound - 1 >= windows.start:
+                unbound = windows.from_end(bound - 1)
+            elif bound > 0:
+                unbound = Windows(bound - 1, windows.end, windows.width)
+            else:
+                unbound = windows
+            previous = self._frontiers_at(bound - 1)
+            minted = self._constrain(self._propose(previous, unbound), previous, unbound)
+            parts = []
+            for name in [*self.members, TRANSACTION_TOPIC]:
+                part = binding_updates(
+                    previous.get(name, OffsetFrontier()),
+                    [(end, frontiers[name]) for end, frontiers in minted],
+                )
+                member = pa.array([name] * part.num_rows, pa.string())
+                parts.append(part.append_column("member", member))
+            updates = pa.concat_tables(parts).select([*GROUP_BINDING.names, "time", "diff"])
+            if not self.bindings.compare_and_append(
+                updates, TimeFrontier.at(bound), TimeFrontier.at(upper)
+            ):
+                return
+
+    def _updates(self, until: int) -> list[tuple[str, int, int, int, int]]:
+        """The group's updates ``(member, partition, offset, time, diff)`` at times
+        ``<= until``, read on the driver (tiny metadata, as a remap's)."""
+        table = self.bindings.updates_through(until)
+        names = (*GROUP_BINDING.names, "time", "diff")
+        return list(zip(*(table.column(c).to_pylist() for c in names), strict=True))
+
+    def _frontiers_at(self, time: int) -> dict[str, OffsetFrontier]:
+        """Every member's (and the transaction topic's) group frontier at ``time``."""
+        if time < 0:
+            return {}
+        live: dict[str, dict[tuple[int, int], int]] = {}
+        for m, p, o, _, d in self._updates(time):
+            counts = live.setdefault(m, {})
+            counts[(p, o)] = counts.get((p, o), 0) + d
+        return {m: frontier_of(counts, time) for m, counts in live.items()}
+
+    def _propose(
+        self, previous: Mapping[str, OffsetFrontier], windows: Windows
+    ) -> list[dict[str, OffsetFrontier]]:
+        """Per window end, each member's frontier by its own policy."""
+        proposed = {
+            name: propose_frontiers(
+                self.spark, m.source, m.registry, previous.get(name, OffsetFrontier()), windows
+            )
+            for name, m in self.members.items()
+        }
+        return [
+            {name: frontiers[i] for name, frontiers in proposed.items()}
+            for i in range(len(windows.ends))
+        ]
+
+    def _transaction_records(self) -> DataFrame | None:
+        """The transaction topic's records, one per offset, with their parsed value ``e``
+        (None before any dump is registered)."""
+        files = self.registry.files()
+        if not files:
+            return None
+        records = CanonicalReads(self.spark, self.registry, persist=False).read(files, {}).records
+        value = unwrap_connect_envelope(records, "payload", TRANSACTION_EVENT, "_value")
+        return value.select(
+            "partition", "offset", "ts", F.from_json("_value", TRANSACTION_EVENT).alias("e")
+        )
+
+    def _transaction_events(self, windows: Windows) -> DataFrame:
+        """END records of the transaction topic with the window end that first knows
+        them (event time): ``tpartition``, ``toffset``, ``txid``, ``known``, ``counts``
+        (data_collection -> event_count)."""
+        records = self._transaction_records()
+        if records is None:
+            return self.spark.createDataFrame(
+                [], "tpartition int, toffset bigint, txid string, known bigint, "
+                "counts map<string,bigint>"
+            )
+        times = bind_times(
+            records, starts_column(self.spark, {}), windows, ReclockPolicy.EVENT_TIME, False
+        )
+        return (
+            records.where(F.col("e.status") == "END")
+            .join(times, ["partition", "offset"])
+            .select(
+                F.col("partition").alias("tpartition"),
+                F.col("offset").alias("toffset"),
+                F.col("e.id").alias("txid"),
+                F.col("time").alias("known"),
+                F.map_from_entries(
+                    F.transform(
+                        F.coalesce("e.data_collections", F.array()),
+                        lambda c: F.struct(c["data_collection"], c["event_count"]),
+                    )
+                ).alias("counts"),
+            )
+        )
+
+    def pending(self, ends: Sequence[int], timeout_ms: int) -> dict[int, PendingTransactions]:
+        """Per window end the group has bound: the transactions the transaction topic
+        announced (a BEGIN or END before the end) that its binding has not admitted;
+        ``overdue`` names (at most MAX_OVERDUE of) those announced more than ``timeout_ms``
+        before the end."""
+        upper = self.bindings.refresh().upper.time
+        ends = [end for end in ends if upper is None or end < upper]
+        records = self._transaction_records()
+        if records is None or not ends:
+            return {end: PendingTransactions(0, None, (), 0) for end in ends}
+        bound = [(end, self._frontiers_at(end).get(TRANSACTION_TOPIC, OffsetFrontier()))
+                 for end in ends]
+        frontiers = self.spark.createDataFrame(
+            [(end, p, o) for end, f in bound for p, o in f.offsets.items()],
+            "end bigint, partition int, frontier bigint",
+        )
+        windows = self.spark.createDataFrame([(end,) for end in ends], "end bigint")
+        announced = (
+            records.where(F.col("e.status").isin("BEGIN", "END"))
+            .groupBy(F.col("e.id").alias("txid"))
+            .agg(F.min("ts").alias("since"))
+        )
+        admitted = (
+            records.where(F.col("e.status") == "END")
+            .join(frontiers, "partition")
+            .where(F.col("offset") < F.col("frontier"))
+            .select("end", F.col("e.id").alias("txid"))
+        )
+        waiting = (
+            announced.crossJoin(F.broadcast(windows))
+            .where(F.col("since") < F.col("end"))
+            .join(admitted, ["end", "txid"], "left_anti")
+        )
+        late = F.col("since") < F.col("end") - timeout_ms
+        overdue = F.sort_array(F.collect_list(F.when(late, F.struct("since", "txid"))))
+        rows = (
+            waiting.groupBy("end")
+            .agg(
+                F.count("*").alias("n"),
+                F.min("since").alias("oldest"),
+                F.slice(overdue, 1, MAX_OVERDUE).alias("overdue"),
+                F.count(F.when(late, 1)).alias("late"),
+            )
+            .collect()
+        )
+        found = {
+            row["end"]: PendingTransactions(
+                row["n"], row["oldest"], tuple(o["txid"] for o in row["overdue"]), row["late"]
+            )
+            for row in rows
+        }
+        return {end: found.get(end, PendingTransactions(0, None, (), 0)) for end in ends}
+
+    def _member_records(
+        self, previous: Mapping[str, OffsetFrontier], top: Mapping[str, OffsetFrontier]
+    ) -> DataFrame:
+        """Records of every member in ``[previous, top)`` that belong to a transaction:
+        ``member``, ``partition``, ``offset``, ``txid``."""
+        frames = []
+        for name, m in self.members.items():
+            starts = effective_starts(m.source, previous.get(name, OffsetFrontier()))
+            files = [f for f in m.registry.files() if f.overlaps(starts, top[name])]
+            if not files:
+                continue
+            records = CanonicalReads(self.spark, m.registry, persist=False).read(files, starts)
+            value = unwrap_connect_envelope(
+                records.records, "payload", m.value_schema, "_value"
+            )
+            frames.append(
+                value.select(
+                    F.lit(name).alias("member"),
+                    "partition",
+                    "offset",
+                    F.get_json_object("_value", "$.transaction.id").alias("txid"),
+                ).where(F.col("txid").isNotNull())
+            )
+        if not frames:
+            return self.spark.createDataFrame(
+                [], "member string, partition int, offset bigint, txid string"
+            )
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        return union
+
+    def _constrain(
+        self,
+        proposals: list[dict[str, OffsetFrontier]],
+        previous: Mapping[str, OffsetFrontier],
+        windows: Windows,
+    ) -> list[tuple[int, dict[str, OffsetFrontier]]]:
+        """Cut each window's proposals so that no transaction is split (module docstring)."""
+        ends = self._transaction_events(windows).persist()
+        records = self._member_records(previous, proposals[-1]).persist()
+        try:
+            bound = dict(previous)
+            minted = []
+            for end, proposed in zip(windows.ends, proposals, strict=True):
+                bound = self._admit(ends, records, bound, proposed, end)
+                minted.append((end, bound))
+            return minted
+        finally:
+            ends.unpersist()
+            records.unpersist()
+
+    def _admit(
+        self,
+        ends: DataFrame,
+        records: DataFrame,
+        previous: Mapping[str, OffsetFrontier],
+        proposed: Mapping[str, OffsetFrontier],
+        end: int,
+    ) -> dict[str, OffsetFrontier]:
+        """The group's frontiers at ``end``: the proposals cut until every transaction with
+        a record below them is admitted (complete, and after only complete ones)."""
+        txn_previous = previous.get(TRANSACTION_TOPIC, OffsetFrontier())
+        known = ends.where(F.col("known") <= end)
+        below = F.col("toffset") < self._offsets_column(
+            {TRANSACTION_TOPIC: txn_previous}, "tpartition", F.lit(TRANSACTION_TOPIC)
+        )
+        admitted_before = known.where(below).select("txid")
+        # A redelivered END of a transaction admitted before holds nothing back.
+        open_ends = known.where(~below).join(admitted_before, "txid", "left_anti")
+        pending = records.join(admitted_before, "txid", "left_anti").where(
+            F.col("offset") >= self._offsets_column(previous, "partition", F.col("member"))
+        )
+        expected = open_ends.select(
+            "txid",
+            "tpartition",
+            "toffset",
+            F.explode(
+                F.array(
+                    *[
+                        F.struct(
+                            F.lit(name).alias("member"),
+                            F.coalesce(F.col("counts")[m.collection], F.lit(0)).alias("n"),
+                        )
+                        for name, m in self.members.items()
+                    ]
+                )
+            ).alias("x"),
+        ).select("txid", "tpartition", "toffset", "x.member", "x.n")
+        cut = {name: proposed[name] for name in self.members}
+        while True:
+            inside = pending.where(
+                F.col("offset") < self._offsets_column(cut, "partition", F.col("member"))
+            )
+            seen = inside.groupBy("txid", "member").agg(F.count("*").alias("seen"))
+            complete = (
+                expected.join(seen, ["txid", "member"], "left")
+                .groupBy("txid", "tpartition", "toffset")
+                .agg(F.min((F.coalesce("seen", F.lit(0)) >= F.col("n")).cast("int")).alias("ok"))
+            )
+            in_order = Window.partitionBy("tpartition").orderBy("toffset").rowsBetween(
+                Window.unboundedPreceding, Window.currentRow
+            )
+            admitted = complete.withColumn("run", F.min("ok").over(in_order))
+            held = inside.join(admitted.where(F.col("run") == 1).select("txid"), "txid",
+                               "left_anti")
+            firsts = held.groupBy("member", "partition").agg(F.min("offset").alias("o")).collect()
+            moved = False
+            for row in firsts:
+                frontier = cut[row["member"]]
+                if row["o"] < frontier[row["partition"]]:
+                    cut[row["member"]] = _moved(frontier, row["partition"], row["o"])
+                    moved = True
+            if not moved:
+                break
+        firsts_open = (
+            admitted.where(F.col("run") == 0)
+            .groupBy("tpartition")
+            .agg(F.min("toffset").alias("o"))
+            .collect()
+        )
+        known_top = (
+            known.groupBy("tpartition").agg((F.max("toffset") + 1).alias("o")).collect()
+        )
+        txn = txn_previous.join(OffsetFrontier({r["tpartition"]: r["o"] for r in known_top}))
+        for row in firsts_open:
+            txn = _moved(txn, row["tpartition"], max(row["o"], txn_previous[row["tpartition"]]))
+        return {**cut, TRANSACTION_TOPIC: txn}
+
+    def _offsets_column(
+        self, frontiers: Mapping[str, OffsetFrontier], partition: str, member: F.Column
+    ) -> F.Column:
+        """Each row's frontier offset for its member and partition (0 when unbound)."""
+        pairs = [
+            x
+            for name, frontier in sorted(frontiers.items())
+            for p, o in sorted(frontier.offsets.items())
+            for x in (F.lit(f"{name}/{p}"), F.lit(o))
+        ]
+        if not pairs:
+            return F.lit(0).cast("bigint")
+        key = F.concat(member, F.lit("/"), F.col(partition).cast("string"))
+        return F.coalesce(F.create_map(*pairs)[key], F.lit(0)).cast("bigint")
+
+
+def _moved(frontier: OffsetFrontier, partition: int, offset: int) -> OffsetFrontier:
+    """``frontier`` with ``partition`` set to ``offset`` (the others unchanged)."""
+    return OffsetFrontier({**frontier.offsets, partition: offset})
