@@ -120,7 +120,6 @@ def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition
     no transaction waiting past its group's timeout (for a member of a transaction group),
     and the source's data expectations.
 
-
     They run as one step per source (any subset of them, e.g. one picked in the UI): the
     source is opened once for all of them, not once per check. A check that raises does
     not keep the others from reporting; the step fails after they did."""

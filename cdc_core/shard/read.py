@@ -55,8 +55,11 @@ class ShardReader(ShardHandle):
 
     def size(self, as_of: int) -> int:
         """The number of records at ``as_of`` (the sum of its snapshot's diffs), from the
-        ``time`` and ``diff`` columns alone."""
-        return self.updates_until(as_of).agg(F.sum(DIFF)).first()[0] or 0
+        ``time`` and ``diff`` columns alone; no Spark job when no file holds an update."""
+        updates = self.updates_until(as_of)  # checks since <= as_of < upper
+        if not self._files_holding(None, as_of):
+            return 0
+        return updates.agg(F.sum(DIFF)).first()[0] or 0
 
     def listen(self, as_of: int, until: int | None = None) -> DataFrame:
         """Updates with as_of < time <= until (until defaults to upper - 1; to everything

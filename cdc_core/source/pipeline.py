@@ -540,8 +540,7 @@ class SourcePipeline:
                 self.root / "history", history_schema(self.source.output_schema)
             )
         upper = self.errors.upper.time
-        # A shard that never held an update needs no Spark job to say it holds none.
-        current_errors = self.errors.size(upper - 1) if upper and self.errors.holds_updates() else 0
+        current_errors = self.errors.size(upper - 1) if upper else 0
         return SourceStatus(
             self.source.name,
             self.config.window_ms,

@@ -434,3 +434,15 @@ def test_a_stale_writer_retries_over_a_commit_that_left_the_upper_alone(spark, s
     assert writer.commit(staged, at(0), at(4)) is None
     assert (writer.version, writer.upper, writer.since) == (2, at(4), at(1))
     assert table_rows(shard.path) == [("a", 1, 2, 1)]
+
+
+def test_an_empty_shard_has_size_zero_without_a_spark_job_and_still_checks_its_bounds(
+    spark: SparkSession, shard
+) -> None:
+    shard.compare_and_append(updates(spark, []), at(0), at(5))  # a heartbeat: no file
+    scheduler = spark.sparkContext._jsc.sc().dagScheduler()
+    before = scheduler.nextJobId()
+    assert shard.size(3) == 0
+    assert scheduler.nextJobId() == before
+    with pytest.raises(ShardUsageError):
+        shard.size(7)  # not complete yet: refused, empty or not
