@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -29,3 +31,15 @@ def consolidate(
     diff = F.col(DIFF)
     summed = F.when(F.count(F.lit(1)) == F.count(diff), F.sum(diff)).cast("long").alias(DIFF)
     return updates.groupBy(*keys).agg(summed).where(diff.isNull() | (diff != 0))
+
+
+def consolidate_rows(rows: pa.Table, data_columns: Sequence[str]) -> pa.Table:
+    """``consolidate`` of rows held on the driver (a few rows of metadata, where a Spark
+    job would cost far more), with the same rule for null diffs."""
+    keys = [*data_columns, TIME]
+    summed = rows.group_by(keys, use_threads=False).aggregate(
+        [(DIFF, "sum"), (DIFF, "count", pc.CountOptions(mode="only_null"))]
+    )
+    diff = pc.if_else(pc.greater(summed[f"{DIFF}_count"], 0), None, summed[f"{DIFF}_sum"])
+    consolidated = pa.table([*(summed[k] for k in keys), diff], names=[*keys, DIFF])
+    return consolidated.filter(pc.fill_null(pc.not_equal(diff, 0), True))

@@ -4,14 +4,15 @@ The schedule ticks at every window boundary (its cron follows the config's ``win
 and requests the window that just closed; once the config's ``end`` has passed it
 requests nothing more.
 
-The sensor only looks: it lists dump files not registered yet and reads where each
-source's outputs stand from the Delta logs, writing nothing, so a preview or a dry run
-changes nothing durable. Each new file's first sighting (its arrival time, which the
-``arrival`` reclock policy binds by) is kept in the cursor and handed to the run in a
-tag; the run registers the files with those times. A new file asks only for windows it
-can still change: the closed windows the outputs do not hold yet (at or after their
-upper; windows not bound yet are among them). The run key names those windows and the
-outputs' upper, so a repeated request for the same state starts no second run.
+The sensor only looks: it lists dump files not registered yet (transaction groups'
+transaction topics included) and reads where each source's outputs stand from the Delta
+logs, writing nothing, so a preview or a dry run changes nothing durable. Each new
+file's first sighting (its arrival time, which the ``arrival`` reclock policy binds by)
+is kept in the cursor and handed to the run in a tag; the run registers the files with
+those times. A new file asks only for windows it can still change: the closed windows
+the outputs do not hold yet (at or after their upper; windows not bound yet are among
+them). The run key names those windows and the outputs' upper, so a repeated request
+for the same state starts no second run.
 """
 
 import json
@@ -61,7 +62,7 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
         cursor = json.loads(context.cursor) if context.cursor else {}
         requested_through = int(cursor.get("requested_through_ms", config.start_ms))
         seen: dict[str, int] = cursor.get("seen", {})
-        waiting = [path for source in config.sources for path in lake.unregistered(source)]
+        waiting = lake.unregistered(config)
         arrivals = {path: seen.get(path, now_ms) for path in waiting}
         new_files = [path for path in waiting if path not in seen]
         upper = TimeFrontier.empty()

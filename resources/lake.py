@@ -13,8 +13,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier
-from cdc_core.ingest import Registry, list_dump_files
-from cdc_core.source import SourcePipeline, stored_outputs_upper
+from cdc_core.source import SourcePipeline, stored_outputs_upper, unregistered_dumps
 
 
 class LakeResource(ConfigurableResource):
@@ -36,8 +35,7 @@ class LakeResource(ConfigurableResource):
         """Where the source's outputs stand, from the Delta logs alone (no Spark)."""
         return stored_outputs_upper(Path(self.root), source)
 
-    def unregistered(self, source: SourceConfig) -> list[str]:
-        """Paths of the source's dump files that its registry does not hold yet."""
-        known = {f.path for f in Registry(self.source_root(source) / "dumps", source.topic).files()}
-        landed = list_dump_files(Path(self.landing), source.topic)
-        return [dump.path for dump in landed if dump.path not in known]
+    def unregistered(self, config: Config) -> list[str]:
+        """Paths of dump files landed but not registered yet: every source's, and every
+        transaction group's transaction topic's."""
+        return unregistered_dumps(config, Path(self.root), Path(self.landing))

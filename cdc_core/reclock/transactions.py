@@ -98,6 +98,11 @@ TRANSACTION_EVENT = StructType(
 )
 
 
+def transaction_registry(root: Path, topic: str) -> Registry:
+    """Where the group rooted at ``root`` registers its transaction topic's dumps."""
+    return Registry(Path(root) / "dumps", topic)
+
+
 # How many overdue transaction ids a report names (the count is always exact).
 MAX_OVERDUE = 20
 
@@ -143,7 +148,7 @@ class TransactionGroupBinder:
         self.spark = spark
         self.topic = topic
         self.members = {m.name: m for m in members}
-        self.registry = Registry(Path(root) / "dumps", topic)
+        self.registry = transaction_registry(root, topic)
         self.bindings = Shard.open(spark, str(Path(root) / "bindings"), GROUP_BINDING)
 
     def member_bindings(

@@ -7,10 +7,10 @@ are not committed are deleted (or collected by gc), so no reader ever sees them.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -27,7 +27,7 @@ from cdc_core.shard.log import (
     frontier_transactions,
     location_failure,
 )
-from cdc_core.updates import DIFF, TIME, consolidate
+from cdc_core.updates import TIME, consolidate, consolidate_rows
 
 # Updates to append: a DataFrame (data, on the executors), or a pyarrow Table of a few
 # metadata rows built on the driver (bindings), written without a Spark job.
@@ -140,13 +140,13 @@ class ShardWriter(ShardHandle):
         try:
             with location_failure(f"writing updates under {self.path}"):
                 if isinstance(updates, pa.Table):
-                    files = self._write_rows(updates, batch_id)
+                    files, counts = self._write_rows(updates, batch_id)
                 else:
                     conformed = self._conform(updates)
                     if not consolidated:
                         conformed = consolidate(conformed, self.data_schema.names)
                     files = delta_io.write_files(conformed, self.path, batch_id)
-                counts = delta_io.count_by_time(self._spark, self.path, files, self._schema)
+                    counts = delta_io.count_by_time(self._spark, self.path, files, self._schema)
         except ShardStorageError:
             delta_io.delete_batches(self.path, [batch_id])
             raise
@@ -202,20 +202,22 @@ class ShardWriter(ShardHandle):
             leases.check_writer(self.path, self._table, self.writer)
         return True
 
-    def _write_rows(self, rows: pa.Table, batch_id: str) -> tuple[WrittenFile, ...]:
+    def _write_rows(
+        self, rows: pa.Table, batch_id: str
+    ) -> tuple[tuple[WrittenFile, ...], dict[int, int]]:
         """Consolidate driver-held ``rows`` and write them as one Parquet file (none when
-        nothing is left): a few rows of metadata, where a Spark job would cost far more."""
+        nothing is left), with its rows per time: a few rows of metadata, where a Spark
+        job would cost far more."""
         schema = to_arrow_schema(self._schema, timezone="UTC")
         if set(rows.column_names) != set(schema.names):
             raise ShardUsageError(
                 f"updates have columns {sorted(rows.column_names)}, not {sorted(schema.names)}"
             )
-        data = self.data_schema.names + [TIME]
-        summed = rows.group_by(data).aggregate([(DIFF, "sum")]).rename_columns([*data, DIFF])
-        kept = summed.filter(pc.not_equal(summed[DIFF], 0))
+        kept = consolidate_rows(rows, self.data_schema.names)
         if kept.num_rows == 0:
-            return ()
-        return (delta_io.write_arrow(self.path, kept.select(schema.names).cast(schema), batch_id),)
+            return (), {}
+        written = delta_io.write_arrow(self.path, kept.select(schema.names).cast(schema), batch_id)
+        return (written,), dict(Counter(kept[TIME].to_pylist()))
 
     def _conform(self, updates: DataFrame) -> DataFrame:
         """The updates in the shard's column order and types (safe casts only)."""

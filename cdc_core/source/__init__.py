@@ -18,6 +18,7 @@ from cdc_core.source.pipeline import (
     WindowReport,
     published_tables,
     stored_outputs_upper,
+    unregistered_dumps,
 )
 from cdc_core.source.rebuild import RebuildRefused, RebuildReport, rebuild
 from cdc_core.source.resumption import RetireReport
@@ -38,4 +39,5 @@ __all__ = [
     "published_tables",
     "rebuild",
     "stored_outputs_upper",
+    "unregistered_dumps",
 ]

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from cdc_core.config import Config, SourceConfig
+from cdc_core.config import Config, SourceConfig, TransactionGroup
 from cdc_core.envelopes import (
     DEDUP_STATE,
     EnvelopeBatch,
@@ -40,7 +40,12 @@ from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
 from cdc_core.reclock import Windows, frontier_at, reclock_windows
 from cdc_core.reclock.remap import ImposedBindings
-from cdc_core.reclock.transactions import Member, PendingTransactions, TransactionGroupBinder
+from cdc_core.reclock.transactions import (
+    Member,
+    PendingTransactions,
+    TransactionGroupBinder,
+    transaction_registry,
+)
 from cdc_core.schemas import ERROR, REMAP, history_schema
 from cdc_core.shard import Shard, ShardUsageError, stored_upper
 from cdc_core.shard.delta_io import live_files
@@ -83,6 +88,31 @@ def stored_outputs_upper(lake: Path, source: SourceConfig) -> TimeFrontier:
     return meet
 
 
+def source_registry(lake: Path, source: SourceConfig) -> Registry:
+    """The registry of ``source``'s dumps in ``lake``."""
+    return Registry(Path(lake) / source.name / "dumps", source.topic)
+
+
+def group_root(lake: Path, group: TransactionGroup) -> Path:
+    """The folder of ``group``'s bindings and transaction dumps in ``lake``."""
+    return Path(lake) / TRANSACTIONS_FOLDER / group.name
+
+
+def unregistered_dumps(config: Config, lake: Path, landing: Path) -> list[str]:
+    """Paths of landed dump files no registry of ``lake`` holds yet: each source's topic,
+    and each transaction group's transaction topic (a member's run registers those)."""
+    registries = [source_registry(lake, source) for source in config.sources]
+    registries += [
+        transaction_registry(group_root(lake, group), group.topic) for group in config.transactions
+    ]
+    waiting = []
+    for registry in registries:
+        known = {dump.path for dump in registry.files()}
+        landed = list_dump_files(Path(landing), registry.topic)
+        waiting += [dump.path for dump in landed if dump.path not in known]
+    return waiting
+
+
 def transaction_binder(
     spark: SparkSession, config: Config, lake: Path, source: str
 ) -> TransactionGroupBinder | None:
@@ -95,10 +125,9 @@ def transaction_binder(
     members = []
     for name, collection in group.sources.items():
         member = config.source(name)
-        registry = Registry(lake / name / "dumps", member.topic)
+        registry = source_registry(lake, member)
         members.append(Member(name, member, registry, collection, member.value_schema))
-    return TransactionGroupBinder(spark, lake / TRANSACTIONS_FOLDER / group.name, group.topic,
-                                  members)
+    return TransactionGroupBinder(spark, group_root(lake, group), group.topic, members)
 
 
 @dataclass(frozen=True)
@@ -205,7 +234,7 @@ class SourcePipeline:
         # to move in, and evolve what a config change reshapes (or refuse the change).
         check_not_mid_swap(Path(lake), source.name)
         settle_schema(self.root, source)
-        self.registry = Registry(self.root / "dumps", source.topic)
+        self.registry = source_registry(Path(lake), source)
         self.remap = Shard.open(spark, str(self.root / "remap"), REMAP)
         self.reclocked = Shard.open(spark, str(self.root / "reclocked"), source.reclocked_schema)
         self.changes = Shard.open(spark, str(self.root / "changes"), source.output_schema)

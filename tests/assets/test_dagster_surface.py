@@ -509,6 +509,27 @@ def test_completeness_check_names_the_window_and_times_of_rows_dropped_behind_it
     assert all(e.passed for e in check_evaluations(rerun).values())
 
 
+def test_a_check_that_cannot_run_fails_the_step_after_the_others_reported(
+    two_runs: TwoRuns, tmp_path: Path
+) -> None:
+    """Every data file of ``reclocked`` lost behind the log's back: the checks that read
+    it raise; every other check of the source still reports, then the step fails."""
+    lake = tmp_path / "lake"
+    shutil.copytree(two_runs.config.lake, lake)
+    config = deployment(two_runs.config.lake.parent, lake=str(lake))
+    for uri in DeltaTable(str(config.lake / SOURCE / "reclocked")).file_uris():
+        Path(uri.removeprefix("file://")).unlink()
+
+    outputs = [AssetKey([SOURCE, output]) for output in ("remap", "reclocked", "changes", "errors")]
+    result = run_checks_alone(config, outputs, KEYS[1])
+
+    assert not result.success
+    reading_reclocked = {"reclocked.complete", "reclocked.exactly_once", "errors.accounted"}
+    evaluations = check_evaluations(result)
+    assert set(evaluations) == EXPECTED_CHECKS - reading_reclocked
+    assert all(e.passed for e in evaluations.values())
+
+
 def drop_one_row_at(table_path: Path, time: int) -> bool:
     """Rewrite the first data file holding rows at ``time`` without one of them."""
     for uri in DeltaTable(str(table_path)).file_uris():

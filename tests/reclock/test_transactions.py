@@ -24,11 +24,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dagster import AssetCheckKey, AssetKey, DagsterInstance
+from dagster import AssetCheckKey, AssetKey, DagsterInstance, build_sensor_context
 from deltalake import DeltaTable
 
 from cdc_core.config import load_config
+from pipelines.build import build_definitions
 from pipelines.cli import materialize
+from resources.lake import LakeResource
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 S = 1000
@@ -214,3 +216,22 @@ def test_waiting_transactions_are_visible(lake: Path, instance: DagsterInstance)
     assert check is not None and not check.evaluation.passed
     assert "2 transaction(s) of group shop" in check.evaluation.description
     assert check.evaluation.description.endswith(": T3, T4")
+
+
+def test_the_sensor_sees_transaction_topic_dumps(lake: Path) -> None:
+    """A transaction topic file landing is a new dump: the sensor keeps its first sighting
+    (the run registers it with that arrival time); the registered ones are not new."""
+    config = load_config(lake.parent / "reclock.yaml")
+    sensor = build_definitions(config).resolve_sensor_def("new_dumps")
+    resources = {"lake": LakeResource(root=str(config.lake), landing=str(config.landing))}
+    landed = config.landing / TXN_TOPIC / "late" / "u.json"
+    write_lines(landed, [record(TXN_TOPIC, 0, 9, 200 * S, None, begin("T5"))])
+    try:
+        context = build_sensor_context(
+            instance=DagsterInstance.ephemeral(), cursor=None, resources=resources
+        )
+        tick = sensor.evaluate_tick(context)
+    finally:
+        landed.unlink()
+    assert list(json.loads(tick.cursor)["seen"]) == [str(landed)]
+    assert tick.skip_message.startswith("1 new dump file(s)")  # every window is held

@@ -8,6 +8,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -129,11 +130,30 @@ def test_update_times_outside_the_batch_bounds_are_usage_errors(spark, shard, ti
     assert data_files(shard.path) == set()  # the rejected batch left no files behind
 
 
-def test_null_times_and_null_diffs_are_rejected_not_dropped(spark, shard):
-    for row in [("a", 1, None, 1), ("a", 1, 1, None)]:
+def driver_rows(rows: list[Row]) -> pa.Table:
+    """``rows`` as a pyarrow Table: updates the driver holds (metadata), staged without Spark."""
+    names = ("k", "v", "time", "diff")
+    types = (pa.string(), pa.int64(), pa.int64(), pa.int64())
+    columns = zip(*rows, strict=True)
+    return pa.table([pa.array(c, t) for c, t in zip(columns, types, strict=True)], names=names)
+
+
+@pytest.mark.parametrize("form", ["DataFrame", "pyarrow"])
+def test_null_times_and_null_diffs_are_rejected_not_dropped(spark, shard, form):
+    """A null diff is rejected even beside a non-null diff of the same record and time
+    (which a plain sum would skip)."""
+    cases = [[("a", 1, None, 1)], [("a", 1, 1, None)], [("a", 1, 1, None), ("a", 1, 1, 2)]]
+    for rows in cases:
+        batch = updates(spark, rows) if form == "DataFrame" else driver_rows(rows)
         with pytest.raises(ShardUsageError, match="null"):
-            shard.compare_and_append(updates(spark, [row]), at(0), at(5))
+            shard.compare_and_append(batch, at(0), at(5))
     assert shard.refresh().upper == at(0)
+
+
+def test_driver_rows_are_consolidated_and_counted_per_time(spark, shard):
+    rows = [("a", 1, 1, 1), ("a", 1, 1, 1), ("b", 2, 1, 1), ("b", 2, 1, -1), ("c", 3, 4, 1)]
+    assert shard.append(driver_rows(rows), 0, 5) == {1: 1, 4: 1}
+    assert table_rows(shard.path) == [("a", 1, 1, 2), ("c", 3, 4, 1)]
 
 
 def test_wrong_columns_and_a_regressing_upper_are_usage_errors(spark, shard):
