@@ -136,7 +136,8 @@ class Member:
 
 class TransactionGroupBinder:
     """Mints a transaction group's bindings (``<root>/bindings``) and hands each member
-    its projection; the transaction topic's dumps are registered in ``<root>/dumps``."""
+    its projection; the transaction topic's dumps are registered in ``<root>/dumps``. A
+    transaction waiting longer than ``timeout_ms`` is overdue."""
 
     def __init__(
         self,
@@ -144,9 +145,11 @@ class TransactionGroupBinder:
         root: Path,
         topic: str,
         members: Sequence[Member],
+        timeout_ms: int,
     ) -> None:
         self.spark = spark
         self.topic = topic
+        self.timeout_ms = timeout_ms
         self.members = {m.name: m for m in members}
         self.registry = transaction_registry(root, topic)
         self.bindings = Shard.open(spark, str(Path(root) / "bindings"), GROUP_BINDING)
@@ -280,11 +283,11 @@ class TransactionGroupBinder:
             )
         )
 
-    def pending(self, ends: Sequence[int], timeout_ms: int) -> dict[int, PendingTransactions]:
+    def pending(self, ends: Sequence[int]) -> dict[int, PendingTransactions]:
         """Per window end the group has bound: the transactions the transaction topic
         announced (a BEGIN or END before the end) that its binding has not admitted;
-        ``overdue`` names (at most MAX_OVERDUE of) those announced more than ``timeout_ms``
-        before the end."""
+        ``overdue`` names (at most MAX_OVERDUE of) those announced more than the group's
+        timeout before the end."""
         upper = self.bindings.refresh().upper.time
         ends = [end for end in ends if upper is None or end < upper]
         records = self._transaction_records()
@@ -313,7 +316,7 @@ class TransactionGroupBinder:
             .where(F.col("since") < F.col("end"))
             .join(admitted, ["end", "txid"], "left_anti")
         )
-        late = F.col("since") < F.col("end") - timeout_ms
+        late = F.col("since") < F.col("end") - self.timeout_ms
         overdue = F.sort_array(F.collect_list(F.when(late, F.struct("since", "txid"))))
         rows = (
             waiting.groupBy("end")

@@ -127,7 +127,9 @@ def transaction_binder(
         member = config.source(name)
         registry = source_registry(lake, member)
         members.append(Member(name, member, registry, collection, member.value_schema))
-    return TransactionGroupBinder(spark, group_root(lake, group), group.topic, members)
+    return TransactionGroupBinder(
+        spark, group_root(lake, group), group.topic, members, group.timeout_ms
+    )
 
 
 @dataclass(frozen=True)
@@ -373,11 +375,10 @@ class SourcePipeline:
     def pending_transactions(self, ends: list[int]) -> dict[int, PendingTransactions]:
         """Per window end the group has bound, the transactions of the source's group its
         binding holds back (nothing for a source in no group)."""
-        group = self.config.transaction_group(self.source.name)
-        if self.group is None or group is None:
+        if self.group is None:
             return {}
         with phase(self.source.name, "pending transactions") as figures:
-            pending = self.group.pending(ends, group.timeout_ms)
+            pending = self.group.pending(ends)
             figures["pending"] = {end: p.count for end, p in pending.items()}
         return pending
 
