@@ -231,7 +231,7 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "transactions[].sources": ({"transactions.sources": {"orders": "inventory.orders"}},
                                lambda c, s: _group_binding(s, c)),
     "transactions[].timeout": ({"transactions.timeout": "1h"},
-                               lambda c, s: c.transaction_group("orders").timeout_ms),
+                               lambda c, s: transaction_binder(s, c, c.lake, "orders").timeout_ms),
 }  # fmt: skip
 
 
