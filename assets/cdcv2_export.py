@@ -237,8 +237,8 @@ def cdcv2_export_asset(
         consumer never receives a stream the lake itself judged incomplete.
 
         While it runs it is a registered reader of ``changes`` (from its first window on),
-        so no compaction or gc takes that history away mid-export: its one pass over the
-        shard runs within the lease, which is released at the end, also on failure.
+        so no compaction or gc takes that history away mid-export: the lease is renewed
+        while the export runs, and released at the end, also on failure.
         """
         pipeline = lake.open(pyspark.spark_session, config, source)
         root = pipeline.root / EXPORT_FOLDER

@@ -24,8 +24,10 @@ past it; ``expire`` also drops it from the table.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +43,8 @@ from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import DataFile
 from cdc_core.shard.handle import SINCE
 from cdc_core.shard.log import commit_metadata, commit_once, read_frontier
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from cdc_core.shard import Shard
@@ -430,13 +434,34 @@ def _capability(path: str, registration: Registration) -> ReadCapability:
 @contextmanager
 def reading(shard: Shard, reader: str, since: int, lease_ms: int) -> Iterator[LeaseBook]:
     """Hold ``shard`` from ``since`` while the block runs, then release the hold (also on
-    failure). The block may call ``heartbeat(reader)`` on the yielded book to go on."""
+    failure). A background thread renews the lease every third of it, so a block that
+    runs longer than the lease keeps its hold; a renewal that fails is logged, and the
+    hold then lasts until the lease runs out."""
     book = LeaseBook.of(shard)
     book.register(reader, since, lease_ms)
+    stop = threading.Event()
+    # Its own book, without the shard handle: renewing never refreshes the block's handle.
+    renewer = threading.Thread(
+        target=_renew, args=(LeaseBook(shard.path), reader, lease_ms, stop),
+        name=f"lease {reader}", daemon=True,
+    )
+    renewer.start()
     try:
         yield book
     finally:
+        stop.set()
+        renewer.join()
         book.release(reader)
+
+
+def _renew(book: LeaseBook, holder: str, lease_ms: int, stop: threading.Event) -> None:
+    """Heartbeat ``holder`` every third of its lease until ``stop`` is set."""
+    while not stop.wait(lease_ms / 3000):
+        try:
+            book.heartbeat(holder)
+        except Exception:  # the block goes on; its reads fail loudly if history goes
+            _log.exception("renewing the lease of %s on %s failed", holder, book.path)
+            return
 
 
 @contextmanager

@@ -190,6 +190,18 @@ def test_reading_releases_its_hold_even_when_the_block_fails(history):
     assert history.downgrade_since(at(4)) == at(4)
 
 
+def test_reading_longer_than_the_lease_keeps_its_hold(history):
+    """Renewed every third of its lease while the block runs: a commit made after the
+    first lease would have run out still finds the reader live, and holding history."""
+    lease_ms = 1_500
+    with reading(history, "slow", since=1, lease_ms=lease_ms):
+        time.sleep(2.5 * lease_ms / 1000)
+        LeaseBook.of(history).register("other", since=1, lease_ms=HOUR_MS)  # the log moves on
+        assert {r.holder for r in LeaseBook.of(history).read().live()} == {"slow", "other"}
+        assert history.downgrade_since(at(4)) == at(1)
+    assert set(LeaseBook.of(history).read().registrations) == {"other"}
+
+
 # ---- writers -----------------------------------------------------------------------------
 
 
