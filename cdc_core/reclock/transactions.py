@@ -51,7 +51,7 @@ from pyspark.sql.types import (
 from pyspark.sql.window import Window
 
 from cdc_core.envelopes.decode import unwrap_connect_envelope
-from cdc_core.frontier import OffsetFrontier, TimeFrontier
+from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, Registry, starts_column
 from cdc_core.reclock.remap import (
     ReclockSource,
@@ -117,6 +117,18 @@ class PendingTransactions:
     oldest_ms: int | None
     overdue: tuple[str, ...]
     overdue_count: int
+
+    def describe(self) -> str:
+        """In words: ``2 transaction(s) waiting (oldest announced <time>); 2 overdue: T3, T4``."""
+        if not self.count:
+            return "no transaction waiting"
+        oldest = "" if self.oldest_ms is None else f" (oldest announced {iso(self.oldest_ms)})"
+        text = f"{self.count} transaction(s) waiting{oldest}"
+        if self.overdue_count:
+            more = self.overdue_count - len(self.overdue)
+            named = ", ".join(self.overdue) + (f" and {more} more" if more else "")
+            text += f"; {self.overdue_count} overdue: {named}"
+        return text
 
 
 class TransactionBindingMismatch(RemapError):

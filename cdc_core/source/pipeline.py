@@ -149,9 +149,7 @@ class WindowReport:
     def summary(self) -> str:
         """One line for logs: the window, its binding and its figures."""
         verb = "bound" if self.minted else "reused binding"
-        waiting = "" if self.pending is None else (
-            f", {self.pending.count} transaction(s) waiting"
-        )
+        waiting = "" if self.pending is None else f"; {self.pending.describe()}"
         return (
             f"{self.source} window [{iso(self.start)}, {iso(self.end)}): {verb} {self.frontier}; "
             f"{self.records_in} record(s) in, {self.updates_out} change(s), "
@@ -180,6 +178,8 @@ class SourceStatus:
     tables: dict[str, TableStatus]
     inspection: SourceInspection
     current_errors: int
+    # For a member of a transaction group: what its last bound window holds back.
+    pending: PendingTransactions | None = None
     frontier: OffsetFrontier = field(init=False)
     lag: dict[int, int] = field(init=False)
 
@@ -209,6 +209,8 @@ class SourceStatus:
                 f"upper {_iso_or_none(table.upper)}  since {_iso_or_none(table.since)}"
             )
         lines.append(f"  current errors: {self.current_errors}")
+        if self.pending is not None:
+            lines.append(f"  transactions: {self.pending.describe()}")
         return "\n".join(lines)
 
 
@@ -571,6 +573,11 @@ class SourcePipeline:
             )
         upper = self.errors.upper.time
         current_errors = self.errors.size(upper - 1) if upper else 0
+        held = inspection.resumption.timestamp.time
+        pending = (
+            self.pending_transactions([held - 1]).get(held - 1)
+            if held is not None and held > 0 else None
+        )
         return SourceStatus(
             self.source.name,
             self.config.window_ms,
@@ -578,6 +585,7 @@ class SourcePipeline:
             tables,
             inspection,
             current_errors,
+            pending,
         )
 
     def retire(self) -> RetireReport:

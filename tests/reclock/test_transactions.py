@@ -29,7 +29,7 @@ from deltalake import DeltaTable
 
 from cdc_core.config import load_config
 from pipelines.build import build_definitions
-from pipelines.cli import materialize
+from pipelines.cli import main, materialize
 from resources.lake import LakeResource
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -235,3 +235,15 @@ def test_the_sensor_sees_transaction_topic_dumps(lake: Path) -> None:
         landed.unlink()
     assert list(json.loads(tick.cursor)["seen"]) == [str(landed)]
     assert tick.skip_message.startswith("1 new dump file(s)")  # every window is held
+
+
+def test_inspect_shows_what_the_last_window_holds_back(
+    lake: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At window 5's end T3 (announced at 125s, BEGIN) and T4 (145s) wait, both longer
+    than the group's 2m timeout."""
+    assert main(["inspect", "--config", str(lake.parent / "reclock.yaml"), "--source",
+                 "orders"]) == 0
+    printed = capsys.readouterr().out
+    assert ("  transactions: 2 transaction(s) waiting (oldest announced "
+            "2026-01-01T00:02:05Z); 2 overdue: T3, T4") in printed.splitlines()
