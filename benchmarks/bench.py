@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import platform
 import re
 import shutil
 import statistics
@@ -47,6 +48,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from importlib.metadata import version
 from pathlib import Path
 
 import polars as pl
@@ -66,7 +68,7 @@ from cdc_core.reclock import Windows
 from cdc_core.schemas import DUMP_RECORD
 from cdc_core.shard.delta_io import live_files
 from cdc_core.source import SourcePipeline
-from cdc_core.spark import get_spark
+from cdc_core.spark import DEFAULT_CONF, get_spark
 from pipelines.cli import materialize
 from pipelines.sample import UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, generate_dumps
 
@@ -168,6 +170,7 @@ class BenchResult:
     repeats: int
     master: str
     runs: dict[str, list[Run]]
+    settings: dict[str, str]  # the session's tunables (DEFAULT_CONF's keys) as run
 
 
 Contender = Callable[[SparkSession, Dataset, Path], Outcome]
@@ -627,7 +630,8 @@ def run_benchmark(
             )
             per_window = " ".join(f"{w:.1f}" for w in outcome.window_seconds)
             print(f"[{repeat + 1}/{repeats}] {name:<18} {seconds:9.2f} s  {per_window}", flush=True)
-    return BenchResult(dataset, repeats, spark.sparkContext.master, runs)
+    settings = {key: str(spark.conf.get(key, None)) for key in sorted(DEFAULT_CONF)}
+    return BenchResult(dataset, repeats, spark.sparkContext.master, runs, settings)
 
 
 # ---- the report --------------------------------------------------------------------------
@@ -666,6 +670,10 @@ def render(result: BenchResult) -> str:
         f"{dataset.size_bytes / MIB:,.1f} MiB, seed {workload.seed}",
         f"- Spark {result.master}, {result.repeats} repeat(s) in rotating order, "
         f"medians; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at the end",
+        f"- machine: {machine()}; Python {platform.python_version()}, pyspark "
+        f"{version('pyspark')}, delta-spark {version('delta-spark')}, "
+        f"deltalake {version('deltalake')}, polars {version('polars')}",
+        "- Spark settings: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()),
         "",
         "| contender | median s | runs s | records/s | x FLOOR | x FLOOR-PARSE | rows out "
         "| peak RSS MiB (all) | peak RSS MiB (Python) |",
@@ -682,6 +690,19 @@ def render(result: BenchResult) -> str:
         )
     lines += _window_section(result) + _steps_section(result) + _targets_section(result, medians)
     return "\n".join(lines) + "\n"
+
+
+def machine() -> str:
+    """The CPU model and memory, as Linux reports them (``platform`` elsewhere)."""
+    try:
+        cpu = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        memory = Path("/proc/meminfo").read_text(encoding="utf-8")
+    except OSError:
+        return platform.platform()
+    model = re.search(r"^model name\s*:\s*(.+)$", cpu, re.MULTILINE)
+    total = re.search(r"^MemTotal:\s*(\d+) kB", memory, re.MULTILINE)
+    gib = f", {int(total.group(1)) / (1 << 20):.0f} GiB RAM" if total else ""
+    return f"{model.group(1) if model else platform.processor()}{gib}"
 
 
 def _ratio(seconds: float, base: float | None) -> str:

@@ -70,6 +70,12 @@ def test_every_contender_runs_and_reports(spark: SparkSession, tmp_path: Path) -
     for cells in rows.values():
         assert re.fullmatch(r"\d+\.\d\d", cells[1]), cells  # the median seconds
     assert "## Seconds per window against window index" in report
+    # The report states the machine and the session's settings it ran with.
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    settings = next(line for line in report.splitlines() if line.startswith("- Spark settings:"))
+    stated = settings.removeprefix("- Spark settings: ").split(", ")
+    assert f"spark.sql.shuffle.partitions={partitions}" in stated
+    assert any(line.startswith("- machine: ") and "pyspark" in line for line in report.splitlines())
 
     lines = dump_lines(result.dataset.landing)
     rows_out = {name: int(cells[6].replace(",", "")) for name, cells in rows.items()}
