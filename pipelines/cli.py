@@ -127,11 +127,14 @@ def _instance() -> DagsterInstance:
     return DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
 
 
-def statuses(config: Config, only: str | None = None) -> list[SourceStatus]:
-    """Every source's status (or the one named ``only``)."""
+def statuses(
+    config: Config, only: str | None = None, *, transactions: bool = False
+) -> list[SourceStatus]:
+    """Every source's status (or the one named ``only``); ``transactions``: with what each
+    transaction group member's last window holds back."""
     spark = get_spark(config.spark.master, config.spark.conf)
     return [
-        SourcePipeline.from_config(spark, config, source).status()
+        SourcePipeline.from_config(spark, config, source).status(transactions=transactions)
         for source in config.sources
         if only is None or source.name == only
     ]
@@ -158,7 +161,7 @@ def print_retired(source: str, report: RetireReport) -> None:
 
 def print_inspection(config: Config, source: str | None) -> None:
     """``reclock inspect``: frontiers, lag and tables of each source."""
-    for status in statuses(config, source):
+    for status in statuses(config, source, transactions=True):
         print(status.describe())
         print()
 

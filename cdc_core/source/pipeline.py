@@ -557,8 +557,10 @@ class SourcePipeline:
             self.source.name, self.remap, self.outputs, self.registry, self.upstream
         )
 
-    def status(self) -> SourceStatus:
-        """The inspection plus every table's version, rows and schema."""
+    def status(self, *, transactions: bool = False) -> SourceStatus:
+        """The inspection plus every table's version, rows and schema; ``transactions``:
+        also what a transaction group member's last window holds back (Spark jobs over the
+        transaction topic, so only on request)."""
         inspection = self.inspect()
         tables = {
             "remap": _table_status(self.remap),
@@ -576,7 +578,7 @@ class SourcePipeline:
         held = inspection.resumption.timestamp.time
         pending = (
             self.pending_transactions([held - 1]).get(held - 1)
-            if held is not None and held > 0 else None
+            if transactions and held is not None and held > 0 else None
         )
         return SourceStatus(
             self.source.name,
