@@ -13,6 +13,7 @@ same with and without Avro-JSON's union wrappers (``{"long": 1767225600000000}``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -139,11 +140,13 @@ class DataColumns:
         if json:
             data = tuple(
                 value if value is None or spelling is None else spelling.encode(value)
-                for value, spelling in zip(data, self._spellings(), strict=True)
+                for value, spelling in zip(data, self._spellings, strict=True)
             )
         return dict(zip(self.names, data, strict=True))
 
+    @functools.cached_property
     def _spellings(self) -> list[_Spelling | None]:
+        """Per column, its JSON spelling (None: the JSON value is the value itself)."""
         return [_SPELLINGS.get(type(field.dataType)) for field in self.schema.fields]
 
     def from_record(self, record: object, unwrap_unions: bool = False, json: bool = False) -> Data:

@@ -49,17 +49,16 @@ class ShardReader(ShardHandle):
         diff. Summing its diffs over any subset of the columns gives what the snapshot at
         ``as_of`` would, without consolidating by every data column first (updates that
         cancel sum to zero anyway). Requires since <= as_of < upper."""
-        self._check_since(as_of, "as_of")
-        self._check_complete(as_of, "as_of")
+        self._check_readable(as_of)
         return self._read(None, as_of).where(F.col(TIME) <= as_of)
 
     def size(self, as_of: int) -> int:
         """The number of records at ``as_of`` (the sum of its snapshot's diffs), from the
         ``time`` and ``diff`` columns alone; no Spark job when no file holds an update."""
-        updates = self.updates_until(as_of)  # checks since <= as_of < upper
+        self._check_readable(as_of)
         if not self._files_holding(None, as_of):
             return 0
-        return updates.agg(F.sum(DIFF)).first()[0] or 0
+        return self.updates_until(as_of).agg(F.sum(DIFF)).first()[0] or 0
 
     def listen(self, as_of: int, until: int | None = None) -> DataFrame:
         """Updates with as_of < time <= until (until defaults to upper - 1; to everything
@@ -114,6 +113,11 @@ class ShardReader(ShardHandle):
             for entry in reversed(history)
             if (statement := entry.get(PROGRESS_KEY)) is not None
         ]
+
+    def _check_readable(self, as_of: int) -> None:
+        """``since <= as_of < upper``: the snapshot at ``as_of`` is exact and complete."""
+        self._check_since(as_of, "as_of")
+        self._check_complete(as_of, "as_of")
 
     def _check_since(self, time: int, name: str) -> None:
         if not self._since.less_equal(time):

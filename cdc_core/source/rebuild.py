@@ -20,11 +20,10 @@ from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier
-from cdc_core.ingest import Registry
 from cdc_core.reclock import Windows
 from cdc_core.schemas import REMAP
 from cdc_core.shard import Shard
-from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.source.pipeline import SourcePipeline, source_registry
 from cdc_core.source.swap import staging_lake, swap_in
 
 
@@ -48,7 +47,7 @@ def rebuild(
     lake, staging = Path(config.lake), staging_lake(config.lake)
     old_root = lake / source.name
     if old_root.exists() or not (staging / source.name).exists():  # else: a swap cut short
-        arrivals = _old_arrivals(old_root, source) if old_root.exists() else {}
+        arrivals = _old_arrivals(lake, source) if old_root.exists() else {}
         pipeline = SourcePipeline(
             spark, config, source, staging, config.landing, group_lake=lake
         )
@@ -62,10 +61,10 @@ def rebuild(
     return RebuildReport(source.name, len(windows.ends), kept)
 
 
-def _old_arrivals(old_root: Path, source: SourceConfig) -> dict[str, int]:
+def _old_arrivals(lake: Path, source: SourceConfig) -> dict[str, int]:
     """When each dump registered with the old tables arrived; refused when a dump was
     retired (archived or deleted), since the rebuild reads the landing zone."""
-    files = Registry(old_root / "dumps", source.topic).files()
+    files = source_registry(lake, source).files()
     retired = [f.path for f in files if f.retired]
     if retired:
         raise RebuildRefused(
