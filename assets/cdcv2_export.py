@@ -37,7 +37,6 @@ from assets.partitions import to_datetime, window_bounds
 from assets.source_assets import output_key, source_tags
 from cdc_core.cdcv2 import DataColumns, Encoding, export_shard, write_parts
 from cdc_core.cdcv2.data_columns import UnsupportedColumnType
-from cdc_core.cdcv2.export import progress_within
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier, iso
 from cdc_core.shard import Shard
@@ -132,13 +131,13 @@ def export_windows(
         parts = [(w.start + 1, TimeFrontier.at(w.end + 1), staging[w.key]) for w in ordered]
         written = write_parts(stream, parts, EXPORT_ENCODING)
         exports = []
-        for window, files, (lower, upper, _) in zip(ordered, written, parts, strict=True):
+        for window, files in zip(ordered, written, strict=True):
             target = root / window.key
             _publish(staging[window.key], target)
-            statements = len(progress_within(stream, lower, upper))
             exports.append(
                 WindowExport(
-                    window.key, window.start, window.end, target, files.updates, statements
+                    window.key, window.start, window.end, target, files.updates,
+                    files.progress_statements,
                 )
             )
         return exports

@@ -11,6 +11,8 @@ which the protocol absorbs as duplication.
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -49,6 +51,7 @@ class StreamFiles:
     progress_file: str
     update_messages: int
     updates: int
+    progress_statements: int
 
 
 _SUMMARY = "part long, path string, messages long, updates long"
@@ -86,7 +89,10 @@ def write_parts(
         bounds.append((lower, upper.time, str(directory)))
     columns = DataColumns(stream.data_schema)
     writer = _partition_writer(bounds, encoding, columns, batch_size)
-    written = stream.updates.mapInArrow(writer, _SUMMARY).collect()
+    # Sorted by time within each task, a part's rows arrive together: a task streams them
+    # into one file per part instead of holding its rows until the last one is seen.
+    ordered = stream.updates.sortWithinPartitions("time")
+    written = ordered.mapInArrow(writer, _SUMMARY).collect()
     files = []
     for index, (lower, upper, directory) in enumerate(parts):
         mine = [row for row in written if row["part"] == index]
@@ -98,6 +104,7 @@ def write_parts(
                 progress_file=progress_file,
                 update_messages=sum(row["messages"] for row in mine),
                 updates=sum(row["updates"] for row in mine),
+                progress_statements=len(progress),
             )
         )
     return files
@@ -138,15 +145,12 @@ def _partition_writer(
     batch_size: int,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        held: list[list[pa.RecordBatch]] = [[] for _ in bounds]
-        for batch in batches:
-            for index, part in _route(batch, bounds):
-                held[index].append(part)
-        for index, part_batches in enumerate(held):
-            if part_batches:
-                messages = _update_messages(part_batches, columns, batch_size)
-                path, counts = _write_file(bounds[index][2], "updates", encoding, columns, messages)
-                yield pa.RecordBatch.from_pylist([{"part": index, "path": path, **counts}])
+        routed = (item for batch in batches for item in _route(batch, bounds))
+        # A file per run of one part's rows: one per part when the rows come time-ordered.
+        for index, run in itertools.groupby(routed, key=operator.itemgetter(0)):
+            messages = _update_messages((part for _, part in run), columns, batch_size)
+            path, counts = _write_file(bounds[index][2], "updates", encoding, columns, messages)
+            yield pa.RecordBatch.from_pylist([{"part": index, "path": path, **counts}])
 
     return write_partition
 

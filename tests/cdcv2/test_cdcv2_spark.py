@@ -135,15 +135,25 @@ def test_a_stream_split_into_parts_reads_back_part_by_part_and_whole(
     root = tmp_path_factory.mktemp("parts")
     parts = [(lo, T(hi), root / f"part-{lo}") for lo, hi in zip(bounds, bounds[1:], strict=False)]
 
-    written = write_parts(stream, parts, Encoding.JSON, batch_size=2)
+    # Tasks see their rows in Arrow batches of 2: a part's rows span several batches.
+    batch_rows = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(batch_rows)
+    spark.conf.set(batch_rows, "2")
+    try:
+        written = write_parts(stream, parts, Encoding.JSON, batch_size=2)
+    finally:
+        spark.conf.set(batch_rows, before)
 
     expected = {((k, v), t): d for (k, v, t, d) in rows}
+    tasks = stream.updates.rdd.getNumPartitions()
     for (lo, hi, folder), files in zip(parts, written, strict=True):
         decoded = read_stream_files(spark, str(folder), DATA, Encoding.JSON)
         part = read_stream(decoded.updates, decoded.progress, T(lo))
         mine = {fact: d for fact, d in expected.items() if lo <= fact[1] < hi.time}
         assert (part.frontier, facts_of(part.updates)) == (hi, mine)
         assert files.updates == len(mine)
+        assert files.progress_statements == len(decoded.progress)
+        assert len(files.update_files) <= tasks  # at most one file per task
     decoded = read_stream_files(spark, [str(f) for _, _, f in parts], DATA, Encoding.JSON)
     whole = read_stream(decoded.updates, decoded.progress)
     assert (whole.frontier, facts_of(whole.updates)) == (T(12), expected)
