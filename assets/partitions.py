@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from dagster import TimeWindow, TimeWindowPartitionsDefinition
 
-from cdc_core.config import Config
+from cdc_core.config import MS_PER_DAY, Config
 from cdc_core.reclock import Windows
 
 PARTITION_FORMAT = "%Y-%m-%dT%H:%M:%S"
@@ -16,15 +18,40 @@ ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
 ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
-def window_partitions(config: Config) -> TimeWindowPartitionsDefinition:
-    """One partition per IntoTime window ``[start, end)``; its binding time is ``end``."""
+def window_partitions(config: Config, now_ms: int | None = None) -> TimeWindowPartitionsDefinition:
+    """One partition per IntoTime window ``[start, end)``; its binding time is ``end``.
+
+    The partitions start at the retention horizon as it stands at ``now_ms`` (the time
+    the definitions load, by default), so an asset never carries more windows than its
+    retention allows, however long ago ``start`` lies.
+    """
     return TimeWindowPartitionsDefinition(
         cron_schedule=config.cron,
-        start=to_datetime(config.start_ms),
+        start=to_datetime(first_window_start(config, now_ms)),
         end=to_datetime(config.end_ms) if config.end_ms is not None else None,
         fmt=PARTITION_FORMAT,
         timezone="UTC",
     )
+
+
+def first_window_start(config: Config, now_ms: int | None = None) -> int:
+    """Where the windows that can still be materialized begin: ``start``, or the UTC
+    midnight at or before ``now - retention`` when that is later.
+
+    Flooring to midnight (a window boundary, since windows tile the day) moves the horizon
+    once a day rather than every window, so the partitions definition, and the partition
+    status Dagster caches for it, change once a day. A finite config whose end lies before
+    the horizon keeps its last window, so the set is never empty.
+    """
+    retention = config.retention_ms
+    if retention is None:
+        return config.start_ms
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    horizon = (now - retention) // MS_PER_DAY * MS_PER_DAY
+    first = max(config.start_ms, horizon)
+    if config.end_ms is not None:
+        first = min(first, config.end_ms - config.window_ms)
+    return first
 
 
 def to_datetime(ms: int) -> datetime:
@@ -75,11 +102,30 @@ def closed_windows(config: Config, after_ms: int, through_ms: int) -> list[tuple
     listing every partition key: a sensor tick must stay cheap however many windows lie
     behind it.
     """
+    first, last = _closed_indexes(config, after_ms, through_ms)
+    return [(window_key(config, end), end) for end in _ends(config, range(first, last + 1))]
+
+
+def closed_span(
+    config: Config, after_ms: int, through_ms: int
+) -> tuple[tuple[str, int], tuple[str, int]] | None:
+    """The first and the last of ``closed_windows(config, after_ms, through_ms)`` (None when
+    there is none), without the windows between: a range is named by its ends."""
+    first, last = _closed_indexes(config, after_ms, through_ms)
+    if last < first:
+        return None
+    start, end = _ends(config, (first, last))
+    return (window_key(config, start), start), (window_key(config, end), end)
+
+
+def _closed_indexes(config: Config, after_ms: int, through_ms: int) -> tuple[int, int]:
+    """The first and last index ``i`` (window end ``start + i * width``) of the windows
+    whose end lies in ``(after_ms, through_ms]``; last < first when there is none."""
     width = config.window_ms
     last_end = through_ms if config.end_ms is None else min(through_ms, config.end_ms)
     first = max(1, (after_ms - config.start_ms) // width + 1)
-    last = (last_end - config.start_ms) // width
-    return [
-        (window_key(config, end), end)
-        for end in (config.start_ms + index * width for index in range(first, last + 1))
-    ]
+    return first, (last_end - config.start_ms) // width
+
+
+def _ends(config: Config, indexes: Iterable[int]) -> list[int]:
+    return [config.start_ms + index * config.window_ms for index in indexes]

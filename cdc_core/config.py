@@ -96,6 +96,10 @@ MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 60 * MS_PER_MINUTE
 MS_PER_DAY = 24 * MS_PER_HOUR
 DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": MS_PER_MINUTE, "h": MS_PER_HOUR, "d": MS_PER_DAY}
+# Dagster's guidance: at most this many partitions per asset; the windows an open-ended
+# config keeps as partitions when it names no retention.
+MAX_PARTITIONS = 100_000
+DEFAULT_RETENTION = "30d"
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -802,6 +806,10 @@ class Config(_Section):
     """First window start: an ISO-8601 UTC instant on a window boundary."""
     end_ms: Instant | None = Field(default=None, alias="end")
     """Last window end, for finite data; open-ended when absent."""
+    retention: Annotated[Duration, AfterValidator(_positive)] | None = None
+    """How far back windows stay Dagster partitions (launchable, listed in the UI): from
+    UTC midnight before now - retention. Default: 30d for an open-ended config; every
+    window from start for a finite one. At most 100,000 windows, with a day to spare."""
     spark: SparkSettings = SparkSettings()
     """Optional Spark session overrides."""
     readers: ReaderSettings = ReaderSettings()
@@ -831,6 +839,43 @@ class Config(_Section):
         if end_ms is not None and start_ms is not None and end_ms <= start_ms:
             raise _problem(f"must be after start ({_iso(start_ms)})")
         return end_ms
+
+    @model_validator(mode="after")
+    def _partitions_within_guidance(self) -> Config:
+        """Dagster's guidance: at most 100,000 partitions per asset, at any age. With a
+        retention the set spans it and the part of a day its horizon is floored by; without
+        one (a finite config), every window from start to end."""
+        window_ms = self.window_ms
+        longest = (MAX_PARTITIONS * window_ms - MS_PER_DAY) // MS_PER_DAY
+        guidance = f"Dagster's guidance of {MAX_PARTITIONS:,} partitions per asset"
+        problems: list[Located] = []
+        if self.retention is not None:
+            windows = (duration_ms(self.retention) + MS_PER_DAY) // window_ms
+            if self.end_ms is not None:  # a finite config holds no more than its windows
+                windows = min(windows, (self.end_ms - self.start_ms) // window_ms)
+            if windows > MAX_PARTITIONS:
+                problems.append((("retention",), (
+                    f"keeps up to {windows:,} windows of {self.window} (the retention and a "
+                    f"day), more than {guidance}: at most {longest}d for {self.window} "
+                    f"windows (got {self.retention!r})"
+                ), self.retention))
+        elif self.end_ms is not None:
+            windows = (self.end_ms - self.start_ms) // window_ms
+            if windows > MAX_PARTITIONS:
+                problems.append((("end",), (
+                    f"{windows:,} windows of {self.window} lie between start and end, more "
+                    f"than {guidance}: set a retention (at most {longest}d) or a wider window"
+                ), _iso(self.end_ms)))
+        _raise_all(type(self).__name__, problems)
+        return self
+
+    @property
+    def retention_ms(self) -> int | None:
+        """``retention`` in milliseconds: 30 days for an open-ended config without one, None
+        (every window from ``start`` stays a partition) for a finite config without one."""
+        if self.retention is not None:
+            return duration_ms(self.retention)
+        return duration_ms(DEFAULT_RETENTION) if self.end_ms is None else None
 
     @field_validator("sources", mode="wrap")
     @classmethod

@@ -22,21 +22,24 @@ from resources.spark import spark_resource
 ALL_WINDOWS_JOB = "all_sources_windows"
 
 
-def build_definitions(config: Config) -> Definitions:
+def build_definitions(config: Config, now_ms: int | None = None) -> Definitions:
     """Assets, checks, job, schedule and sensor for every configured source.
 
     The job runs in process: every window of every source in one run shares one Spark
-    session, instead of paying the JVM start-up once per step.
+    session, instead of paying the JVM start-up once per step. The windows are those
+    still within the retention at ``now_ms`` (when the definitions load, by default); the
+    checks are partitioned like the assets, so a check judges its run's windows and never
+    asks Dagster for every partition of the asset it checks.
     """
-    partitions = window_partitions(config)
+    partitions = window_partitions(config, now_ms)
     assets = [source_assets(config, source, partitions) for source in config.sources]
     assets += [
         cdcv2_export_asset(config, source, partitions)
         for source in config.sources
         if exportable(source)
     ]
-    checks = [source_checks(config, source) for source in config.sources]
-    checks += [readers_check(config, source) for source in config.sources]
+    checks = [source_checks(config, source, partitions) for source in config.sources]
+    checks += [readers_check(config, source, partitions) for source in config.sources]
     job = define_asset_job(
         ALL_WINDOWS_JOB,
         selection=AssetSelection.all(),

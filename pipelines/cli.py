@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from assets.cdcv2_export import EXPORT_FOLDER
-from assets.partitions import closed_windows, range_tags, to_ms
+from assets.partitions import closed_windows, first_window_start, range_tags, to_ms
 from assets.source_assets import source_output_keys
 from cdc_core.config import (
     Config,
@@ -73,9 +73,19 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
 
     When every source's outputs already hold the last closed window, it says so in one
     line and runs nothing (a rerun would write nothing either); that look reads the Delta
-    logs only, without starting Spark."""
+    logs only, without starting Spark. Windows before the retention horizon are no
+    partitions any more: asking only for them is refused; the run starts at the horizon.
+    One window runs as that partition (its checks' results attach to it), more as a range.
+    """
     now_ms = int(time.time() * 1000)
-    closed = closed_windows(config, -1, min(through_ms or now_ms, now_ms))
+    first_start = first_window_start(config, now_ms)
+    through = min(through_ms or now_ms, now_ms)
+    closed = closed_windows(config, first_start, through)
+    if not closed and first_start > config.start_ms and through > config.start_ms:
+        print(f"reclock: the windows through {iso(through)} lie before the retention horizon: "
+              f"the first window Dagster still lists starts at {iso(first_start)} (see the "
+              "config's retention)", file=sys.stderr)  # fmt: skip
+        return False
     if not closed:
         print("Nothing to materialize: no window has closed yet.")
         return True
@@ -84,11 +94,13 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
         print(f"Nothing to materialize: every source is complete through {iso(last_end)}.")
         return True
     keys = [key for key, _ in closed]
-    job = build_definitions(config).resolve_job_def(ALL_WINDOWS_JOB)
+    job = build_definitions(config, now_ms).resolve_job_def(ALL_WINDOWS_JOB)
+    one = len(keys) == 1
     with _instance() as instance, progress_bar(config, len(keys)):
         result = job.execute_in_process(
             instance=instance,
-            tags=range_tags(keys[0], keys[-1]),
+            partition_key=keys[0] if one else None,
+            tags=None if one else range_tags(keys[0], keys[-1]),
             raise_on_error=False,
             asset_selection=None if exports else source_output_keys(config),
         )

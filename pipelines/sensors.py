@@ -11,8 +11,9 @@ file's first sighting (its arrival time, which the ``arrival`` reclock policy bi
 is kept in the cursor and handed to the run in a tag; the run registers the files with
 those times. A new file asks only for windows it can still change: the closed windows
 the outputs do not hold yet (at or after their upper; windows not bound yet are among
-them). The run key names those windows and the outputs' upper, so a repeated request
-for the same state starts no second run.
+them) that are still partitions (at or after the retention horizon). A tick computes
+the first and last of them, never the windows between. The run key names those windows
+and the outputs' upper, so a repeated request for the same state starts no second run.
 """
 
 import json
@@ -30,7 +31,7 @@ from dagster import (
     sensor,
 )
 
-from assets.partitions import closed_windows, range_tags, to_ms
+from assets.partitions import closed_span, closed_windows, first_window_start, range_tags, to_ms
 from assets.source_assets import ARRIVALS_TAG
 from cdc_core.config import Config
 from cdc_core.frontier import TimeFrontier, iso
@@ -68,16 +69,20 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
         upper = TimeFrontier.empty()
         for source in config.sources:
             upper = upper.meet(lake.outputs_upper(source))
-        changeable = [] if upper.time is None else closed_windows(config, upper.time - 1, now_ms)
-        newly_closed = [w for w in changeable if w[1] > requested_through]
-        wanted = changeable if new_files else newly_closed
+        # Windows before the retention horizon are no partitions: none is asked for.
+        after = (
+            None if upper.time is None else max(upper.time - 1, first_window_start(config, now_ms))
+        )
+        if after is not None and not new_files:  # only windows closed since the last ask
+            after = max(after, requested_through)
+        wanted = None if after is None else closed_span(config, after, now_ms)
         new_cursor = json.dumps(
             {
-                "requested_through_ms": max([requested_through] + [e for _, e in wanted]),
+                "requested_through_ms": max(requested_through, wanted[1][1] if wanted else 0),
                 "seen": arrivals,  # registered files drop out: the run stamped them
             }
         )
-        if not wanted:
+        if wanted is None:
             return SensorResult(
                 skip_reason=SkipReason(
                     f"{len(new_files)} new dump file(s); no closed window they can change "
@@ -85,10 +90,14 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
                 ),
                 cursor=new_cursor,
             )
-        first, last = wanted[0][0], wanted[-1][0]
-        request = RunRequest(
-            run_key=f"windows:{first}..{last}@{upper.time}",
-            tags={**range_tags(first, last), ARRIVALS_TAG: json.dumps(arrivals)},
+        (first, _), (last, _) = wanted
+        arrived = {ARRIVALS_TAG: json.dumps(arrivals)}
+        run_key = f"windows:{first}..{last}@{upper.time}"
+        # One window is asked for by its key, so the checks' results attach to it.
+        request = (
+            RunRequest(run_key=run_key, partition_key=first, tags=arrived)
+            if first == last
+            else RunRequest(run_key=run_key, tags={**range_tags(first, last), **arrived})
         )
         return SensorResult(run_requests=[request], cursor=new_cursor)
 

@@ -594,6 +594,32 @@ def test_reader_settings_default_and_refuse_empty_or_malformed_durations() -> No
     assert "readers.lifetime: unknown key" in str(rejected(config_with(readers={"lifetime": "1h"})))
 
 
+def test_retention_keeps_the_partitions_within_dagsters_guidance() -> None:
+    """At most 100,000 windows per asset at any age: an open-ended config keeps 30 days
+    unless told otherwise; a retention or a finite range beyond the guidance is refused at
+    load, naming the longest retention the window allows."""
+    day = 86_400_000
+    assert parse_config(config_with(), Path("/b")).retention_ms == 30 * day
+    finite = config_with(end="2026-01-02T00:00:00Z")
+    assert parse_config(finite, Path("/b")).retention_ms is None  # every window from start
+    assert parse_config(config_with(retention="68d"), Path("/b")).retention_ms == 68 * day
+    too_long = rejected(config_with(retention="69d"))
+    assert too_long.field == "retention"
+    assert "100,800 windows of 1m" in str(too_long) and "at most 68d" in str(too_long)
+    five_minutes = config_with(window="5m", retention="346d")
+    assert parse_config(five_minutes, Path("/b")).retention_ms == 346 * day
+    assert "at most 346d for 5m" in str(rejected(config_with(window="5m", retention="347d")))
+    # A finite config holds no more than its own windows, whatever its retention.
+    short = config_with(end="2026-01-01T01:00:00Z", retention="400d")
+    assert parse_config(short, Path("/b")).retention_ms == 400 * day
+    year = rejected(config_with(end="2027-01-01T00:00:00Z"))
+    assert year.field == "end" and "525,600 windows of 1m" in str(year)
+    assert "set a retention (at most 68d)" in str(year)
+    assert parse_config(config_with(end="2027-01-01T00:00:00Z", retention="30d"), Path("/b"))
+    assert "retention: must be longer than zero" in str(rejected(config_with(retention="0d")))
+    assert "retention: must be a duration" in str(rejected(config_with(retention="a month")))
+
+
 USER_AVRO = {
     "type": "record",
     "name": "User",

@@ -330,7 +330,6 @@ def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_chang
 ) -> None:
     config = deployment(tmp_path)
     definitions = build_definitions(config)
-    sensor = definitions.resolve_sensor_def("new_dumps")
     lake = {"lake": LakeResource(root=str(config.lake), landing=str(config.landing))}
     registry = Registry(config.lake / SOURCE / "dumps", SOURCE)
     first_dump = write_dump(config.landing / SOURCE / "a.json", FIRST_DUMP)
@@ -338,7 +337,7 @@ def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_chang
     # A fresh cursor on an empty lake: every closed window can change. The tick (or a
     # preview, the same evaluation) writes nothing: no lake, no registration.
     before = now_ms()
-    first = tick(sensor, DagsterInstance.ephemeral(), lake, None)
+    first = tick(definitions, DagsterInstance.ephemeral(), lake, None)
     after = now_ms()
     (request,) = first.run_requests
     assert request.run_key == f"windows:{KEYS[0]}..{KEYS[2]}@0"
@@ -348,7 +347,7 @@ def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_chang
     assert list(seen) == [str(first_dump)] and before <= seen[str(first_dump)] <= after
     assert not config.lake.exists() and registry.files() == []
     # Repeated on the same state, the request has the same run key: Dagster runs it once.
-    again = tick(sensor, DagsterInstance.ephemeral(), lake, None)
+    again = tick(definitions, DagsterInstance.ephemeral(), lake, None)
     assert [r.run_key for r in again.run_requests] == [request.run_key]
 
     # The run registers the file with the arrival time the sensor saw.
@@ -363,9 +362,10 @@ def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_chang
     # is asked for, though the cursor says it was requested already.
     late = write_dump(config.landing / SOURCE / "later" / "b.json", SECOND_DUMP)
     versions = {name: DeltaTable(str(config.lake / SOURCE / name)).version() for name in OUTPUTS}
-    second = tick(sensor, DagsterInstance.ephemeral(), lake, first.cursor)
+    second = tick(definitions, DagsterInstance.ephemeral(), lake, first.cursor)
     (request,) = second.run_requests
     assert request.run_key == f"windows:{KEYS[2]}..{KEYS[2]}@{BINDING_TIMES[1] + 1}"
+    assert request.partition_key == KEYS[2]  # one window: its checks' results attach to it
     assert list(json.loads(request.tags[ARRIVALS_TAG])) == [str(late)]
     assert [Path(f.path).name for f in registry.files()] == ["a.json"]
     assert versions == {
@@ -373,16 +373,19 @@ def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_chang
     }
 
     # Nothing new since: no request; the file keeps its first sighting in the cursor.
-    third = tick(sensor, DagsterInstance.ephemeral(), lake, second.cursor)
+    third = tick(definitions, DagsterInstance.ephemeral(), lake, second.cursor)
     assert third.run_requests == [] and third.skip_message
     assert json.loads(third.cursor)["seen"] == json.loads(second.cursor)["seen"]
 
 
-def tick(sensor, instance: DagsterInstance, resources: dict, cursor: str | None):
+def tick(definitions: Definitions, instance: DagsterInstance, resources: dict, cursor: str | None):
+    """One tick of the sensor, resolved against the definitions as the daemon resolves it
+    (a one-window request names its partition key, which Dagster checks)."""
     context = build_sensor_context(
-        instance=instance, cursor=cursor, resources=resources
+        instance=instance, cursor=cursor, resources=resources,
+        repository_def=definitions.get_repository_def(),
     )
-    return sensor.evaluate_tick(context)
+    return definitions.resolve_sensor_def("new_dumps").evaluate_tick(context)
 
 
 def now_ms() -> int:
