@@ -43,7 +43,7 @@ from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import phase
-from cdc_core.reclock import frontier_at
+from cdc_core.reclock import frontier_at, held_partitions, overdue
 from cdc_core.source import SourcePipeline
 from cdc_core.vocabulary import Envelope
 from resources.lake import LakeResource
@@ -216,16 +216,20 @@ def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
             start + 1,
             end + 1,
             gaps_allowed=source.allow_offset_gaps,
+            errors=pipeline.errors,
         )
 
     def accounted(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
+        files, frontier = pipeline.registry.files(), frontier_at(pipeline.remap, end)
+        held = held_partitions(source, files, frontier, group=pipeline.group_name)
         return checks.accounted(
             pipeline.reclocked,
             pipeline.errors,
-            pipeline.registry.files(),
-            frontier_at(pipeline.remap, end),
+            files,
+            frontier,
             dict(source.start_offsets.offsets),
             end,
+            stalled=overdue(held, end, source.stall_after_ms),
         )
 
     def state_set(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:

@@ -164,7 +164,9 @@ class Backlog:
     def of(cls, registry: Registry) -> "Backlog":
         """Registered end offsets and newest Kafka timestamp, read from the registry alone."""
         files = registry.files()
-        newest = max((s.max_ts for f in files for s in f.partitions), default=None)
+        newest = max(
+            (s.max_ts for f in files for s in f.partitions if s.max_ts is not None), default=None
+        )
         return cls(registry.end_offsets(files), newest)
 
     def offsets_behind(self, frontier: OffsetFrontier) -> int:
@@ -198,6 +200,12 @@ def window_metadata(report: WindowReport, backlog: Backlog) -> dict[str, object]
     # The window's binding per Kafka partition: the next offset after it.
     for partition, offset in report.frontier.offsets.items():
         metadata[f"frontier/partition_{partition}"] = offset
+    if report.held is not None:  # a run's last window: what its binding waits on
+        metadata["held_partitions"] = len(report.held)
+        if report.held:
+            metadata["held"] = MetadataValue.md(
+                "\n".join(f"- {held.describe()}" for held in report.held)
+            )
     if report.pending is not None:  # a member of a transaction group
         metadata["transactions_pending"] = report.pending.count
         metadata["transactions_overdue"] = report.pending.overdue_count

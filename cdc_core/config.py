@@ -561,6 +561,10 @@ class SourceConfig(_Section):
     """Partition -> first offset, for a topic that does not start at offset 0."""
     retire: Annotated[RetirePolicy, _one_of(RetirePolicy)] = RetirePolicy.ARCHIVE
     """What `reclock retire` does with dumps no run will need again."""
+    stall_after: Annotated[Duration, AfterValidator(_positive)] = "1h"
+    """How long registered offsets may wait unbound (a window's end against the
+    registration of their dump) before the accounted check fails: a gap, an event time
+    far ahead or an open transaction that holds a partition back is a stall, not lag."""
     expectations: tuple[Expectation, ...] = ()
     """great-expectations checks on the changes table (a non-blocking asset check)."""
     owners: tuple[Annotated[str, AfterValidator(_owner)], ...] = ()
@@ -732,6 +736,11 @@ class SourceConfig(_Section):
             if field in HISTORY_COLUMNS.names
         ]
         return problems
+
+    @property
+    def stall_after_ms(self) -> int:
+        """``stall_after`` in milliseconds."""
+        return duration_ms(self.stall_after)
 
     @property
     def key_schema(self) -> StructType:

@@ -28,6 +28,7 @@ from cdc_core.checks import validate
 from cdc_core.config import Config, parse_config
 from cdc_core.envelopes import EnvelopeBatch, apply_envelope
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
+from cdc_core.reclock import HeldPartition, overdue
 from cdc_core.reclock.remap import configured_starts
 from cdc_core.source.pipeline import published_tables, transaction_binder
 from cdc_core.spark import session_conf
@@ -215,6 +216,7 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
         {"users.start_offsets": {0: 5}}, lambda c, s: configured_starts(users(c))
     ),
     "sources[].retire": ({"users.retire": "delete"}, lambda c, s: users(c).retire),
+    "sources[].stall_after": ({"users.stall_after": "10m"}, lambda c, s: _stalled(c)),
     "sources[].expectations": (
         {"users.expectations": None}, lambda c, s: _expectations_pass(s, c)
     ),
@@ -239,6 +241,13 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "transactions[].timeout": ({"transactions.timeout": "1h"},
                                lambda c, s: transaction_binder(s, c, c.lake, "orders").timeout_ms),
 }  # fmt: skip
+
+
+def _stalled(config: Config) -> int:
+    """How many partitions the accounted check calls stalled when a dump has waited 30
+    minutes unbound."""
+    waiting = HeldPartition(0, 0, 1, waiting_since_ms=0, reason="offset gap")
+    return len(overdue([waiting], 30 * 60_000, users(config).stall_after_ms))
 
 
 def _group_binding(spark: SparkSession, config: Config) -> tuple | None:

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from cdc_core.cdcv2 import check_completeness
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import RegisteredFile
-from cdc_core.reclock import frontier_of, remap_updates
+from cdc_core.reclock import HeldPartition, frontier_of, remap_updates
 from cdc_core.reclock.transactions import PendingTransactions
 from cdc_core.shard import Shard
 from cdc_core.spark import local_frame
@@ -135,19 +135,19 @@ def exactly_once(
     upper: int,
     *,
     gaps_allowed: bool,
+    errors: Shard | None = None,
 ) -> CheckOutcome:
     """The records reclocked at times in ``[lower, upper)`` are exactly the offsets from
     ``before`` (the remap at ``lower - 1``, or the configured start offsets) up to ``after``
     (the remap at ``upper - 1``), each once: nothing outside that interval (which includes
     an earlier window's record appearing again), no offset twice, none missing unless
-    gaps are allowed. It reads only the range's updates, so a run pays for what it wrote;
-    with every window judged once, every offset appears exactly once overall. Where the
-    range starts below ``since`` it judges everything from the first offset."""
-    since = reclocked.since.time or 0
-    if lower - 1 >= since:
-        rows = reclocked.listen(lower - 1, upper - 1)
-    else:
-        rows = reclocked.snapshot(since).unionByName(reclocked.listen(since, upper - 1))
+    gaps are allowed or ``errors`` holds the offset at those times (a damaged line is
+    bound at its position, as an error instead of a record). It reads only the range's
+    updates, so a run pays for what it wrote; with every window judged once, every
+    offset appears exactly once overall. Where the range starts below ``since`` it
+    judges everything from the first offset."""
+    rows = _range_updates(reclocked, lower, upper)
+    if lower - 1 < (reclocked.since.time or 0):
         before = OffsetFrontier()
     per_record = rows.groupBy("partition", "offset").agg(F.sum("diff").alias("count"))
 
@@ -156,6 +156,17 @@ def exactly_once(
         return F.coalesce(ends[F.col("partition")], F.lit(0)) if frontier.offsets else F.lit(0)
 
     outside = (F.col("offset") < bound(before)) | (F.col("offset") >= bound(after))
+    damaged: dict[int, int] = {}
+    if errors is not None and not gaps_allowed and errors.holds_updates():
+        # Positions of the range that only the errors hold: damaged lines bound there.
+        low = F.greatest(bound(before), bound(OffsetFrontier(dict(starts))))
+        placed = _range_updates(errors, lower, upper).where(
+            (F.col("offset") >= low) & (F.col("offset") < bound(after))
+        )
+        only = placed.select("partition", "offset").distinct().join(
+            per_record.select("partition", "offset"), ["partition", "offset"], "left_anti"
+        )
+        damaged = {r["partition"]: r["count"] for r in only.groupBy("partition").count().collect()}
     summary = per_record.groupBy("partition").agg(
         F.count("*").alias("records"),
         F.sum(F.when(F.col("count") != 1, 1).otherwise(0)).alias("not_once"),
@@ -178,13 +189,22 @@ def exactly_once(
                 f"partition {partition}: {row['outside']} offset(s) outside the bindings "
                 f"[{before[partition]}, {high})"
             )
-        inside = records - (row["outside"] if row else 0)
+        inside = records - (row["outside"] if row else 0) + damaged.get(partition, 0)
         if not gaps_allowed and inside != expected:
             problems.append(
                 f"partition {partition}: {inside} record(s) between offsets {low} and {high}, "
                 f"expected {expected}"
             )
     return CheckOutcome(not problems, "; ".join(problems) or "exactly once", figures)
+
+
+def _range_updates(shard: Shard, lower: int, upper: int) -> DataFrame:
+    """The shard's updates at times ``[lower, upper)``; from its ``since`` on as a snapshot
+    when the range starts below it (earlier times are compacted into the since)."""
+    since = shard.since.time or 0
+    if lower - 1 >= since:
+        return shard.listen(lower - 1, upper - 1)
+    return shard.snapshot(since).unionByName(shard.listen(since, upper - 1))
 
 
 def accounted(
@@ -194,6 +214,7 @@ def accounted(
     frontier: OffsetFrontier,
     starts: Mapping[int, int],
     as_of: int,
+    stalled: Sequence[HeldPartition] = (),
 ) -> CheckOutcome:
     """Nothing registered is in neither the outputs nor ``errors``, judged at ``as_of``:
 
@@ -201,8 +222,11 @@ def accounted(
       between the partition's start and ``frontier`` (the remap at ``as_of``), are in
       ``reclocked``: at least the file's count of records in that range (records above
       the frontier are lag, which ``inspect`` shows);
-    - every live dump file a run has read that is damaged, has bad lines or yields no
-      record has an ``errors`` row naming it, since what it lost is counted nowhere else.
+    - every live dump file a run has read that is damaged or yields no record, or whose
+      bad lines are bound, has an ``errors`` row naming it, since what it lost is
+      counted nowhere else;
+    - no partition is ``stalled``: registered offsets held back longer than the
+      source's ``stall_after`` (the caller judges that from the registry, ``held``).
     One Spark job per table, over a broadcast list of ranges; only counts return."""
 
     def read(registered: RegisteredFile) -> bool:
@@ -214,6 +238,16 @@ def accounted(
             if s.max_offset >= starts.get(s.partition, 0)
         ]
         return not lowest or any(lowest)
+
+    def owes_row(registered: RegisteredFile) -> bool:
+        """Whether the file's errors are due: damage or lines without a position once it
+        was read, damaged lines with a position once their partition's range is bound."""
+        if registered.has_file_errors:
+            return read(registered)
+        return any(
+            s.damaged_lines and s.max_offset < frontier[s.partition]
+            for s in registered.partitions
+        )
 
     ranges = [
         (index, s.partition, s.min_offset, s.max_offset, s.records, f.path)
@@ -246,7 +280,7 @@ def accounted(
         for index, p, low, high, n, path in ranges
         if found.get(index, 0) < n
     ]  # fmt: skip
-    flagged = [f.path for f in files if not f.retired and f.has_errors and read(f)]
+    flagged = [f.path for f in files if not f.retired and f.has_errors and owes_row(f)]
     reported: set[str] = set()
     if flagged:
         rows = errors.snapshot(as_of).where(F.col("file").isin(flagged)).select("file")
@@ -265,13 +299,19 @@ def accounted(
             "without an errors row: "
             + ", ".join(unreported[:MAX_EXAMPLES])
         )
+    if stalled:
+        problems.append(
+            f"{len(stalled)} partition(s) stalled, registered offsets unbound past "
+            "stall_after: " + "; ".join(held.describe() for held in stalled[:MAX_EXAMPLES])
+        )
     return CheckOutcome(
         not problems,
         "; ".join(problems)
         or f"{len(ranges)} registered range(s) in reclocked, {len(flagged)} flagged file(s) "
-        "in errors",
+        "in errors, no partition stalled",
         {"ranges": len(ranges), "short": short[:MAX_EXAMPLES], "flagged_files": len(flagged),
-         "unreported": unreported[:MAX_EXAMPLES]},
+         "unreported": unreported[:MAX_EXAMPLES],
+         "stalled": [held.describe() for held in stalled[:MAX_EXAMPLES]]},
     )
 
 

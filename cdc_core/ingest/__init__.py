@@ -11,6 +11,7 @@ registry: metadata on the driver).
 
 from cdc_core.ingest.dumps import (
     CanonicalReads,
+    CanonicalRecords,
     DumpFile,
     MissingDumpFile,
     list_dump_files,
@@ -20,6 +21,7 @@ from cdc_core.ingest.registry import DumpFileChanged, RegisteredFile, Registry
 
 __all__ = [
     "CanonicalReads",
+    "CanonicalRecords",
     "DumpFile",
     "DumpFileChanged",
     "MissingDumpFile",

@@ -77,6 +77,7 @@ SCAN_SCHEMA = pa.schema(
         ("min_ts", pa.int64()),
         ("max_ts", pa.int64()),
         ("records", pa.int64()),
+        ("damaged_lines", pa.int64()),
     ]
 )
 
@@ -121,11 +122,12 @@ class GzipDamage:
 @dataclass(frozen=True)
 class DumpRead:
     """Parsed dump lines: ``lines`` holds the ``DUMP_RECORD`` columns (then ``headers``,
-    when read) plus ``reason`` (null for a good record, else why the line failed) and
-    ``dropped`` (for a good record whose line goes on after its JSON object, why that
-    text is lost); ``unreadable`` holds ``ERROR`` rows of files that could not be read at
-    all. One frame for good and bad lines, so a caller that persists it parses every
-    line once."""
+    when read) plus ``reason`` (null for a good record, else why the line failed),
+    ``positioned`` (a failed line whose ``(partition, offset)`` is known: see
+    ``_positioned``) and ``dropped`` (for a good record whose line goes on after its JSON
+    object, why that text is lost); ``unreadable`` holds ``ERROR`` rows of files that
+    could not be read at all. One frame for good and bad lines, so a caller that persists
+    it parses every line once."""
 
     lines: DataFrame
     unreadable: DataFrame
@@ -139,11 +141,17 @@ class DumpRead:
     @property
     def errors(self) -> DataFrame:
         """The lines that failed or were dropped, as ``ERROR`` rows with their source position."""
-        failed = self.lines.where(F.col("reason").isNotNull()).select(*ERROR.names)
-        dropped = self.lines.where(F.col("dropped").isNotNull()).select(
-            *(F.col("dropped" if name == "reason" else name).alias(name) for name in ERROR.names)
-        )
-        return failed.unionByName(dropped).unionByName(self.unreadable)
+        return error_rows(self.lines).unionByName(self.unreadable)
+
+
+def error_rows(lines: DataFrame) -> DataFrame:
+    """``ERROR`` rows of parsed ``lines`` (with ``file``): one per failed line, one per
+    record whose line went on after its JSON object."""
+    failed = lines.where(F.col("reason").isNotNull()).select(*ERROR.names)
+    dropped = lines.where(F.col("dropped").isNotNull()).select(
+        *(F.col("dropped" if name == "reason" else name).alias(name) for name in ERROR.names)
+    )
+    return failed.unionByName(dropped)
 
 
 def is_dump_name(name: str) -> bool:
@@ -221,7 +229,8 @@ def read_dumps(
     JSON object, lacks or mistypes ``topic``/``partition``/``offset``/``ts``, has a
     negative partition or offset, or (when ``topic`` is given) names another topic
     becomes an error row with its file, whatever position could be parsed, and the
-    reason; blank lines carry nothing and are skipped. ``file`` is the dump's absolute
+    reason (``positioned`` when that position can be trusted: see ``_positioned``);
+    blank lines carry nothing and are skipped. ``file`` is the dump's absolute
     path (as ``list_dump_files`` spells it).
 
     A damaged gzip file would fail the whole Spark read, so gzip files are first checked
@@ -248,6 +257,7 @@ def read_dumps(
             *(F.col(field.name).cast(field.dataType) for field in DUMP_RECORD.fields),
             *([HEADERS.name] if headers else []),
             "reason",
+            "positioned",
             "dropped",
         ),
         unreadable=unreadable,
@@ -268,79 +278,88 @@ class DumpScan:
 def scan_dump_files(
     spark: SparkSession, files: Sequence[str], *, topic: str | None = None
 ) -> DumpScan:
-    """Per (file, partition): offset and timestamp ranges and the record count; per file,
-    the count of lines that are no record.
+    """Per (file, partition): offset and timestamp ranges of the lines with a position
+    (records and positioned damaged lines), the record count and the damaged count; per
+    file, the count of lines that are no record.
 
     Tiny metadata for a registry of dumps, so a window reads only the files that can
-    hold its offsets, and knows which files have errors to report. Aggregated in Spark
-    (one job); only the summary reaches the driver. A line counts as a record exactly
-    when ``read_dumps`` would keep it as one.
+    hold its offsets (a damaged line's offset too: it is bound like a record), and knows
+    which files have errors to report. Aggregated in Spark (one job); only the summary
+    reaches the driver. A line counts as a record, or as positioned, exactly when
+    ``read_dumps`` would judge it so: the lines are parsed by the same ``_parse``.
     """
     readable, damaged = _readable(spark, files)
     reasons = {path: d.reason for path, d in damaged.items()}
+    kcat = [path for path in readable if layout_of(path) is DumpLayout.KCAT]
+    # Sink files and the complete lines of truncated gzip files, named by local paths.
+    others = [path for path in readable if layout_of(path) is DumpLayout.CONNECT]
     frames = []
-    connect = [path for path in readable if layout_of(path) is DumpLayout.CONNECT]
-    readable = [path for path in readable if layout_of(path) is DumpLayout.KCAT]
-    if connect:  # positions from the file names, judged as ``read_dumps`` judges them
-        from_names = _parse(connect_lines(spark, connect), _SCAN_LINE, topic)
-        bad = F.col("reason").isNotNull().alias("bad")
-        frames.append(
-            _position_stats(from_names.select("file", "partition", "offset", "ts", bad))
-        )
-    if readable:
-        # Spark's JSON reader with only the position fields: it checks every line is
-        # well formed UTF-8 and JSON, but builds no key or payload.
-        lines = (
-            spark.read.schema(_SCAN_LINE)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", _CORRUPT)
-            .json(readable)
-        )
-        valid = F.col(_CORRUPT).isNull() & (F.col("partition") >= 0) & (F.col("offset") >= 0)
-        for name in _REQUIRED_FIELDS:
-            valid &= F.col(name).isNotNull()
-        if topic is not None:
-            valid &= F.col("topic") == F.lit(topic)
+    if others or any(damage.truncated for damage in damaged.values()):
+        lines = _read_lines(spark, others, damaged)
+        frames.append(_position_stats(_parse(lines, _SCAN_LINE, topic)))
+    if kcat:
         uri = F.col("_metadata.file_path").alias("file")
-        positions = lines.select(uri, "partition", "offset", "ts", (~valid).alias("bad"))
-        by_uri = _position_stats(positions)
+        text = _nonblank(spark.read.text(kcat).select("value", uri))
         # Paths decoded once per group, not once per line.
+        by_uri = _position_stats(_parse(text, _SCAN_LINE, topic))
         frames.append(by_uri.withColumn("file", _local_path(F.col("file"))))
-    truncated = sorted(path for path, damage in damaged.items() if damage.truncated)
-    if truncated:  # lines no file reader can give: judged as ``read_dumps`` judges them
-        salvaged = _parse(_salvaged_lines(spark, truncated), _SCAN_LINE, topic)
-        bad = F.col("reason").isNotNull().alias("bad")
-        frames.append(_position_stats(salvaged.select("file", "partition", "offset", "ts", bad)))
     if not frames:
         return DumpScan(SCAN_SCHEMA.empty_table(), {}, reasons)
     stats = functools.reduce(DataFrame.unionByName, frames)
     # Sorted on the driver: a Spark sort would cost a sampling job for a few rows.
     grouped = stats.toArrow().sort_by([("file", "ascending"), ("partition", "ascending")])
-    is_bad = grouped.column("bad")
-    summary = grouped.filter(pc.invert(is_bad)).select(SCAN_SCHEMA.names).cast(SCAN_SCHEMA)
-    failed = grouped.filter(is_bad).to_pylist()
-    return DumpScan(summary, {row["file"]: row["records"] for row in failed}, reasons)
+    placed = grouped.filter(pc.is_valid(grouped.column("partition")))
+    summary = placed.select(SCAN_SCHEMA.names).cast(SCAN_SCHEMA)
+    bad_lines: dict[str, int] = {}
+    for row in grouped.select(["file", "damaged_lines"]).to_pylist():
+        if row["damaged_lines"]:
+            bad_lines[row["file"]] = bad_lines.get(row["file"], 0) + row["damaged_lines"]
+    return DumpScan(summary, bad_lines, reasons)
 
 
 def _position_stats(lines: DataFrame) -> DataFrame:
-    """Per (``file``, partition of the good lines, ``bad``): offset and ts ranges, lines."""
-    partition = F.when(~F.col("bad"), F.col("partition")).alias("partition")
-    return lines.groupBy("file", partition, "bad").agg(
+    """Per (``file``, partition): offset and ts ranges, records and damaged lines; lines
+    without a position count as damaged under a null partition."""
+    good = F.col("reason").isNull()
+    partition = F.when(good | F.col("positioned"), F.col("partition")).alias("partition")
+    return lines.groupBy("file", partition).agg(
         F.min("offset").alias("min_offset"),
         F.max("offset").alias("max_offset"),
         F.min("ts").alias("min_ts"),
         F.max("ts").alias("max_ts"),
-        F.count(F.lit(1)).alias("records"),
+        F.count(F.when(good, 1)).alias("records"),
+        F.count(F.when(~good, 1)).alias("damaged_lines"),
     )
 
 
 def _parse(lines: DataFrame, schema: StructType, topic: str | None) -> DataFrame:
-    """``value``, ``file``, the fields of ``schema``, ``reason`` (null for a record) and
-    ``dropped`` (for a record followed by more text on its line: that text is lost)."""
+    """``value``, ``file``, the fields of ``schema``, ``reason`` (null for a record),
+    ``positioned`` (a failed line whose position is known) and ``dropped`` (for a record
+    followed by more text on its line: that text is lost)."""
     parsed = F.from_json("value", schema, {"mode": "PERMISSIVE"}).alias("j")
-    return lines.select("value", "file", parsed).select(
+    judged = lines.select("value", "file", parsed).select(
         "value", "file", "j.*", _problem(topic).alias("reason")
-    ).withColumn("dropped", F.when(F.col("reason").isNull(), _dropped_text()))
+    )
+    positioned = F.col("reason").isNotNull() & _positioned(topic)
+    return judged.withColumn("positioned", positioned).withColumn(
+        "dropped", F.when(F.col("reason").isNull(), _dropped_text())
+    )
+
+
+def _positioned(topic: str | None) -> Column:
+    """Whether a line still says where it sits in the topic: a whole JSON object (a line
+    cut short could end in a cut number) whose partition and offset read and are not
+    negative, and whose topic, when it names one, is the dump's. Such a line is bound
+    like a record even when the rest of it is damaged, so it never holds back the
+    records after it in its partition."""
+    known = (
+        F.col("partition").isNotNull() & F.col("offset").isNotNull()
+        & (F.col("partition") >= 0) & (F.col("offset") >= 0)
+    )
+    if topic is not None:
+        known &= F.col("topic").isNull() | (F.col("topic") == F.lit(topic))
+    whole = F.json_object_keys(F.make_valid_utf8("value")).isNotNull()
+    return F.coalesce(known & whole, F.lit(False))
 
 
 def _readable(
@@ -421,7 +440,11 @@ def _read_lines(
         frames.append(_salvaged_lines(spark, truncated))
     if not frames:
         return local_frame(spark, [], "value string, file string")
-    lines = functools.reduce(DataFrame.unionByName, frames)
+    return _nonblank(functools.reduce(DataFrame.unionByName, frames))
+
+
+def _nonblank(lines: DataFrame) -> DataFrame:
+    """Blank lines carry nothing: they are neither records nor errors."""
     return lines.where(F.trim("value") != "")
 
 
@@ -521,9 +544,9 @@ class CanonicalRecords:
     ``_copy`` (1 for the kept copy) and, for a dropped copy whose ts/key/payload differ
     from the kept one, ``_kept_file``; files appear as small ids (``_file``), which
     ``catalog`` maps to their paths, so the shuffled and cached rows stay narrow.
-    ``unreadable``: ERROR rows of files that could not be read. Records, conflicts and
-    read errors are views of the one frame, so persisting it (``CanonicalReads``) parses
-    and sorts every line once. ``headers``: whether the records carry their headers.
+    ``unreadable``: ERROR rows of files that could not be read. Records, positions,
+    conflicts and errors are views of the one frame, so persisting it (``CanonicalReads``)
+    parses and sorts every line once. ``headers``: whether the records carry their headers.
     """
 
     lines: DataFrame
@@ -536,6 +559,15 @@ class CanonicalRecords:
         """``reclocked_schema`` columns plus ``arrival_ms``, one row per (partition, offset)."""
         kept = F.col("reason").isNull() & (F.col("_copy") == 1)
         return self.lines.where(kept).select(*reclocked_schema(self.headers).names, "arrival_ms")
+
+    @property
+    def positions(self) -> DataFrame:
+        """``partition``, ``offset``, ``ts``, ``arrival_ms`` of every known position: the
+        records, and the positioned damaged lines of positions no record holds (their
+        ``ts`` null when it does not read). A binding passes these, so a damaged line
+        never holds back the records after it."""
+        kept = (F.col("reason").isNull() | F.col("positioned")) & (F.col("_copy") == 1)
+        return self.lines.where(kept).select("partition", "offset", "ts", "arrival_ms")
 
     @property
     def conflicts(self) -> DataFrame:
@@ -556,11 +588,23 @@ class CanonicalRecords:
         )
 
     @property
+    def line_errors(self) -> DataFrame:
+        """ERROR rows of the lines whose position is known: positioned damaged lines and
+        records whose line went on after their JSON object. They belong to the binding
+        of their position."""
+        placed = self.lines.where(F.col("positioned") | F.col("dropped").isNotNull())
+        return error_rows(self._named(placed))
+
+    @property
     def read_errors(self) -> DataFrame:
-        """ERROR rows of malformed lines (file known, position unknown) and unreadable files."""
-        failed = self.lines.where(F.col("reason").isNotNull() | F.col("dropped").isNotNull())
-        named = failed.join(F.broadcast(self.catalog.select("_file", "file")), "_file")
-        return DumpRead(named, self.unreadable).errors
+        """ERROR rows of malformed lines without a position (file known) and unreadable
+        files: they belong to the first read of their file."""
+        unplaced = self.lines.where(F.col("reason").isNotNull() & ~F.col("positioned"))
+        return error_rows(self._named(unplaced)).unionByName(self.unreadable)
+
+    def _named(self, lines: DataFrame) -> DataFrame:
+        """``lines`` with their file's path."""
+        return lines.join(F.broadcast(self.catalog.select("_file", "file")), "_file")
 
 
 class CanonicalReads:
@@ -675,11 +719,12 @@ def read_canonical(
         lines = lines.withColumn(HEADERS.name, F.when(~F.col("_from_sink"), known))
     lines = lines.repartition("partition")
     # Good records sort before bad lines at the same position, so a bad line never
-    # displaces a good copy; the kept copy is the first row of its position.
+    # displaces a good copy, and positioned bad lines before the rest (another topic's
+    # line may claim any position); the kept copy is the first row of its position.
     # A kcat copy is preferred to a sink copy, which lacks the key and the true timestamp;
     # copies of different layouts are not compared (a sink rewrites the value's JSON).
     copies = Window.partitionBy("partition", "offset").orderBy(
-        ~good, "_from_sink", "arrival_ms", "_file"
+        ~good, ~F.col("positioned"), "_from_sink", "arrival_ms", "_file"
     )
     compared = _compared(headers)
     kept = {c: F.first(c).over(copies) for c in (*compared, "_file", "_from_sink")}

@@ -52,19 +52,22 @@ class DumpFileChanged(ValueError):
 
 @dataclass(frozen=True)
 class PartitionStats:
-    """What one dump file holds of one Kafka partition."""
+    """What one dump file holds of one Kafka partition: the offset range of its records
+    and of its damaged lines whose position is known (bound like records)."""
 
     partition: int
     min_offset: int
     max_offset: int
-    min_ts: int
-    max_ts: int
+    min_ts: int | None  # None when only damaged lines without a readable ts hold it
+    max_ts: int | None
     records: int
+    damaged_lines: int = 0  # positioned damaged lines: bound like records, no record
 
 
 @dataclass(frozen=True)
 class RegisteredFile:
-    """One registered dump file; ``partitions`` is empty for a file without valid records.
+    """One registered dump file; ``partitions`` is empty for a file without a line whose
+    position reads.
     ``problem`` says why the file is damaged (a gzip stream cut short or corrupt) or
     cannot be read at all (``unreadable``); null for a sound file. ``bad_lines``: how
     many of its lines are no record."""
@@ -82,7 +85,19 @@ class RegisteredFile:
     @property
     def has_errors(self) -> bool:
         """Reading it yields error rows: it is damaged, has bad lines, or has no record."""
-        return bool(self.problem or self.bad_lines or not self.partitions)
+        return bool(self.problem or self.bad_lines or not self.has_records)
+
+    @property
+    def has_file_errors(self) -> bool:
+        """Some of its errors belong to the file, not to a position: damage, no record,
+        or lines without a position (the rest are bound with their positions)."""
+        placed = sum(s.damaged_lines for s in self.partitions)
+        return bool(self.problem or not self.has_records or self.bad_lines > placed)
+
+    @property
+    def has_records(self) -> bool:
+        """Some line of it is a record (a file of damaged lines may still have positions)."""
+        return any(s.records for s in self.partitions)
 
     @property
     def unreadable(self) -> bool:
@@ -144,6 +159,7 @@ class Registry:
                 partitions[row["path"]][row["partition"]] = PartitionStats(
                     row["partition"], row["min_offset"], row["max_offset"],
                     row["min_ts"], row["max_ts"], row["records"],
+                    row.get("damaged_lines") or 0,
                 )
         return [
             RegisteredFile(

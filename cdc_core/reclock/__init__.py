@@ -4,10 +4,12 @@ Invariant: a binding is minted once, durably, and reused by every later run; a r
 appears exactly once in the reclocked collection, at the first binding that covers it.
 
 Modules: ``remap`` (minting policies and the remap shard), ``reclocking`` (the reclocked
-collection of a range of bindings), ``transactions`` (a transaction group's bindings, which
+collection of a range of bindings), ``held`` (why a binding waits at an offset),
+``transactions`` (a transaction group's bindings, which
 never split a transaction, copied by its members).
 """
 
+from cdc_core.reclock.held import HeldPartition, held_partitions, overdue
 from cdc_core.reclock.reclocking import ReclockedWindows, reclock_windows
 from cdc_core.reclock.remap import (
     RemapError,
@@ -20,13 +22,16 @@ from cdc_core.reclock.remap import (
 )
 
 __all__ = [
+    "HeldPartition",
     "ReclockedWindows",
     "RemapError",
     "Windows",
     "frontier_at",
     "frontier_of",
+    "held_partitions",
     "mint_bindings",
     "offsets_for",
+    "overdue",
     "reclock_windows",
     "remap_updates",
 ]

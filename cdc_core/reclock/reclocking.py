@@ -9,8 +9,11 @@ Errors of the range come back as a DataFrame for the caller to append to the sou
 errors shard together with its own errors (one writer per window for that shard):
 - a copy of an offset whose ts/key/payload differ from the kept copy, at the time the
   offset is reclocked;
-- malformed lines and damage of a dump file, at the first binding that covers any of
-  its records;
+- a damaged line whose ``(partition, offset)`` is known, and the text lost after a
+  record on its line, at the binding time of that position (bound like a record, so
+  it never holds back its partition);
+- malformed lines without a position and damage of a dump file, at the first binding
+  that covers any of its records;
 - a file without any valid record (empty, unreadable, damaged beyond its first line),
   or landed after all its records were bound, at the first binding of the first range
   reclocked after it was registered, unless the caller says an earlier range already
@@ -27,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.frontier import OffsetFrontier
-from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry
+from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry, starts_column
 from cdc_core.reclock.remap import (
     ImposedBindings,
     RangeBindings,
@@ -100,9 +103,10 @@ def first_read_times(
     A file with records was read before iff one of its offsets at or above the
     partition's start lies below ``base``; otherwise its errors belong to the first
     binding covering its lowest such offset. A file whose errors are still to report
-    though no binding of the range covers it (it has no record, or it landed after all
-    its records were bound) belongs to the range's first binding (``upper - 1`` when
-    nothing moves), unless it is ``reported`` already.
+    though no binding of the range covers it (it has no position, it landed after all
+    its records were bound, or it has lines without a position while its positions
+    wait) belongs to the range's first binding (``upper - 1`` when nothing moves).
+    A file ``reported`` already is left out.
     """
     starts = configured_starts(source)
     first_binding = min((t for _, _, t in bindings), default=upper - 1)
@@ -121,8 +125,13 @@ def first_read_times(
             continue
         covered = [first_covering(bindings, p, o) for p, o in lowest.items()]
         covered = [t for t in covered if t >= 0]
+        if registered.path in reported:
+            continue
         if covered:
             times[registered.path] = min(covered)
+        elif due and registered.has_file_errors:
+            # What has no position waits on nothing: reported when first seen.
+            times[registered.path] = first_binding
     return times
 
 
@@ -168,9 +177,15 @@ def reclock_range(
     records = with_binding_time(canonical.records.drop("arrival_ms")).withColumn(
         "diff", F.lit(1).cast("bigint")
     )
-    empty = [f for f in needed if not f.partitions]
-    file_errors = canonical.read_errors.join(
-        F.broadcast(_frame(spark, sorted(error_times.items()), ("file", "time"))), "file"
+    empty = [f for f in needed if not f.has_records and f.path in error_times]
+    file_times = F.broadcast(_frame(spark, sorted(error_times.items()), ("file", "time")))
+    # A line's error belongs to the binding of its position; one below the partition's
+    # start (a late file's copy of an offset bound earlier, or an offset before the
+    # source starts) is reported with its file's other errors.
+    line_errors = canonical.line_errors
+    below_start = F.col("offset") < starts_column(spark, starts)
+    file_errors = (
+        canonical.read_errors.unionByName(line_errors.where(below_start)).join(file_times, "file")
     )
     empty_files = local_frame(
         spark,
@@ -185,6 +200,7 @@ def reclock_range(
     )
     errors = (
         with_binding_time(canonical.conflicts)
+        .unionByName(with_binding_time(line_errors.where(~below_start)))
         .unionByName(file_errors.select(*ERROR.fieldNames(), "time"))
         .unionByName(empty_files)
         .withColumn("diff", F.lit(1).cast("bigint"))

@@ -184,9 +184,11 @@ def bind_times(
     policy: ReclockPolicy | str,
     allow_gaps: bool,
 ) -> DataFrame:
-    """Canonical ``records`` (one per offset, with ``arrival_ms``) at or above their
-    partition's start -> ``partition``, ``offset``, ``time``: the first window end whose
-    binding covers the record (null when none of ``windows`` does).
+    """Canonical positions (``CanonicalRecords.positions``: one per offset, with ``ts``
+    and ``arrival_ms``) at or above their partition's start -> ``partition``, ``offset``,
+    ``time``: the first window end whose binding covers the position (null when none of
+    ``windows`` does). A damaged line whose ``ts`` does not read is eligible under
+    event-time as soon as the records before it are.
 
     A record is covered at ``end`` when every record of the prefix up to it is eligible:
     under event-time its running maximum ts is below ``end``; under arrival every record
@@ -253,7 +255,8 @@ def candidate_files(
     caps: dict[int, int] = {}
     for registered in files:
         for s in registered.partitions:
-            if s.max_ts >= end and s.max_offset >= starts.get(s.partition, 0):
+            late = s.max_ts is not None and s.max_ts >= end
+            if late and s.max_offset >= starts.get(s.partition, 0):
                 caps[s.partition] = min(caps.get(s.partition, s.max_offset), s.max_offset)
     return [
         f
@@ -284,7 +287,7 @@ def propose_frontiers(
         return [previous for _ in windows.ends]
     canonical = (reads or CanonicalReads(spark, registry, persist=False)).read(needed, starts)
     times = bind_times(
-        canonical.records,
+        canonical.positions,
         starts_column(spark, starts),
         windows,
         source.reclock,

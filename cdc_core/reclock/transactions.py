@@ -52,7 +52,7 @@ from pyspark.sql.window import Window
 
 from cdc_core.envelopes.decode import unwrap_connect_envelope
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
-from cdc_core.ingest import CanonicalReads, Registry, starts_column
+from cdc_core.ingest import CanonicalReads, CanonicalRecords, Registry, starts_column
 from cdc_core.reclock.remap import (
     ReclockSource,
     RemapError,
@@ -253,14 +253,20 @@ class TransactionGroupBinder:
             for i in range(len(windows.ends))
         ]
 
-    def _transaction_records(self) -> DataFrame | None:
-        """The transaction topic's records, one per offset, with their parsed value ``e``
-        (None before any dump is registered)."""
+    def _transaction_read(self) -> CanonicalRecords | None:
+        """The transaction topic's canonical read (None before any dump is registered)."""
         files = self.registry.files()
         if not files:
             return None
-        records = CanonicalReads(self.spark, self.registry, persist=False).read(files, {}).records
-        value = unwrap_connect_envelope(records, "payload", TRANSACTION_EVENT, "_value")
+        return CanonicalReads(self.spark, self.registry, persist=False).read(files, {})
+
+    def _transaction_records(self, read: CanonicalRecords | None = None) -> DataFrame | None:
+        """The transaction topic's records, one per offset, with their parsed value ``e``
+        (None before any dump is registered); ``read``: the read to take them from."""
+        read = read or self._transaction_read()
+        if read is None:
+            return None
+        value = unwrap_connect_envelope(read.records, "payload", TRANSACTION_EVENT, "_value")
         return value.select(
             "partition", "offset", "ts", F.from_json("_value", TRANSACTION_EVENT).alias("e")
         )
@@ -269,14 +275,17 @@ class TransactionGroupBinder:
         """END records of the transaction topic with the window end that first knows
         them (event time): ``tpartition``, ``toffset``, ``txid``, ``known``, ``counts``
         (data_collection -> event_count)."""
-        records = self._transaction_records()
-        if records is None:
+        read = self._transaction_read()
+        records = self._transaction_records(read)
+        if read is None or records is None:
             return self.spark.createDataFrame(
                 [], "tpartition int, toffset bigint, txid string, known bigint, "
                 "counts map<string,bigint>"
             )
+        # Every position binds, damaged lines too: one never holds back the ENDs after it.
         times = bind_times(
-            records, starts_column(self.spark, {}), windows, ReclockPolicy.EVENT_TIME, False
+            read.positions, starts_column(self.spark, {}), windows, ReclockPolicy.EVENT_TIME,
+            False,
         )
         return (
             records.where(F.col("e.status") == "END")

@@ -38,7 +38,7 @@ from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.phases import phase
-from cdc_core.reclock import Windows, frontier_at, reclock_windows
+from cdc_core.reclock import HeldPartition, Windows, frontier_at, held_partitions, reclock_windows
 from cdc_core.reclock.remap import ImposedBindings
 from cdc_core.reclock.transactions import (
     Member,
@@ -145,15 +145,18 @@ class WindowReport:
     updates_out: int
     errors_out: int
     pending: PendingTransactions | None = None  # for a member of a transaction group
+    # For a run's last window: the partitions its binding holds back, and why.
+    held: tuple[HeldPartition, ...] | None = None
 
     def summary(self) -> str:
         """One line for logs: the window, its binding and its figures."""
         verb = "bound" if self.minted else "reused binding"
         waiting = "" if self.pending is None else f"; {self.pending.describe()}"
+        held = "".join(f"; {h.describe()}" for h in self.held or ())
         return (
             f"{self.source} window [{iso(self.start)}, {iso(self.end)}): {verb} {self.frontier}; "
             f"{self.records_in} record(s) in, {self.updates_out} change(s), "
-            f"{self.errors_out} error update(s){waiting}"
+            f"{self.errors_out} error update(s){waiting}{held}"
         )
 
 
@@ -385,9 +388,17 @@ class SourcePipeline:
         return pending
 
     def _with_pending(self, reports: list[WindowReport]) -> list[WindowReport]:
-        """``reports`` with the pending transactions of their windows."""
+        """``reports`` with the pending transactions of their windows, and the last one
+        with the partitions its binding holds back (judged from the registry alone; the
+        earlier windows of a backfill are history by now)."""
         pending = self.pending_transactions([r.end for r in reports])
-        return [dataclasses.replace(r, pending=pending.get(r.end)) for r in reports]
+        reports = [dataclasses.replace(r, pending=pending.get(r.end)) for r in reports]
+        if reports:
+            held = held_partitions(
+                self.source, self.registry.files(), reports[-1].frontier, group=self.group_name
+            )
+            reports[-1] = dataclasses.replace(reports[-1], held=tuple(held))
+        return reports
 
     def _reported_files(self, lower: int) -> frozenset[str]:
         """Registered files with errors to report whose rows the errors shard holds before
@@ -554,8 +565,15 @@ class SourcePipeline:
     def inspect(self) -> SourceInspection:
         """Frontiers and lag of the source, from the logs and the registry."""
         return inspect_source(
-            self.source.name, self.remap, self.outputs, self.registry, self.upstream
+            self.source, self.source.name, self.remap, self.outputs, self.registry,
+            self.upstream, group=self.group_name,
         )
+
+    @property
+    def group_name(self) -> str | None:
+        """The name of the source's transaction group (None when it belongs to none)."""
+        group = self.config.transaction_group(self.source.name)
+        return None if group is None else group.name
 
     def status(self, *, transactions: bool = False) -> SourceStatus:
         """The inspection plus every table's version, rows and schema; ``transactions``:

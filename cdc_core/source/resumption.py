@@ -24,7 +24,8 @@ from deltalake import Schema as DeltaSchema
 
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.ingest import RegisteredFile, Registry
-from cdc_core.reclock import offsets_for
+from cdc_core.reclock import HeldPartition, held_partitions, offsets_for
+from cdc_core.reclock.remap import ReclockSource
 from cdc_core.shard import Shard, ShardStorageError
 from cdc_core.shard.delta_io import (
     add_action,
@@ -229,6 +230,8 @@ class SourceInspection:
     resumption: ResumptionFrontiers
     committed: ResumptionFrontiers | None
     damaged: tuple[tuple[str, str], ...] = ()
+    # The partitions the binding waits on, each with the offset and the reason.
+    held: tuple[HeldPartition, ...] = ()
 
     @property
     def caught_up(self) -> bool:
@@ -255,6 +258,9 @@ class SourceInspection:
                 f"  committed upstream: time {self.committed.timestamp.iso()}, "
                 f"offsets {self.committed.offsets}"
             )
+        if self.held:
+            lines.append(f"  waiting: {len(self.held)} partition(s) hold registered offsets:")
+            lines.extend(f"    {held.describe()}" for held in self.held)
         if self.damaged:
             lines.append(
                 f"  NOT caught up: {len(self.damaged)} dump file(s) damaged or without "
@@ -265,19 +271,29 @@ class SourceInspection:
 
 
 def inspect_source(
-    name: str, remap: Shard, shards: Sequence[Shard], registry: Registry, upstream: UpstreamCommit
+    source: ReclockSource,
+    name: str,
+    remap: Shard,
+    shards: Sequence[Shard],
+    registry: Registry,
+    upstream: UpstreamCommit,
+    *,
+    group: str | None = None,
 ) -> SourceInspection:
     """Per partition: remap frontier at its latest binding, registered end, lag
-    (registered end minus frontier); both resumption frontiers and the commit; and the
-    live dump files that are damaged or hold no record (lag cannot count those)."""
+    (registered end minus frontier) and, where it waits, the offset and why
+    (``group``: the transaction group binding the source); both resumption frontiers and
+    the commit; and the live dump files that are damaged or hold no record (lag cannot
+    count those)."""
     frontier = offsets_for(remap, TimeFrontier.empty())
     files = registry.files()
     ends = registry.end_offsets(files)
     lag = {p: max(ends[p] - frontier[p], 0) for p in ends.partitions}
+    held = held_partitions(source, files, frontier, group=group)
     damaged = tuple(
         (f.path, f.problem or f.no_record_reason())
         for f in files
-        if not f.retired and (f.problem or not f.partitions)
+        if not f.retired and (f.problem or not f.has_records)
     )
     return SourceInspection(
         source=name,
@@ -289,4 +305,5 @@ def inspect_source(
         resumption=resumption_frontiers(remap, shards),
         committed=upstream.read(),
         damaged=damaged,
+        held=tuple(held),
     )

@@ -201,23 +201,27 @@ def test_scan_summarises_each_file_and_partition(spark: SparkSession, tmp_path: 
         line(1, 3, T0 + 40, '{"id":3}', "{}"),
         line(0, 12, T0 + 50, '{"id":1}', "{}"),
         "garbage line\n",
+        # Damaged, but its position reads: it widens the range, counted as damaged.
+        '{"topic": "users", "partition": 1, "offset": 4, "ts": "soon"}\n',
     ])  # fmt: skip
     second = write(tmp_path / "users" / "2.json.gz", [
         line(0, 12, T0 + 50, '{"id":1}', "{}"),
         line(0, 13, T0 + 60, '{"id":1}', "{}"),
     ], gz=True)  # fmt: skip
 
-    table = scan_dump_files(spark, [second, first]).summary
+    scan = scan_dump_files(spark, [second, first])
+    table = scan.summary
 
     assert table.schema.field("partition").type == pa.int32()
     assert table.to_pylist() == [
         {"file": first, "partition": 0, "min_offset": 10, "max_offset": 12,
-         "min_ts": T0 + 20, "max_ts": T0 + 50, "records": 3},
-        {"file": first, "partition": 1, "min_offset": 3, "max_offset": 3,
-         "min_ts": T0 + 40, "max_ts": T0 + 40, "records": 1},
+         "min_ts": T0 + 20, "max_ts": T0 + 50, "records": 3, "damaged_lines": 0},
+        {"file": first, "partition": 1, "min_offset": 3, "max_offset": 4,
+         "min_ts": T0 + 40, "max_ts": T0 + 40, "records": 1, "damaged_lines": 1},
         {"file": second, "partition": 0, "min_offset": 12, "max_offset": 13,
-         "min_ts": T0 + 50, "max_ts": T0 + 60, "records": 2},
+         "min_ts": T0 + 50, "max_ts": T0 + 60, "records": 2, "damaged_lines": 0},
     ]  # fmt: skip
+    assert scan.bad_lines == {first: 2}
 
 
 def test_scan_counts_exactly_the_lines_read_dumps_keeps(
@@ -237,15 +241,21 @@ def test_scan_counts_exactly_the_lines_read_dumps_keeps(
     kept = read.records.collect()
     lost = [e for e in read.errors.collect() if e.reason.startswith("text after the JSON")]
     assert [(e.partition, e.offset) for e in lost] == [(2, 1)]
-    expected: dict[int, list[tuple[int, int]]] = {}
-    for record in kept:
-        expected.setdefault(record.partition, []).append((record.offset, record.ts))
+    # Damaged lines whose position reads widen their partition's range (bound there).
+    placed = read.lines.where("positioned").collect()
+    expected: dict[int, list[tuple[int, int | None, bool]]] = {}
+    for line_ in [*kept, *placed]:
+        expected.setdefault(line_.partition, []).append((line_.offset, line_.ts, line_ in kept))
     scanned = scan_dump_files(spark, [dump], topic="users").summary.to_pylist()
 
     assert sorted(expected) == [1, 2]  # the oracle itself kept what it should
+    assert placed, "BAD_LINES hold damaged lines whose position reads"
     assert scanned == [
-        {"file": dump, "partition": p, "min_offset": min(o for o, _ in rows),
-         "max_offset": max(o for o, _ in rows), "min_ts": min(t for _, t in rows),
-         "max_ts": max(t for _, t in rows), "records": len(rows)}
+        {"file": dump, "partition": p, "min_offset": min(o for o, _, _ in rows),
+         "max_offset": max(o for o, _, _ in rows),
+         "min_ts": min(t for _, t, _ in rows if t is not None),
+         "max_ts": max(t for _, t, _ in rows if t is not None),
+         "records": sum(good for _, _, good in rows),
+         "damaged_lines": sum(not good for _, _, good in rows)}
         for p, rows in sorted(expected.items())
     ]  # fmt: skip

@@ -117,7 +117,8 @@ def folder_loop(path: Path) -> None:
 
 
 # Each line-level case gets its own users partition (100 + index) at offset 0: a line
-# that is no record leaves a hole there, which holds back only that partition.
+# whose position reads is bound there as an error; one that loses its position leaves a
+# hole, which holds back only that partition.
 LINE_CASES = [
     ("invalid UTF-8 in the payload", raw_line(0, 0, b'{\\"name\\": \\"o\xff\xfe\\"}'),
      "dump line is not valid UTF-8"),

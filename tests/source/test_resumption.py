@@ -64,10 +64,14 @@ def test_retire_archive_rerun_and_a_missing_needed_dump(
     assert visible_at(remap, 0, 0) == 50  # bound at 25, compacted into the since
     assert {f.path for f in registry.files() if f.retired} == {str(f1), str(junk)}
 
-    inspection = inspect_source("t", remap, [reclocked], registry, upstream)
+    inspection = inspect_source(source, "t", remap, [reclocked], registry, upstream)
     assert (inspection.frontier, inspection.end_offsets, inspection.lag) == (
         OffsetFrontier({0: 5}), OffsetFrontier({0: 12}), {0: 7}
     )
+    # The binding waits at offset 5 (in f2) for its records' event time.
+    [held] = inspection.held
+    assert (held.partition, held.waits_at, held.registered_end) == (0, 5, 12)
+    assert held.reason.startswith("event time: the record at offset 5")
     assert inspection.resumption == expected
     described = inspection.describe()
     assert "lag" in described and "committed upstream: time [1970-01-01T00:00:00.051Z]" in described
