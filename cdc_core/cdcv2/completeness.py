@@ -47,15 +47,19 @@ def check_completeness(
     upper: TimeFrontier,
 ) -> CompletenessReport:
     """Recount ``updates`` (data columns + ``time`` + ``diff``) at times in
-    ``[lower, upper)`` against ``progress`` (chained from the minimum time).
+    ``[lower, upper)`` against ``progress`` (chained from the earliest statement's lower:
+    a caller may pass only the statements from one reaching back to ``lower`` on; times
+    before where they start are reported uncovered by the count discrepancies).
 
     Disagreeing progress statements raise ``CountDisagreement``."""
     in_range = updates.filter(F.col("time") >= lower)
     if not upper.is_empty:
         in_range = in_range.filter(F.col("time") < upper.time)
     tallies = tally_per_time(facts_by_key(in_range, data_columns(updates)))
-    chain = ProgressChain()
-    chain.add_all(Progress.of(statement) for statement in progress)
+    statements = [Progress.of(statement) for statement in progress]
+    chain = ProgressChain(min((s.lower for s in statements), key=lambda f: f.time or 0,
+                              default=None))
+    chain.add_all(statements)
     found = {time: tally.distinct for time, tally in tallies.items()}
     duplicated = sorted(time for time, tally in tallies.items() if tally.rows > tally.distinct)
     return CompletenessReport(

@@ -56,7 +56,8 @@ def completeness(shard: Shard, lower: int, upper: int) -> CheckOutcome:
     fingerprinted = updates.select(
         fingerprint(shard.data_schema.names).alias("fingerprint"), "time", "diff"
     )
-    report = check_completeness(fingerprinted, shard.progress(), lower, TimeFrontier.at(upper))
+    statements = shard.progress(from_time=lower)
+    report = check_completeness(fingerprinted, statements, lower, TimeFrontier.at(upper))
     wrong = [
         {"time": d.time, "announced": d.announced, "found": d.found}
         for d in report.discrepancies[:MAX_EXAMPLES]

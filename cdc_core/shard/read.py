@@ -20,6 +20,9 @@ from cdc_core.shard.handle import ShardHandle, ShardUsageError
 from cdc_core.shard.log import PROGRESS_KEY, location_failure
 from cdc_core.updates import DIFF, TIME
 
+# How many commits a bounded progress read looks at first (then four times more each step).
+PROGRESS_STEP = 16
+
 
 @dataclass(frozen=True)
 class ProgressStatement:
@@ -99,20 +102,34 @@ class ShardReader(ShardHandle):
         that never received any can skip reading (and joining against) it altogether."""
         return bool(self._files())
 
-    def progress(self) -> list[ProgressStatement]:
-        """The progress statements recorded by every commit, oldest first."""
-        with location_failure(f"reading the history of {self.path}"):
-            history = self._table.history()
-        return [
-            ProgressStatement(
-                lower=_frontier_from_json(statement["lower"]),
-                upper=_frontier_from_json(statement["upper"]),
-                counts=tuple((time, count) for time, count in statement["counts"]),
-                version=entry["version"],
-            )
-            for entry in reversed(history)
-            if (statement := entry.get(PROGRESS_KEY)) is not None
-        ]
+    def progress(self, from_time: int | None = None) -> list[ProgressStatement]:
+        """The progress statements recorded by the commits, oldest first; ``from_time``:
+        only those reaching it or later, starting with one whose ``lower`` is at or
+        before it (or the first ever). Read from the newest commit back, in growing
+        steps: a run's recent range costs what it spans, not the shard's whole history
+        (uppers only move forward, so older commits end before the statements kept)."""
+        limit = None if from_time is None else PROGRESS_STEP
+        while True:
+            with location_failure(f"reading the history of {self.path}"):
+                history = self._table.history(limit=limit)
+            statements = [
+                ProgressStatement(
+                    lower=_frontier_from_json(statement["lower"]),
+                    upper=_frontier_from_json(statement["upper"]),
+                    counts=tuple((time, count) for time, count in statement["counts"]),
+                    version=entry["version"],
+                )
+                for entry in reversed(history)
+                if (statement := entry.get(PROGRESS_KEY)) is not None
+            ]
+            if limit is None or from_time is None or len(history) < limit:
+                break
+            if statements and statements[0].lower.less_equal(from_time):
+                break
+            limit *= 4
+        if from_time is None:
+            return statements
+        return [s for s in statements if not s.upper.less_equal(from_time)]
 
     def _check_readable(self, as_of: int) -> None:
         """``since <= as_of < upper``: the snapshot at ``as_of`` is exact and complete."""

@@ -420,7 +420,8 @@ class SourcePipeline:
         commits recorded (progress statements: no data read) and their binding (for a
         window retired below the remap's since, the current frontier)."""
         records, changes, errors = (
-            _committed_counts(shard) for shard in (self.reclocked, self.changes, self.errors)
+            _committed_counts(shard, windows.start)
+            for shard in (self.reclocked, self.changes, self.errors)
         )
         remap_since, remap_upper = self.remap.refresh().since.time or 0, self.remap.upper.time
         current = self.inspect().frontier
@@ -626,9 +627,10 @@ def _iso_or_none(time: int | None) -> str:
     return "-" if time is None else iso(time)
 
 
-def _committed_counts(shard: Shard) -> dict[int, int]:
-    """Distinct updates per time, as the shard's commits recorded them."""
-    return {time: count for p in shard.progress() for time, count in p.counts}
+def _committed_counts(shard: Shard, from_time: int) -> dict[int, int]:
+    """Distinct updates per time from ``from_time`` on, as the shard's commits recorded
+    them (only the commits that reach those times are read)."""
+    return {time: count for p in shard.progress(from_time) for time, count in p.counts}
 
 
 def _table_status(shard: Shard) -> TableStatus:

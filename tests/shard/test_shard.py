@@ -349,6 +349,24 @@ def test_progress_statements_tile_the_time_line_with_distinct_update_counts(spar
         ProgressStatement(at(4), at(7), ((4, 1), (6, 3)), 3),
         ProgressStatement(at(7), TimeFrontier.empty(), (), 5),
     ]
+    # From a time on: the statements reaching it, the first starting at or before it.
+    assert [s.version for s in shard.progress(from_time=5)] == [3, 5]
+    assert [s.version for s in shard.progress(from_time=0)] == [1, 2, 3, 5]
+
+
+def test_a_bounded_progress_read_reads_only_the_commits_its_range_needs(spark, shard):
+    """A long history: the statements from a recent time come from the last commits
+    alone (delta-rs history with a limit), and still chain from a lower before it."""
+    for time in range(40):
+        shard.compare_and_append(updates(spark, []), at(time), at(time + 1))
+    recent = shard.progress(from_time=38)
+    assert [(s.lower.time, s.upper.time) for s in recent] == [(38, 39), (39, 40)]
+    assert len(shard.progress(from_time=0)) == len(shard.progress()) == 40
+    asked: list[int | None] = []
+    history = shard._table.history  # the real read, observed: which limits it is asked
+    shard._table.history = lambda limit=None: asked.append(limit) or history(limit)
+    shard.progress(from_time=38)
+    assert asked == [16], "one read of the newest commits"
 
 
 # ---- the Delta layout -------------------------------------------------------------------
