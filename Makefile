@@ -20,9 +20,15 @@ demo: $(STAMP)
 	$(VENV)/bin/reclock demo --workdir demo
 
 # The Dagster UI on the demo's instance: every window `make demo` ran, with its checks.
+# A warm Spark Connect server runs beside it (README, "Spark Connect"): runs started from
+# the UI, the sensor and the schedule attach to it instead of starting a JVM each.
+SPARK_PORT ?= 15002
 ui: $(STAMP)
 	mkdir -p demo/dagster
-	DAGSTER_HOME=$(CURDIR)/demo/dagster $(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000
+	$(VENV)/bin/reclock spark-server --port $(SPARK_PORT) & server=$$!; \
+	trap 'kill $$server 2>/dev/null; wait $$server' EXIT INT TERM; \
+	DAGSTER_HOME=$(CURDIR)/demo/dagster SPARK_REMOTE=sc://127.0.0.1:$(SPARK_PORT) \
+		$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000
 
 test: $(STAMP) chromium
 	$(VENV)/bin/ruff check .

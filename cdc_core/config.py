@@ -67,7 +67,7 @@ from cdc_core.envelopes.columns import SHARD_COLUMNS
 from cdc_core.envelopes.columns import output_schema as envelope_output_schema
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.schemas import HISTORY_COLUMNS, reclocked_schema
-from cdc_core.spark import SparkConnectUnsupported, refuse_spark_connect
+from cdc_core.spark import SparkConnectConflict, named_remote
 from cdc_core.vocabulary import (
     Envelope,
     Format,
@@ -417,20 +417,37 @@ Expectation = Annotated[
 
 
 class SparkSettings(_Section):
-    """Optional Spark overrides; ``master=None`` keeps the local default."""
+    """Optional Spark overrides; ``master=None`` keeps the local default, ``remote``
+    attaches to a Spark Connect server instead (README, "Spark Connect")."""
 
     master: Text | None = None
     """Spark master URL, e.g. local[2]; local by default."""
+    remote: Text | None = None
+    """A Spark Connect server, sc://host:port (e.g. one `reclock spark-server` runs); with
+    no master and no remote, the SPARK_REMOTE environment variable names one."""
     conf: dict[str, SparkSetting] = Field(default_factory=dict)
     """Spark settings, e.g. {spark.driver.memory: 4g}."""
 
     @model_validator(mode="after")
-    def _classic_spark(self) -> SparkSettings:
-        """Spark Connect is refused here, at load, rather than when the session starts."""
+    def _one_mode(self) -> SparkSettings:
+        """A remote named any of three ways (``remote``, ``conf: spark.remote``, an
+        ``sc://`` master) is checked at load and carried in ``conf`` as ``spark.remote``,
+        where every session builder looks; naming a classic master too is refused."""
+        conf = dict(self.conf)
+        if self.remote is not None:
+            if conf.get("spark.remote", self.remote) != self.remote:
+                raise _problem(f"remote {self.remote} and conf spark.remote "
+                               f"{conf['spark.remote']} differ")  # fmt: skip
+            conf["spark.remote"] = self.remote
         try:
-            refuse_spark_connect(self.master, self.conf)
-        except SparkConnectUnsupported as refused:
+            remote = named_remote(self.master, conf)
+        except SparkConnectConflict as refused:
             raise _problem(str(refused)) from None
+        if remote is not None:
+            conf["spark.remote"] = remote
+            object.__setattr__(self, "remote", remote)
+            object.__setattr__(self, "master", None)
+            object.__setattr__(self, "conf", conf)
         return self
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
 # Settings every reclock session needs: Delta expects microsecond timestamps (not
 # INT96), all times are UTC, and Spark's _SUCCESS markers have no place in a table.
@@ -79,33 +82,66 @@ def session_conf(
     return {**merged, **REQUIRED_CONF}
 
 
-class SparkConnectUnsupported(ValueError):
-    """A Spark Connect address was configured; reclock needs a classic Spark driver."""
+# Where a Connect client finds its server when the config names none (pyspark reads it too).
+SPARK_REMOTE = "SPARK_REMOTE"
 
 
-def refuse_spark_connect(master: str | None, conf: Mapping[str, str] | None) -> None:
-    """Raise SparkConnectUnsupported for ``sc://`` masters and ``spark.remote``: the
-    driver commits the files executors wrote by reading their Parquet footers from shared
-    storage, and verifies gzip dumps with the RDD API; a Connect client has neither."""
-    settings = {**(conf or {}), **({"spark.master": master} if master else {})}
-    master = settings.get("spark.master", "")
-    remote = settings.get("spark.remote") or (master if master.startswith("sc://") else None)
-    if remote:
-        raise SparkConnectUnsupported(
-            f"Spark Connect ({remote}) is not supported: reclock's driver reads the footers "
-            "of the Parquet files Spark writes to commit them to Delta, and uses the RDD "
-            "API, neither of which a Connect client has. Set spark.master to the cluster "
-            "itself (local[N], spark://host:port, yarn, k8s://...) with lake and landing on "
-            "storage the driver shares"
+class SparkConnectConflict(ValueError):
+    """The config names both a classic master and a Spark Connect address: a Connect client
+    has no master of its own (the server's decides where tasks run), so one must go."""
+
+
+class SparkServerUnfit(RuntimeError):
+    """The Spark Connect server lacks a setting reclock needs that a client cannot set on
+    its own session (static settings: Delta's extension and catalog, Hadoop's output
+    committer): start it with ``reclock spark-server`` or with these settings."""
+
+
+def named_remote(master: str | None, conf: Mapping[str, str] | None) -> str | None:
+    """The Spark Connect address a config names itself (``spark.remote``, or an ``sc://``
+    master), or None; SparkConnectConflict when it also names a classic master."""
+    conf = conf or {}
+    master = master or conf.get("spark.master")
+    named = conf.get("spark.remote") or (master if master and master.startswith("sc://") else None)
+    if named and not named.startswith("sc://"):
+        raise SparkConnectConflict(f"spark.remote must be an sc://host:port address, got {named}")
+    if named and master and not master.startswith("sc://"):
+        raise SparkConnectConflict(
+            f"spark.master {master} and Spark Connect {named} are both configured: a Connect "
+            "client runs no tasks itself, the server's master does; drop one of them"
         )
+    return named
+
+
+def remote_address(master: str | None, conf: Mapping[str, str] | None) -> str | None:
+    """The Spark Connect address a session should attach to, or None for a classic driver.
+
+    The config decides first (``named_remote``); a config naming neither a remote nor a
+    master attaches to ``SPARK_REMOTE`` from the environment (``make ui`` sets it), so one
+    config runs in process or against a warm server unchanged. A config naming a classic
+    master while ``SPARK_REMOTE`` is set is refused: which one was meant?"""
+    named = named_remote(master, conf)
+    if named:
+        return named
+    env = os.environ.get(SPARK_REMOTE)
+    master = master or (conf or {}).get("spark.master")
+    if env and master:
+        raise SparkConnectConflict(
+            f"spark.master {master} is configured but {SPARK_REMOTE}={env} is set in the "
+            f"environment: unset {SPARK_REMOTE} to run in process, or drop spark.master"
+        )
+    return env or None
 
 
 def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
     """Return the process's Spark session, creating it on first use.
 
-    Reuses an active session so that a process never pays the JVM start-up twice.
+    Reuses an active session so that a process never pays the JVM start-up twice; over
+    Spark Connect (``remote_address``) it attaches to the server instead of starting one.
     """
-    refuse_spark_connect(master, conf)
+    remote = remote_address(master, conf)
+    if remote is not None:
+        return _attach(remote, conf or {})
     # Python workers must run the interpreter (and virtualenv) of the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
@@ -116,7 +152,89 @@ def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None) 
     return spark
 
 
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (no SparkContext, no JVM here)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _attach(remote: str, conf: Mapping[str, str]) -> SparkSession:
+    """A Connect session of its own on the server at ``remote``: the process's one session
+    (each process gets a fresh server-side session, so runs never share temporary views or
+    settings), with reclock's settings applied where a session may change them and checked
+    where only the server decides."""
+    wanted = {
+        key: value
+        for key, value in {**DEFAULT_CONF, **conf, **REQUIRED_CONF}.items()
+        if key.startswith("spark.sql.") and key != "spark.remote"
+    }
+    spark = SparkSession.builder.remote(remote).getOrCreate()
+    static = {}
+    for key, value in wanted.items():
+        if spark.conf.isModifiable(key):
+            spark.conf.set(key, value)
+        else:
+            static[key] = value
+    required = {key: value for key, value in REQUIRED_CONF.items() if key not in wanted}
+    required |= {key: value for key, value in static.items() if key in REQUIRED_CONF}
+    wrong = {
+        key: (value, spark.conf.get(key, None))
+        for key, value in required.items()
+        if spark.conf.get(key, None) != value
+    }
+    if wrong:
+        detail = ", ".join(f"{key}={have!r} (needs {want!r})" for key, (want, have) in
+                           wrong.items())  # fmt: skip
+        raise SparkServerUnfit(
+            f"the Spark Connect server at {remote} lacks settings a session cannot set: "
+            f"{detail}; start it with `reclock spark-server` or pass them with --conf"
+        )
+    return spark
+
+
+def server_conf(master: str | None = None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a Spark Connect server for reclock runs with: the full session configuration
+    (Delta's jars and extension, reclock's required settings) minus client-only keys."""
+    merged = session_conf(master, {k: v for k, v in (conf or {}).items() if k != "spark.remote"})
+    merged.pop("spark.remote", None)
+    return merged
+
+
 def local_frame(spark: SparkSession, data: Any, schema: Any = None) -> DataFrame:
     """Tiny driver-side data (metadata rows, or none at all) as a single partition: split
-    over the default parallelism, every stage reading it would run a task per slice."""
+    over the default parallelism, every stage reading it would run a task per slice. An
+    empty Arrow table brings its schema along (a Connect client infers none from no rows)."""
+    if schema is None and isinstance(data, pa.Table) and data.num_rows == 0:
+        schema = from_arrow_schema(data.schema)
     return spark.createDataFrame(data, schema).coalesce(1)
+
+
+def path_frame(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """``path``: one row per file, spread over up to the default parallelism of tasks, for
+    per-file work on the executors through ``mapInArrow`` (what ``parallelize`` did, in the
+    DataFrame API that Spark Connect also has). The default parallelism is the
+    ``spark.default.parallelism`` setting, else the shuffle partitions."""
+    paths = list(paths)
+    frame = local_frame(spark, [(path,) for path in paths], "path string")
+    parallelism = int(spark.conf.get("spark.default.parallelism", None)
+                      or spark.conf.get("spark.sql.shuffle.partitions"))  # fmt: skip
+    tasks = max(1, min(len(paths), parallelism))
+    return frame if tasks == 1 else frame.repartition(tasks)
+
+
+LINE_BATCH = 4096  # lines per Arrow batch: a file's lines never sit in memory at once
+
+
+def lines_by_path(
+    batches: Iterator[pa.RecordBatch], lines_of: Callable[[str], Iterable[Any]],
+    value_type: pa.DataType,
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """For ``mapInArrow`` over ``path_frame``: ``value``, ``file`` batches of each path's
+    lines as ``lines_of`` yields them, at most ``LINE_BATCH`` lines at a time."""
+    schema = pa.schema([("value", value_type), ("file", pa.string())])
+    for batch in batches:
+        for path in batch.column("path").to_pylist():
+            lines = iter(lines_of(path))
+            while chunk := list(itertools.islice(lines, LINE_BATCH)):
+                yield pa.RecordBatch.from_pydict(
+                    {"value": chunk, "file": [path] * len(chunk)}, schema=schema
+                )

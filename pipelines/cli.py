@@ -45,6 +45,7 @@ from cdc_core.source import (
     stored_outputs_upper,
 )
 from cdc_core.spark import get_spark
+from cdc_core.spark_server import DEFAULT_PORT, serve
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.sample import write_sample
 
@@ -193,7 +194,7 @@ def print_snapshot(
         if len(shown) > limit:
             print(f"  ... (first {limit} shown; --out DIR writes them all)")
         return
-    rows.write.format(fmt).mode("errorifexists").save(str(out.resolve()))
+    rows.write.format(fmt).mode("error").save(str(out.resolve()))
     print(f"{source} as of {iso(as_of)}: written to {out} ({fmt})")
 
 
@@ -263,6 +264,14 @@ CONFIG_HELP = "the reclock config file (YAML), e.g. demo/reclock.yaml"
 WORKDIR_HELP = "folder for the demo's dumps, config, lake and Dagster instance (default: demo)"
 
 
+def parse_setting(text: str) -> tuple[str, str]:
+    """A ``KEY=VALUE`` Spark setting."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
 def parse_time(text: str) -> int:
     """An ISO time (``Z`` accepted) as epoch milliseconds."""
     return to_ms(datetime.fromisoformat(text.replace("Z", "+00:00")))
@@ -324,6 +333,17 @@ def main(argv: list[str] | None = None) -> int:
     rebuild_source.add_argument(
         "--through", type=parse_time, help="ISO-8601 UTC: the last window end to rebuild"
     )
+    server = commands.add_parser(
+        "spark-server",
+        help="run a warm, Delta-enabled Spark Connect server on 127.0.0.1 in the foreground "
+        "(runs attach with SPARK_REMOTE=sc://127.0.0.1:PORT)",
+    )
+    server.add_argument("--port", type=int, default=DEFAULT_PORT, help="default %(default)s")
+    server.add_argument("--master", help="the server's Spark master (default local[2])")
+    server.add_argument(
+        "--conf", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
+        help="a Spark setting of the server, e.g. spark.driver.memory=2g (repeatable)",
+    )
     demo = commands.add_parser("demo", help="sample + materialize + summary")
     demo.add_argument("--workdir", type=Path, default=Path("demo"), help=WORKDIR_HELP)
     config_file = commands.add_parser("config", help="the config file: its JSON Schema, checks")
@@ -337,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "sample":
             print(f"Sample written; config: {write_sample(args.workdir)}")
             return 0
+        if args.command == "spark-server":
+            return serve(args.port, args.master, dict(args.conf))
         if args.command == "config" and args.action == "schema":
             print(config_schema_json(), end="")
             return 0

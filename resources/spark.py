@@ -6,16 +6,34 @@ import os
 import sys
 from collections.abc import Mapping
 
+from dagster import InitResourceContext
 from dagster_pyspark import PySparkResource
 
-from cdc_core.spark import session_conf
+from cdc_core.spark import get_spark
+
+
+class ReclockSparkResource(PySparkResource):
+    """dagster-pyspark's resource with its session from ``cdc_core.spark.get_spark``: in
+    process by default, or attached to a Spark Connect server (the config's remote, or
+    ``SPARK_REMOTE`` in the code location's environment, as ``make ui`` sets it), with the
+    same settings and checks as the command line. ``spark_config`` holds the config's own
+    settings; reclock's defaults and requirements are added when the session starts."""
+
+    @classmethod
+    def _is_dagster_maintained(cls) -> bool:
+        return False
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        """Start (or attach) the run's one session."""
+        self._spark_session = get_spark(conf=self.spark_config)
 
 
 def spark_resource(master: str | None, conf: Mapping[str, str] | None) -> PySparkResource:
     """One session per process: every asset and check of a run shares it.
 
     The run executes in process (see pipelines.definitions), so a backfill of many
-    windows pays the JVM start-up once.
+    windows pays the JVM start-up once, or none with a warm Spark Connect server.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return PySparkResource(spark_config=session_conf(master, conf))
+    settings = {**(conf or {}), **({"spark.master": master} if master else {})}
+    return ReclockSparkResource(spark_config=settings)

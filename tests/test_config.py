@@ -153,6 +153,37 @@ def test_valid_config_loads_with_resolved_paths_and_types(tmp_path: Path) -> Non
     assert config.end_ms is not None
 
 
+@pytest.mark.parametrize(
+    "spark",
+    [
+        {"remote": "sc://127.0.0.1:15002"},
+        {"master": "sc://127.0.0.1:15002"},
+        {"conf": {"spark.remote": "sc://127.0.0.1:15002", "spark.sql.shuffle.partitions": 3}},
+    ],
+    ids=["remote", "sc master", "conf"],
+)
+def test_a_spark_connect_address_is_carried_in_conf_however_it_is_named(spark: dict) -> None:
+    config = parse_config(config_with(spark=spark), Path("/base"))
+    assert config.spark.remote == "sc://127.0.0.1:15002"
+    assert config.spark.master is None
+    assert config.spark.conf["spark.remote"] == "sc://127.0.0.1:15002"
+
+
+@pytest.mark.parametrize(
+    ("spark", "problem"),
+    [
+        ({"master": "local[2]", "remote": "sc://h:1"}, "drop one of them"),
+        ({"remote": "http://h:1"}, "must be an sc://host:port address"),
+        ({"remote": "sc://h:1", "conf": {"spark.remote": "sc://h:2"}}, "differ"),
+    ],
+)
+def test_a_spark_connect_address_is_refused_beside_a_master_or_malformed(
+    spark: dict, problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        parse_config(config_with(spark=spark), Path("/base"))
+
+
 def test_defaults_and_open_end() -> None:
     config = parse_config(BASE, Path("/base"))
     assert config.end_ms is None
@@ -354,7 +385,7 @@ def test_every_problem_is_reported_at_once() -> None:
                 "schema_folder, sources, transactions)",
             ),
             ("end", "must be after start (2026-01-01T00:00:00Z)"),
-            ("spark.mastr", "unknown key; did you mean 'master'? (expected: master, conf)"),
+            ("spark.mastr", "unknown key; did you mean 'master'? (expected: master, remote, conf)"),
             (
                 "sources[0].envelop",
                 f"unknown key; did you mean 'envelope'? (expected: {SOURCE_KEYS})",

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import fastavro
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_core.envelopes.encodings import json_value
+from cdc_core.spark import lines_by_path, path_frame
 from cdc_core.vocabulary import DumpLayout
 
 _NAME = re.compile(
@@ -68,11 +69,12 @@ def layout_of(path: str) -> DumpLayout:
 def connect_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """``value`` (a kcat line per record), ``file``: the records of sink files, read on the
     executors (one task per batch of files)."""
-    context = spark.sparkContext
-    batches = context.parallelize(list(paths), max(1, min(len(paths), context.defaultParallelism)))
-    lines = batches.flatMap(lambda path: ((line, path) for line in kcat_lines(path)))
-    schema = StructType([StructField("value", StringType()), StructField("file", StringType())])
-    return spark.createDataFrame(lines, schema)
+    return path_frame(spark, paths).mapInArrow(_sink_lines, "value string, file string")
+
+
+def _sink_lines(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``: each path's kcat lines."""
+    return lines_by_path(batches, kcat_lines, pa.string())
 
 
 def kcat_lines(path: str) -> Iterator[str]:

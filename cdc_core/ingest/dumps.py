@@ -33,12 +33,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 from pyspark.sql.window import Window
 
 from cdc_core.ingest.connect_files import connect_lines, layout_of
 from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS, reclocked_schema
-from cdc_core.spark import local_frame
+from cdc_core.spark import lines_by_path, local_frame, path_frame
 from cdc_core.vocabulary import DumpLayout
 
 if TYPE_CHECKING:  # the registry builds on these reads; they only name its types
@@ -383,13 +383,31 @@ def _readable(
 
 
 def find_damaged_gzip_files(spark: SparkSession, paths: Sequence[str]) -> dict[str, GzipDamage]:
-    """``path -> damage`` for every gzip file that does not decompress to its end."""
+    """``path -> damage`` for every gzip file that does not decompress to its end, each
+    checked on an executor (only the damaged files' verdicts reach the driver)."""
     if not paths:
         return {}
-    context = spark.sparkContext
-    batches = context.parallelize(list(paths), min(len(paths), context.defaultParallelism))
-    verdicts = batches.map(lambda path: (path, gzip_damage(path))).filter(lambda v: v[1])
-    return dict(verdicts.collect())
+    verdicts = path_frame(spark, paths).mapInArrow(_gzip_verdicts, _GZIP_VERDICT)
+    return {row.path: GzipDamage(row.reason, row.truncated) for row in verdicts.collect()}
+
+
+_GZIP_VERDICT = "path string, reason string, truncated boolean"
+
+
+def _gzip_verdicts(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``: the damage of each damaged file among the batches' paths."""
+    for batch in batches:
+        judged = [(path, gzip_damage(path)) for path in batch.column("path").to_pylist()]
+        damaged = [(path, damage) for path, damage in judged if damage]
+        yield pa.RecordBatch.from_pydict(
+            {
+                "path": [path for path, _ in damaged],
+                "reason": [damage.reason for _, damage in damaged],
+                "truncated": [damage.truncated for _, damage in damaged],
+            },
+            schema=pa.schema([("path", pa.string()), ("reason", pa.string()),
+                              ("truncated", pa.bool_())]),  # fmt: skip
+        )
 
 
 def gzip_damage(path: str) -> GzipDamage | None:
@@ -451,12 +469,13 @@ def _nonblank(lines: DataFrame) -> DataFrame:
 def _salvaged_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """``value``, ``file``: the complete lines of truncated gzip files, decompressed on the
     executors; bytes become text unchanged (invalid UTF-8 stays invalid, to be judged)."""
-    context = spark.sparkContext
-    batches = context.parallelize(list(paths), min(len(paths), context.defaultParallelism))
-    salvaged = batches.flatMap(lambda path: ((ln, path) for ln in truncated_gzip_lines(path)))
-    schema = StructType([StructField("value", BinaryType()), StructField("file", StringType())])
-    frame = spark.createDataFrame(salvaged, schema)
-    return frame.select(F.col("value").cast("string").alias("value"), "file")
+    salvaged = path_frame(spark, paths).mapInArrow(_salvage, "value binary, file string")
+    return salvaged.select(F.col("value").cast("string").alias("value"), "file")
+
+
+def _salvage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``: each path's salvaged lines."""
+    return lines_by_path(batches, truncated_gzip_lines, pa.binary())
 
 
 def _local_path(uri: Column) -> Column:

@@ -148,7 +148,7 @@ def write_files(df: DataFrame, table_path: str, batch_id: str) -> tuple[WrittenF
     the table and describe the files from their footers. Empty files and the filesystem's
     checksum files are removed right away; the caller owns the folder if this fails."""
     folder = os.path.join(table_path, DATA_DIR, batch_id)
-    df.write.mode("errorifexists").parquet(folder)
+    df.write.mode("error").parquet(folder)  # "error": the spelling Spark Connect knows too
     written: list[WrittenFile] = []
     for name in sorted(os.listdir(folder)):
         local = os.path.join(folder, name)

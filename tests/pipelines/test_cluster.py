@@ -22,7 +22,7 @@ import yaml
 from pyspark.find_spark_home import _find_spark_home
 
 from cdc_core.config import Config, ConfigError, load_config
-from cdc_core.spark import SparkConnectUnsupported, get_spark
+from cdc_core.spark import SPARK_REMOTE, SparkConnectConflict, get_spark
 from pipelines.cli import materialize
 from pipelines.sample import write_sample
 from tests.lake_rows import table_rows
@@ -123,17 +123,18 @@ def test_the_demo_on_a_standalone_cluster_equals_the_local_run(
     assert _contents(on_cluster) == _contents(local)
 
 
-def test_spark_connect_is_refused_with_what_is_missing() -> None:
-    with pytest.raises(SparkConnectUnsupported, match="Spark Connect"):
-        get_spark(conf={"spark.remote": "sc://127.0.0.1:15002"})
-    with pytest.raises(SparkConnectUnsupported, match="spark.master"):
-        get_spark(master="sc://127.0.0.1:15002")
-
-
-def test_spark_connect_is_refused_at_config_load(tmp_path: Path) -> None:
+def test_a_classic_master_beside_a_spark_connect_address_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SPARK_REMOTE, raising=False)
+    with pytest.raises(SparkConnectConflict, match="drop one of them"):
+        get_spark("local[2]", {"spark.remote": "sc://127.0.0.1:15002"})
+    monkeypatch.setenv(SPARK_REMOTE, "sc://127.0.0.1:15002")
+    with pytest.raises(SparkConnectConflict, match="unset SPARK_REMOTE"):
+        get_spark("local[2]", {})
     config_file = write_sample(tmp_path)
     settings = yaml.safe_load(config_file.read_text())
-    settings["spark"] = {"conf": {"spark.remote": "sc://127.0.0.1:15002"}}
+    settings["spark"] = {"master": "local[2]", "conf": {"spark.remote": "sc://127.0.0.1:15002"}}
     config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
-    with pytest.raises(ConfigError, match=r"spark: Spark Connect \(sc://127.0.0.1:15002\)"):
+    with pytest.raises(ConfigError, match=r"spark: spark.master local\[2\] and Spark Connect"):
         load_config(config_file)
