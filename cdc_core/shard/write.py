@@ -221,8 +221,9 @@ class ShardWriter(ShardHandle):
 
     def _conform(self, updates: DataFrame) -> DataFrame:
         """The updates in the shard's column order and types (safe casts only)."""
-        missing = [c for c in self._schema.names if c not in updates.columns]
-        extra = [c for c in updates.columns if c not in self._schema.names]
+        columns = updates.columns  # asked once: over Spark Connect each ask is a round trip
+        missing = [c for c in self._schema.names if c not in columns]
+        extra = [c for c in columns if c not in self._schema.names]
         if missing or extra:
             raise ShardUsageError(f"updates lack columns {missing} and have extra {extra}")
         try:
