@@ -10,12 +10,11 @@ for completeness, the last window's time for the others). Without partition tags
 """
 
 
-import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
@@ -23,8 +22,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     MetadataValue,
-    PreviewWarning,
-    TimeWindowPartitionsDefinition,
+    Output,
     multi_asset_check,
 )
 from dagster_pyspark import PySparkResource
@@ -118,24 +116,50 @@ class SourceCheck:
     severity: AssetCheckSeverity | None = None  # None: error when blocking, else warning
 
 
-@contextmanager
-def preview_partitioned_checks() -> Iterator[None]:
-    """Check specs partitioned like their assets, without Dagster's preview warning.
+class CheckReports:
+    """How a checks definition reports its results without Dagster listing every window.
 
-    An unpartitioned check of a partitioned asset depends on all of its partitions:
-    in a run over a range of windows Dagster lists every partition key of the asset to
-    find the materialization it judges (minutes for a year of one-minute windows). A
-    partitioned check depends on its run's windows only. Partitioned checks are a preview
-    of Dagster 1.13, which warns at every load; the README says what they show.
+    Dagster turns an ``AssetCheckResult`` into an evaluation pointing at the materialization
+    the check judged. In a run of one window it finds it by that window; in any other run
+    (a range of windows, or none) it lists every partition key of the asset first, since
+    an unpartitioned check depends on all of them: minutes for a year of one-minute
+    windows (issue 30). So outside one-window runs the step reports the evaluation itself
+    (with the check's output, which downstream steps wait on), without that pointer; the
+    check's status in the UI is the same.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PreviewWarning)
-        yield
+
+    def __init__(self) -> None:
+        self._outputs: dict[AssetCheckKey, tuple[str, AssetCheckSpec]] = {}
+
+    def of(self, checks: AssetChecksDefinition) -> AssetChecksDefinition:
+        """``checks``, whose output names (one per check) the reports now know."""
+        self._outputs = {
+            spec.key: (output, spec) for output, spec in checks.check_specs_by_output_name.items()
+        }
+        return checks
+
+    def report(
+        self, context: AssetCheckExecutionContext, result: AssetCheckResult
+    ) -> Iterator[AssetCheckResult | Output | AssetCheckEvaluation]:
+        """What the step yields for ``result``."""
+        if context.run.tags.get(PARTITION_NAME_TAG):
+            yield result
+            return
+        key = (
+            AssetCheckKey(result.asset_key, result.check_name)
+            if result.asset_key is not None and result.check_name is not None
+            else next(iter(self._outputs))  # a definition of one check
+        )
+        output, spec = self._outputs[key]
+        yield Output(None, output_name=output)
+        yield AssetCheckEvaluation(
+            asset_key=spec.asset_key, check_name=spec.name, passed=result.passed,
+            metadata=result.metadata, severity=result.severity,
+            description=result.description, blocking=spec.blocking,
+        )  # fmt: skip
 
 
-def source_checks(
-    config: Config, source: SourceConfig, partitions: TimeWindowPartitionsDefinition
-) -> AssetChecksDefinition:
+def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
     registered record accounted for, upsert state is a set, well-formed history (when kept),
     no transaction waiting past its group's timeout (for a member of a transaction group),
@@ -148,29 +172,32 @@ def source_checks(
     defined = _source_checks(config, source)
     keys = {AssetCheckKey(output_key(name, c.asset), c.name): c for c in defined}
 
-    with preview_partitioned_checks():
-        specs = [
+    reports = CheckReports()
+
+    @multi_asset_check(
+        name=f"{name}_checks",
+        specs=[
             AssetCheckSpec(
                 c.name, asset=output_key(name, c.asset), blocking=c.blocking,
-                description=c.description, partitions_def=partitions,
+                description=c.description,
             )
             for c in defined
-        ]
-
-    @multi_asset_check(name=f"{name}_checks", specs=specs, can_subset=True)
+        ],
+        can_subset=True,
+    )
     def _checks(
         context: AssetCheckExecutionContext, pyspark: PySparkResource, lake: LakeResource
-    ) -> Iterator[AssetCheckResult]:
+    ) -> Iterator[AssetCheckResult | Output | AssetCheckEvaluation]:
         pipeline = lake.open(pyspark.spark_session, config, source)
         window = judged_range(context, config, pipeline)
         failures: list[Exception] = []
         for key in sorted(context.selected_asset_check_keys, key=str):
             check = keys[key]
             if window is None:
-                yield AssetCheckResult(
+                yield from reports.report(context, AssetCheckResult(
                     asset_key=key.asset_key, check_name=key.name, passed=True,
                     description="no complete window yet",
-                )
+                ))  # fmt: skip
                 continue
             default = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
             severity = check.severity or default
@@ -181,11 +208,11 @@ def source_checks(
                 context.log.error(f"check {check.asset}.{check.name} failed to run: {failure}")
                 failures.append(failure)
                 continue
-            yield to_result(outcome, window, severity, config, key)
+            yield from reports.report(context, to_result(outcome, window, severity, config, key))
         if failures:
             raise failures[0]
 
-    return _checks
+    return reports.of(_checks)
 
 
 def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from dagster import TimeWindow, TimeWindowPartitionsDefinition
 
-from cdc_core.config import MS_PER_DAY, Config
+from cdc_core.config import Config
 from cdc_core.reclock import Windows
 
 PARTITION_FORMAT = "%Y-%m-%dT%H:%M:%S"
@@ -27,31 +26,11 @@ def window_partitions(config: Config, now_ms: int | None = None) -> TimeWindowPa
     """
     return TimeWindowPartitionsDefinition(
         cron_schedule=config.cron,
-        start=to_datetime(first_window_start(config, now_ms)),
+        start=to_datetime(config.first_window_start(now_ms)),
         end=to_datetime(config.end_ms) if config.end_ms is not None else None,
         fmt=PARTITION_FORMAT,
         timezone="UTC",
     )
-
-
-def first_window_start(config: Config, now_ms: int | None = None) -> int:
-    """Where the windows that can still be materialized begin: ``start``, or the UTC
-    midnight at or before ``now - retention`` when that is later.
-
-    Flooring to midnight (a window boundary, since windows tile the day) moves the horizon
-    once a day rather than every window, so the partitions definition, and the partition
-    status Dagster caches for it, change once a day. A finite config whose end lies before
-    the horizon keeps its last window, so the set is never empty.
-    """
-    retention = config.retention_ms
-    if retention is None:
-        return config.start_ms
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    horizon = (now - retention) // MS_PER_DAY * MS_PER_DAY
-    first = max(config.start_ms, horizon)
-    if config.end_ms is not None:
-        first = min(first, config.end_ms - config.window_ms)
-    return first
 
 
 def to_datetime(ms: int) -> datetime:

@@ -17,6 +17,7 @@ import difflib
 import functools
 import json
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -902,6 +903,28 @@ class Config(_Section):
         if self.retention is not None:
             return duration_ms(self.retention)
         return duration_ms(DEFAULT_RETENTION) if self.end_ms is None else None
+
+    def first_window_start(self, now_ms: int | None = None) -> int:
+        """Where the windows that can still be materialized (and read back exactly)
+        begin: ``start``, or the UTC midnight at or before ``now - retention`` when that
+        is later. Dagster's partitions start there, and maintenance advances each
+        table's since to it.
+
+        Flooring to midnight (a window boundary, since windows tile the day) moves the
+        horizon once a day rather than every window, so the partitions definition, and
+        the partition status Dagster caches for it, change once a day. A finite config
+        whose end lies before the horizon keeps its last window, so the set is never
+        empty.
+        """
+        retention = self.retention_ms
+        if retention is None:
+            return self.start_ms
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        horizon = (now - retention) // MS_PER_DAY * MS_PER_DAY
+        first = max(self.start_ms, horizon)
+        if self.end_ms is not None:
+            first = min(first, self.end_ms - self.window_ms)
+        return first
 
     @field_validator("sources", mode="wrap")
     @classmethod

@@ -15,6 +15,7 @@ from assets.partitions import window_partitions
 from assets.reader_checks import readers_check
 from assets.source_assets import source_assets
 from cdc_core.config import Config
+from pipelines.maintenance import maintenance_job, maintenance_schedule
 from pipelines.sensors import dump_sensor, window_schedule
 from resources.lake import LakeResource
 from resources.spark import spark_resource
@@ -23,13 +24,12 @@ ALL_WINDOWS_JOB = "all_sources_windows"
 
 
 def build_definitions(config: Config, now_ms: int | None = None) -> Definitions:
-    """Assets, checks, job, schedule and sensor for every configured source.
+    """Assets, checks, jobs, schedules and sensor for every configured source (the
+    windows' job and schedule, the maintenance job and its daily schedule).
 
     The job runs in process: every window of every source in one run shares one Spark
     session, instead of paying the JVM start-up once per step. The windows are those
-    still within the retention at ``now_ms`` (when the definitions load, by default); the
-    checks are partitioned like the assets, so a check judges its run's windows and never
-    asks Dagster for every partition of the asset it checks.
+    still within the retention at ``now_ms`` (when the definitions load, by default).
     """
     partitions = window_partitions(config, now_ms)
     assets = [source_assets(config, source, partitions) for source in config.sources]
@@ -38,8 +38,8 @@ def build_definitions(config: Config, now_ms: int | None = None) -> Definitions:
         for source in config.sources
         if exportable(source)
     ]
-    checks = [source_checks(config, source, partitions) for source in config.sources]
-    checks += [readers_check(config, source, partitions) for source in config.sources]
+    checks = [source_checks(config, source) for source in config.sources]
+    checks += [readers_check(config, source) for source in config.sources]
     job = define_asset_job(
         ALL_WINDOWS_JOB,
         selection=AssetSelection.all(),
@@ -51,11 +51,12 @@ def build_definitions(config: Config, now_ms: int | None = None) -> Definitions:
         ),
     )
     schedule = window_schedule(config, job.name)
+    maintenance = maintenance_job(config)
     return Definitions(
         assets=assets,
         asset_checks=checks,
-        jobs=[job],
-        schedules=[schedule],
+        jobs=[job, maintenance],
+        schedules=[schedule, maintenance_schedule(maintenance.name)],
         sensors=[dump_sensor(config, job.name)],
         resources={
             "pyspark": spark_resource(config.spark.master, config.spark.conf),

@@ -1,5 +1,5 @@
-"""The ``reclock`` command line: sample, materialize, inspect, retire, rebuild, readers, demo,
-config."""
+"""The ``reclock`` command line: sample, materialize, inspect, maintain, retire, rebuild,
+readers, demo, config, spark-server."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from assets.cdcv2_export import EXPORT_FOLDER
-from assets.partitions import closed_windows, first_window_start, range_tags, to_ms
+from assets.partitions import closed_windows, range_tags, to_ms
 from assets.source_assets import source_output_keys
 from cdc_core.config import (
     Config,
@@ -79,7 +79,7 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
     One window runs as that partition (its checks' results attach to it), more as a range.
     """
     now_ms = int(time.time() * 1000)
-    first_start = first_window_start(config, now_ms)
+    first_start = config.first_window_start(now_ms)
     through = min(through_ms or now_ms, now_ms)
     closed = closed_windows(config, first_start, through)
     if not closed and first_start > config.start_ms and through > config.start_ms:
@@ -291,6 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     inspect = commands.add_parser("inspect", help="frontiers, versions, row counts, errors")
     inspect.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
     inspect.add_argument("--source", help="only this source (default: every source)")
+    maintain = commands.add_parser(
+        "maintain", help="retire, compact, collect garbage and trim logs (the daily job)"
+    )
+    maintain.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
+    maintain.add_argument("--source", help="only this source (default: every source)")
     retire = commands.add_parser("retire", help="archive dumps below the resumption frontier")
     retire.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
     retire.add_argument("--source", help="only this source (default: every source)")
@@ -398,6 +403,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "rebuild":
             print_rebuilt(config, args.source, args.through)
+            return 0
+        if args.command == "maintain":
+            spark = get_spark(config.spark.master, config.spark.conf)
+            now_ms = int(time.time() * 1000)
+            for source in config.sources:
+                if args.source in (None, source.name):
+                    pipeline = SourcePipeline.from_config(spark, config, source)
+                    print(pipeline.maintain(now_ms).describe())
             return 0
         if args.command == "retire":
             spark = get_spark(config.spark.master, config.spark.conf)

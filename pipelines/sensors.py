@@ -31,7 +31,7 @@ from dagster import (
     sensor,
 )
 
-from assets.partitions import closed_span, closed_windows, first_window_start, range_tags, to_ms
+from assets.partitions import closed_span, closed_windows, range_tags, to_ms
 from assets.source_assets import ARRIVALS_TAG
 from cdc_core.config import Config
 from cdc_core.frontier import TimeFrontier, iso
@@ -71,7 +71,7 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
             upper = upper.meet(lake.outputs_upper(source))
         # Windows before the retention horizon are no partitions: none is asked for.
         after = (
-            None if upper.time is None else max(upper.time - 1, first_window_start(config, now_ms))
+            None if upper.time is None else max(upper.time - 1, config.first_window_start(now_ms))
         )
         if after is not None and not new_files:  # only windows closed since the last ask
             after = max(after, requested_through)

@@ -23,7 +23,6 @@ import fastavro
 import pytest
 from pyspark.sql import SparkSession
 
-from assets.partitions import first_window_start
 from cdc_core.checks import validate
 from cdc_core.config import Config, parse_config
 from cdc_core.envelopes import EnvelopeBatch, apply_envelope
@@ -128,7 +127,7 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "window": ({"window": "5m", "end": "2026-01-01T00:10:00Z"}, lambda c, s: (c.cron, c.window_ms)),
     "start": ({"start": "2026-01-01T00:05:00Z"}, lambda c, s: c.start_ms),
     "end": ({"end": "2026-01-01T00:20:00Z"}, lambda c, s: c.end_ms),
-    "retention": ({"retention": "1d"}, lambda c, s: first_window_start(c, JAN_3)),
+    "retention": ({"retention": "1d"}, lambda c, s: c.first_window_start(JAN_3)),
     "spark": ({"spark": {"master": "local[1]"}},
               lambda c, s: session_conf(c.spark.master, c.spark.conf)),
     "spark.master": ({"spark.master": "local[1]"}, lambda c, s: session_conf(c.spark.master)),

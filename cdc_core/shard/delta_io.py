@@ -33,6 +33,7 @@ from cdc_core.spark import local_frame
 from cdc_core.updates import DIFF, TIME
 
 DATA_DIR = "data"
+LOG_DIR = "_delta_log"
 
 # Table features reclock reads and writes correctly: its readers list Parquet files and
 # its writers commit plain Add/Remove actions, so a feature that changes what a file
@@ -323,8 +324,9 @@ def batch_writer(rel_path: str) -> str | None:
 
 
 def commit_actions(table_path: str, version: int) -> list[dict]:
-    """The actions of one commit of the log, read from its JSON file (log metadata only)."""
-    log_file = os.path.join(table_path, "_delta_log", f"{version:020d}.json")
+    """The actions of one commit of the log, read from its JSON file (log metadata only);
+    FileNotFoundError when log cleanup expired it."""
+    log_file = os.path.join(table_path, LOG_DIR, f"{version:020d}.json")
     with open(log_file, encoding="utf-8") as lines:
         return [json.loads(line) for line in lines if line.strip()]
 
@@ -348,10 +350,13 @@ class RemovedFile:
 
 
 def file_history(table_path: str, through: int) -> tuple[set[str], list[RemovedFile]]:
-    """Every file ever added in versions ``0..through``, and every removal, from the log."""
+    """Every file added in the commits the log still holds up to ``through``, and every
+    removal there (a removed file counts as added: its add may be in an expired commit).
+    Log cleanup (reclock's ``trim_log``, or Delta's own) deletes commits before a
+    checkpoint, so the history starts at the oldest commit left."""
     added: set[str] = set()
     removed: list[RemovedFile] = []
-    for version in range(through + 1):
+    for version in (v for v in commit_versions(table_path) if v <= through):
         for action in commit_actions(table_path, version):
             if "add" in action:
                 added.add(unquote(action["add"]["path"]))
@@ -365,7 +370,39 @@ def file_history(table_path: str, through: int) -> tuple[set[str], list[RemovedF
                         remove.get("size") or 0,
                     )
                 )
-    return added, removed
+    return added | {r.path for r in removed}, removed
+
+
+def commit_versions(table_path: str) -> list[int]:
+    """The versions whose commit files the log still holds, ascending."""
+    names = os.listdir(os.path.join(table_path, LOG_DIR))
+    return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+
+
+def trim_log(table_path: str, keep_from: int, older_than_ms: int) -> list[str]:
+    """Delete the log files (commits, their checksums, checkpoints) of versions before
+    the newest checkpoint at or before ``keep_from``, when written before
+    ``older_than_ms``; returns their names. Every version from that checkpoint on stays
+    readable (time travel included), as Delta's own expired-log cleanup keeps it."""
+    log = os.path.join(table_path, LOG_DIR)
+    names = os.listdir(log)
+    checkpoints = [
+        int(name.split(".", 1)[0]) for name in names if ".checkpoint." in name
+        and name.split(".", 1)[0].isdigit() and int(name.split(".", 1)[0]) <= keep_from
+    ]
+    if not checkpoints:
+        return []
+    base = max(checkpoints)
+    removed = []
+    for name in sorted(names):
+        version = name.split(".", 1)[0]
+        if not version.isdigit() or int(version) >= base:
+            continue
+        path = os.path.join(log, name)
+        if os.path.getmtime(path) * 1000 < older_than_ms:
+            os.remove(path)
+            removed.append(name)
+    return removed
 
 
 def data_files(table_path: str) -> Iterator[str]:

@@ -126,6 +126,14 @@ class Leases:
         pins = [r.version for r in self.live(READER) if r.version is not None]
         return min(pins) if pins else None
 
+    def referenced_versions(self) -> set[int]:
+        """The commits the registrations are read from: the registration table's and
+        each live holder's renewal and pinned version (log cleanup must keep them)."""
+        live = self.live()
+        versions = {r.renewed_version for r in live}
+        versions |= {r.version for r in live if r.version is not None}
+        return versions | ({self.pointer} if self.pointer is not None else set())
+
     def live_writers(self) -> set[str]:
         """Holders of live writer leases (gc keeps their staging)."""
         return {r.holder for r in self.live(WRITER)}
@@ -144,8 +152,13 @@ class ReadCapability:
 
 
 def _commit_ms(table_path: str, version: int) -> int:
-    """A commit's log timestamp, as its writer recorded it in the commit info."""
-    return int(delta_io.commit_info(table_path, version)["timestamp"])
+    """A commit's log timestamp, as its writer recorded it in the commit info; 0 (older
+    than any lease) for a commit log cleanup expired: ``trim_log`` keeps every commit a
+    live registration refers to, so only expired registrations refer to such a commit."""
+    try:
+        return int(delta_io.commit_info(table_path, version)["timestamp"])
+    except FileNotFoundError:
+        return 0
 
 
 def read_leases(table_path: str, table: DeltaTable) -> Leases:
@@ -155,7 +168,10 @@ def read_leases(table_path: str, table: DeltaTable) -> Leases:
     log_ms = _commit_ms(table_path, version)
     if pointer is None:
         return Leases(version, log_ms, None)
-    stored = delta_io.commit_info(table_path, pointer)[LEASES_KEY]
+    try:
+        stored = delta_io.commit_info(table_path, pointer)[LEASES_KEY]
+    except FileNotFoundError:  # expired by log cleanup: unchanged for longer than any lease
+        return Leases(version, log_ms, pointer)
     if isinstance(stored, str):
         stored = json.loads(stored)
     registrations = {

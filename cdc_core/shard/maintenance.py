@@ -9,8 +9,10 @@ no live writer is staging.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 
+from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 from pyspark.sql import functions as F
 
@@ -31,7 +33,7 @@ COMPACTED_FILE_BYTES = 128 * 1024 * 1024
 
 
 class ShardMaintainer(ShardHandle):
-    """Bounds history: ``downgrade_since``, ``compact``, ``gc``."""
+    """Bounds history: ``downgrade_since``, ``compact``, ``gc``, ``trim_log``."""
 
     def downgrade_since(self, since: TimeFrontier) -> TimeFrontier:
         """Give up reading at times before ``since`` (monotone; a regression is a usage
@@ -93,14 +95,23 @@ class ShardMaintainer(ShardHandle):
             raise ShardUsageError(f"retention must not be negative: {retention_hours}")
         with location_failure(f"garbage-collecting {self.path}"):
             self._reload()  # never judge references by a stale version
-            removed = leases.collectable_files(
-                self.path, self._table, self._files(), int(retention_hours * 3_600_000)
-            )
-            for path in removed:
-                os.remove(os.path.join(self.path, path))
-            delta_io.remove_empty_folders(self.path)
+            removed = collect_garbage(self.path, self._table, int(retention_hours * 3_600_000))
             self._reload()
-        return sorted(removed)
+        return removed
+
+    def trim_log(self, keep_ms: int) -> list[str]:
+        """Checkpoint the log and delete its files before the newest checkpoint that keeps
+        every commit a live registration refers to, when older than ``keep_ms``; returns
+        their names. A run loads the table from the checkpoint, and the log holds about
+        ``keep_ms`` of commits however long the shard has run (Delta time travel by
+        version reaches that far; reads at an IntoTime reach back to the since)."""
+        with location_failure(f"trimming the log of {self.path}"):
+            self._reload()
+            self._table.create_checkpoint()
+            holds = leases.read_leases(self.path, self._table)
+            keep_from = min({self._table.version(), *holds.referenced_versions()})
+            older_than_ms = int(time.time() * 1000) - keep_ms
+            return delta_io.trim_log(self.path, keep_from, older_than_ms)
 
     def _rewrite(
         self, inputs: Sequence[DataFile], since: int, batch_id: str
@@ -117,6 +128,30 @@ class ShardMaintainer(ShardHandle):
         except ShardStorageError:
             delta_io.delete_batches(self.path, [batch_id])
             raise
+
+
+def collect_garbage(path: str, table: DeltaTable, retention_ms: int) -> list[str]:
+    """Delete the files of the Delta table at ``path`` (at ``table``'s loaded version)
+    that ``leases.collectable_files`` allows, without a commit; returns them sorted."""
+    removed = leases.collectable_files(path, table, delta_io.live_files(table), retention_ms)
+    for name in removed:
+        os.remove(os.path.join(path, name))
+    delta_io.remove_empty_folders(path)
+    return sorted(removed)
+
+
+def tidy_table(path: str, keep_ms: int) -> tuple[list[str], list[str]]:
+    """For a Delta table reclock writes that is no shard (``state``, ``history``, a
+    registry): collect the files removed more than ``keep_ms`` ago, checkpoint the log
+    and trim it to ``keep_ms`` of commits, all without a commit of its own (so a
+    published ``state`` stays the table's newest commit). Returns the data files and the
+    log files deleted."""
+    with location_failure(f"tidying {path}"):
+        table = DeltaTable(path)
+        collected = collect_garbage(path, table, keep_ms)
+        table.create_checkpoint()
+        trimmed = delta_io.trim_log(path, table.version(), int(time.time() * 1000) - keep_ms)
+    return collected, trimmed
 
 
 def _compaction_inputs(files: Sequence[DataFile], since: TimeFrontier) -> list[DataFile]:

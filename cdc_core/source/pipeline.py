@@ -52,6 +52,7 @@ from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
 from cdc_core.source.evolution import settle_schema
 from cdc_core.source.history import refresh_history
+from cdc_core.source.maintenance import MaintenanceReport, maintain_shard, maintain_table
 from cdc_core.source.resumption import (
     RetireReport,
     SourceInspection,
@@ -608,6 +609,27 @@ class SourcePipeline:
             current_errors,
             pending,
         )
+
+    def maintain(self, now_ms: int) -> MaintenanceReport:
+        """Retire, then bring every table of the source back within its bounds: shards'
+        sinces at the retention horizon (``Config.first_window_start``), compacted and
+        collected, and every log trimmed to a reader lease of commits (see
+        ``cdc_core.source.maintenance``)."""
+        retired = self.retire()
+        horizon = self.config.first_window_start(now_ms)
+        keep_ms = self.config.readers.lease_ms
+        tables = {"remap": maintain_shard(self.remap, None, keep_ms)}
+        for name in output_tables(self.source):
+            tables[name] = maintain_shard(getattr(self, name), horizon, keep_ms)
+        plain = {"state": self.root / "state", "history": self.root / "history",
+                 "upstream": self.upstream.path}
+        registries = {"dumps/files": self.registry.files_path,
+                      "dumps/retired": self.registry.retired_path}
+        for name, path in [*plain.items(), *registries.items()]:
+            upkeep = maintain_table(path, keep_ms, compact=name in registries)
+            if upkeep is not None:
+                tables[name] = upkeep
+        return MaintenanceReport(self.source.name, retired, tables)
 
     def retire(self) -> RetireReport:
         """Commit the offset resumption frontier upstream and retire the dumps below it."""

@@ -37,7 +37,6 @@ from pyspark.sql import SparkSession
 
 from assets.partitions import (
     ASSET_PARTITION_RANGE_START_TAG,
-    first_window_start,
     range_tags,
     window_key,
     window_partitions,
@@ -141,7 +140,7 @@ def test_a_year_old_open_ended_source_runs_a_window_without_listing_every_partit
 
     # A dozen records, a year after start: in the first window Dagster still lists (the
     # horizon) and the two after it.
-    first = first_window_start(config, now)
+    first = config.first_window_start(now)
     assert first == (now - 30 * MS_PER_DAY) // MS_PER_DAY * MS_PER_DAY
     land(config, [(i, i % 5, first + (i // 4) * MINUTE + 1_000 * (i + 1)) for i in range(12)])
     definitions = build_definitions(config, now)
@@ -204,7 +203,7 @@ def test_windows_still_kept_show_materialized_after_the_horizon_moved(
     midnight = now // MS_PER_DAY * MS_PER_DAY
     config = write_config(tmp_path, midnight - 3 * MS_PER_DAY, retention="1d")
     horizon = midnight - MS_PER_DAY  # where the UI starts: the midnight a day ago
-    assert first_window_start(config, now) == horizon
+    assert config.first_window_start(now) == horizon
     land(config, [(i, i, horizon - MINUTE + i * MINUTE + 1_000) for i in range(3)])
     keys = [window_key(config, horizon + i * MINUTE) for i in range(3)]  # one before, two in
 
@@ -235,3 +234,19 @@ def test_windows_still_kept_show_materialized_after_the_horizon_moved(
     materialized = [r for r in node["assetPartitionStatuses"]["ranges"]
                     if r["status"] == "MATERIALIZED"]  # fmt: skip
     assert [(r["startKey"], r["endKey"]) for r in materialized] == [(keys[1], keys[2])]
+
+
+def test_materialize_refuses_windows_before_the_horizon(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Asking only for windows Dagster no longer lists fails at once, naming the horizon,
+    without starting Spark or a run."""
+    now = away_from_midnight()
+    start = now // MS_PER_DAY * MS_PER_DAY - 365 * MS_PER_DAY
+    config = write_config(tmp_path, start)
+    assert not materialize(config, start + MINUTE)
+    horizon = datetime.fromtimestamp(config.first_window_start(now) / 1000, UTC)
+    assert f"first window Dagster still lists starts at {horizon:%Y-%m-%dT%H:%M:%SZ}" in (
+        capsys.readouterr().err
+    )
+    assert not config.lake.exists()

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 from dagster import DagsterInstance, ExecuteInProcessResult
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
@@ -37,6 +36,7 @@ from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.cli import main, materialize
+from tests.upsert_config import write_upsert_config
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 WINDOW = 60_000
@@ -70,23 +70,7 @@ def dump(records: list[tuple]) -> str:
 
 
 def write_config(workdir: Path) -> Path:
-    config = {
-        "lake": "lake",
-        "landing": "landing",
-        "window": "1m",
-        "start": "2026-01-01T00:00:00Z",
-        "end": "2026-01-01T00:04:00Z",
-        "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "4"}},
-        "sources": [
-            {"name": "users", "topic": "users", "format": "json", "key": {"id": "bigint"},
-             "value": {"name": "string"}, "envelope": "upsert", "reclock": "event-time",
-             "history": True},
-        ],
-    }  # fmt: skip
-    (workdir / "landing" / "users").mkdir(parents=True)
-    path = workdir / "reclock.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return write_upsert_config(workdir, end="2026-01-01T00:04:00Z", source={"history": True})
 
 
 def run_job(config: Config, first: str, last: str) -> ExecuteInProcessResult:

@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import yaml
 from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
@@ -26,6 +25,7 @@ from cdc_core.reclock.remap import UnexpectedStartOffset
 from cdc_core.source import SourcePipeline
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.cli import materialize, statuses
+from tests.upsert_config import write_upsert_config
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the config's start
 MINUTE = 60_000
@@ -55,23 +55,7 @@ def bad_ts(offset: int) -> bytes:
 
 
 def write_config(workdir: Path, *, end: str | None = None, **options: str) -> Config:
-    config = {
-        "lake": "lake",
-        "landing": "landing",
-        "window": "1m",
-        "start": "2026-01-01T00:00:00Z",
-        "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "4"}},
-        "sources": [
-            {"name": "users", "topic": "users", "format": "json", "key": {"id": "bigint"},
-             "value": {"name": "string"}, "envelope": "upsert", "reclock": "event-time",
-             **options},
-        ],
-    }  # fmt: skip
-    if end is not None:
-        config["end"] = end
-    path = workdir / "reclock.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return load_config(path)
+    return load_config(write_upsert_config(workdir, end=end, source=options))
 
 
 def table(config: Config, name: str) -> list[dict]:

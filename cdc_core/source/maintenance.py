@@ -1,0 +1,98 @@
+"""Maintenance of one source: what keeps its tables bounded however long it runs.
+
+One pass, safe to repeat and to run beside the source's runs (every step is a
+compare-and-set commit, or deletes only what no version and no live registration
+refers to): retire the dumps below the resumption frontier; advance each shard's since
+to the retention horizon (``Config.first_window_start``: the windows that can still be
+materialized are read back exactly, older ones are compacted), never past a live
+reader's hold; compact the shards logically and physically; collect their garbage;
+checkpoint every table's Delta log and trim it to ``log_keep_ms`` of commits. After it,
+a table holds about one file per compaction and a log of ``log_keep_ms``, whatever its
+age.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from cdc_core.frontier import TimeFrontier
+from cdc_core.shard import Shard
+from cdc_core.shard.delta_io import live_files
+from cdc_core.shard.maintenance import tidy_table
+from cdc_core.source.resumption import RetireReport
+
+# A registry with this many files or more is compacted into one.
+SMALL_FILES = 8
+
+
+@dataclass(frozen=True)
+class TableUpkeep:
+    """What maintenance did to one table: live files before and after, data files
+    collected, log files trimmed, and (for a shard) where its since stands."""
+
+    files_before: int
+    files_after: int
+    collected: int
+    log_trimmed: int
+    since: TimeFrontier | None = None
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """One source's maintenance: the retire, and each table's upkeep."""
+
+    source: str
+    retired: RetireReport
+    tables: dict[str, TableUpkeep] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """What ``reclock maintain`` prints: one line per table."""
+        lines = [
+            f"{self.source}: retired {len(self.retired.archived) + len(self.retired.deleted)} "
+            f"dump(s); remap since {self.retired.remap_since.iso()}"
+        ]
+        for name, t in self.tables.items():
+            since = "" if t.since is None else f", since {t.since.iso()}"
+            lines.append(
+                f"  {name:<14} files {t.files_before} -> {t.files_after}, collected "
+                f"{t.collected}, log files trimmed {t.log_trimmed}{since}"
+            )
+        return "\n".join(lines)
+
+
+def maintain_shard(shard: Shard, horizon_ms: int | None, log_keep_ms: int) -> TableUpkeep:
+    """Advance ``shard``'s since to ``horizon_ms`` (never past its upper's last complete
+    time, nor a live reader's hold), compact it, collect the files removed more than
+    ``log_keep_ms`` ago and trim its log to that much."""
+    shard.refresh()
+    before = len(live_files(DeltaTable(shard.path)))
+    upper = shard.upper.time
+    if horizon_ms is not None and upper is not None and upper > 0:
+        target = TimeFrontier.at(min(horizon_ms, upper - 1))
+        if shard.since < target:
+            shard.downgrade_since(target)
+    shard.compact()
+    collected = shard.gc(retention_hours=log_keep_ms / 3_600_000)
+    trimmed = shard.trim_log(log_keep_ms)
+    after = len(live_files(DeltaTable(shard.refresh().path)))
+    return TableUpkeep(before, after, len(collected), len(trimmed), shard.since)
+
+
+def maintain_table(
+    path: Path | str, log_keep_ms: int, *, compact: bool = False
+) -> TableUpkeep | None:
+    """Collect and trim a table that is no shard (None when it does not exist yet);
+    ``compact``: first merge its small files (an append-only registry gains one per
+    registration; ``state`` is rewritten whole by every publish and is not compacted)."""
+    if not DeltaTable.is_deltatable(str(path)):
+        return None
+    table = DeltaTable(str(path))
+    before = len(live_files(table))
+    if compact and before >= SMALL_FILES:
+        table.optimize.compact()
+    collected, trimmed = tidy_table(str(path), log_keep_ms)
+    after = len(live_files(DeltaTable(str(path))))
+    return TableUpkeep(before, after, len(collected), len(trimmed))

@@ -1,0 +1,85 @@
+"""The maintenance job and its daily schedule: what an operator leaves running beside the
+windows so that a year of them costs what day one does.
+
+Each run maintains every source (``SourcePipeline.maintain``: retire dumps, sinces at the
+retention horizon, compaction, gc, Delta checkpoints and log trimming) and deletes the
+Dagster runs (with their events) older than the retention, so the instance stays as
+bounded as the tables.
+"""
+
+
+import time
+
+from dagster import (
+    DagsterInstance,
+    JobDefinition,
+    OpExecutionContext,
+    RunsFilter,
+    ScheduleDefinition,
+    in_process_executor,
+    job,
+    op,
+)
+from dagster_pyspark import PySparkResource
+
+from assets.partitions import to_datetime
+from cdc_core.config import Config
+from resources.lake import LakeResource
+
+MAINTENANCE_JOB = "maintenance"
+# Daily, at a quiet minute: compaction and gc take a while on a large lake.
+MAINTENANCE_CRON = "17 3 * * *"
+# Runs deleted per batch, so one look at the instance stays small.
+RUN_BATCH = 500
+
+
+def delete_old_runs(instance: DagsterInstance, before_ms: int) -> int:
+    """Delete the finished runs created before ``before_ms`` (their events go with them);
+    returns how many went."""
+    deleted = 0
+    while True:
+        records = instance.get_run_records(
+            filters=RunsFilter(created_before=to_datetime(before_ms)), limit=RUN_BATCH
+        )
+        finished = [r.dagster_run.run_id for r in records if r.dagster_run.is_finished]
+        for run_id in finished:
+            instance.delete_run(run_id)
+        deleted += len(finished)
+        if len(records) < RUN_BATCH or not finished:
+            return deleted
+
+
+def maintenance_job(config: Config) -> JobDefinition:
+    """The ``maintenance`` job: every source maintained, then old runs deleted."""
+
+    @op(description="Retire, advance sinces to the retention horizon, compact, collect "
+        "garbage and trim the Delta logs of every source; delete runs past the retention.")
+    def maintain_sources(
+        context: OpExecutionContext, pyspark: PySparkResource, lake: LakeResource
+    ) -> None:
+        now_ms = int(time.time() * 1000)
+        for source in config.sources:
+            report = lake.open(pyspark.spark_session, config, source).maintain(now_ms)
+            context.log.info(report.describe())
+        horizon = config.first_window_start(now_ms)
+        if config.retention_ms is not None:
+            deleted = delete_old_runs(context.instance, horizon)
+            context.log.info(f"deleted {deleted} run(s) created before the retention horizon")
+
+    @job(name=MAINTENANCE_JOB, executor_def=in_process_executor,
+         description="Keeps every table and the instance bounded; scheduled daily.")
+    def maintenance() -> None:
+        maintain_sources()
+
+    return maintenance
+
+
+def maintenance_schedule(job_name: str) -> ScheduleDefinition:
+    """The daily ``maintenance_daily`` schedule of the maintenance job."""
+    return ScheduleDefinition(
+        name="maintenance_daily",
+        job_name=job_name,
+        cron_schedule=MAINTENANCE_CRON,
+        execution_timezone="UTC",
+        description="Daily maintenance of every source (see the maintenance job).",
+    )

@@ -1,0 +1,133 @@
+"""Maintenance keeps a long-running source bounded without changing what it publishes.
+
+A source run window by window, as a per-minute schedule runs it (a dump per window, a
+commit per window and table), crosses a UTC midnight; its retention puts the horizon at
+that midnight. ``maintain`` must move every output's since there (but never past a live
+reader's hold), merge the small files, collect what no version needs, checkpoint and
+trim every log, leave ``state`` and every exact snapshot from the horizon on unchanged,
+and leave a source whose next runs and checks go on as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from cdc_core.config import Config, load_config
+from cdc_core.frontier import TimeFrontier
+from cdc_core.reclock import Windows
+from cdc_core.shard import ShardUsageError
+from cdc_core.shard.delta_io import live_files
+from cdc_core.shard.leases import LeaseBook
+from cdc_core.source import SourcePipeline
+from pipelines.cli import main, materialize
+from tests.upsert_config import write_upsert_config
+
+START = 1_767_311_520_000  # 2026-01-01T23:52:00Z
+MIDNIGHT = 1_767_312_000_000  # 2026-01-02T00:00:00Z: the retention horizon below
+MINUTE = 60_000
+WINDOWS = 14  # through 2026-01-02T00:06
+NOW = MIDNIGHT + 24 * 60 * MINUTE + 10 * MINUTE  # one day (the retention) and 10 min later
+
+
+def dump(landing: Path, window: int) -> None:
+    """Window ``window``'s dump: three upserts of keys that come back every window."""
+    lines = []
+    for i in range(3):
+        offset = 3 * window + i
+        record = {"topic": "users", "partition": 0, "offset": offset, "tstype": "create",
+                  "ts": START + window * MINUTE + i, "broker": 1, "headers": [],
+                  "key": json.dumps({"id": (window + i) % 5}),
+                  "payload": json.dumps({"name": f"v{offset}"})}  # fmt: skip
+        lines.append(json.dumps(record))
+    (landing / f"{window:03d}.json").write_text("\n".join(lines) + "\n")
+
+
+def write_config(workdir: Path, windows: int) -> Config:
+    end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((START + windows * MINUTE) / 1000))
+    path = write_upsert_config(
+        workdir, start="2026-01-01T23:52:00Z", end=end, retention="1d",
+        readers={"lease": "1s"},
+    )
+    return load_config(path)
+
+
+def log_commits(table: str) -> int:
+    return sum(name.endswith(".json") for name in os.listdir(Path(table) / "_delta_log"))
+
+
+def rows(pipeline: SourcePipeline, as_of: int) -> set[tuple[int, str]]:
+    return {(r["id"], r["name"]) for r in pipeline.snapshot_at(as_of).collect()}
+
+
+@pytest.fixture(scope="module")
+def aged(tmp_path_factory: pytest.TempPathFactory, spark) -> Config:
+    """WINDOWS windows, each its own run after its dump landed."""
+    workdir = tmp_path_factory.mktemp("maintenance")
+    landing = workdir / "landing" / "users"
+    landing.mkdir(parents=True)
+    config = write_config(workdir, WINDOWS)
+    pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
+    for window in range(WINDOWS):
+        dump(landing, window)
+        end = START + (window + 1) * MINUTE
+        pipeline.register_dumps(end - 1)
+        pipeline.run_windows(Windows.one(end - MINUTE, end))
+        pipeline.finish()
+    return config
+
+
+def test_maintain_bounds_every_table_and_keeps_what_it_publishes(aged: Config, spark) -> None:
+    pipeline = SourcePipeline.from_config(spark, aged, aged.source("users"))
+    changes = str(aged.lake / "users" / "changes")
+    last = START + WINDOWS * MINUTE
+    state = DeltaTable(str(aged.lake / "users" / "state")).to_pyarrow_table().to_pylist()
+    exact = {t: rows(pipeline, t) for t in (MIDNIGHT, MIDNIGHT + 3 * MINUTE, last)}
+    early = rows(pipeline, MIDNIGHT - 5 * MINUTE)
+    files, commits = len(live_files(DeltaTable(changes))), log_commits(changes)
+    assert files >= WINDOWS and commits >= WINDOWS  # a file and a commit per window at least
+    # A reader holds changes from 5 minutes before the horizon: its since stops there.
+    LeaseBook.of(pipeline.changes).register("analyst", MIDNIGHT - 5 * MINUTE, 3_600_000)
+    time.sleep(1.5)  # the log files written so far are older than the 1 s lease
+
+    held = pipeline.maintain(NOW)
+
+    assert held.tables["changes"].since == TimeFrontier.at(MIDNIGHT - 5 * MINUTE)
+    assert log_commits(changes) >= commits, "the version the reader pins stays readable"
+    for name in ("reclocked", "errors"):
+        assert held.tables[name].since == TimeFrontier.at(MIDNIGHT), name
+    assert len(live_files(DeltaTable(changes))) <= 2, "small files merged"
+    assert held.tables["dumps/files"].files_after == 1
+    assert rows(pipeline, MIDNIGHT - 5 * MINUTE) == early  # the reader's hold is honoured
+    with pytest.raises(ShardUsageError, match="before since"):
+        pipeline.reclocked.snapshot(MIDNIGHT - MINUTE)
+
+    LeaseBook.of(pipeline.changes).release("analyst")
+    time.sleep(1.5)
+    report = pipeline.maintain(NOW)  # repeatable, and now free to go on
+
+    assert report.tables["changes"].since == TimeFrontier.at(MIDNIGHT)
+    assert log_commits(changes) < commits / 4, "the log trimmed to its checkpoint"
+    assert held.tables["changes"].collected + report.tables["changes"].collected > 0
+    assert DeltaTable(str(aged.lake / "users" / "state")).to_pyarrow_table().to_pylist() == state
+    assert {t: rows(pipeline, t) for t in exact} == exact
+
+
+def test_runs_and_checks_go_on_after_maintenance(aged: Config, spark, capsys) -> None:
+    """The next windows run (their checks pass) on the maintained tables, and the
+    command line maintains again."""
+    workdir = aged.lake.parent
+    dump(workdir / "landing" / "users", WINDOWS)
+    dump(workdir / "landing" / "users", WINDOWS + 1)
+    longer = write_config(workdir, WINDOWS + 2)
+    assert materialize(longer, exports=False)
+    assert main(["maintain", "--config", str(workdir / "reclock.yaml")]) == 0
+    assert "users: retired" in capsys.readouterr().out
+    pipeline = SourcePipeline.from_config(spark, longer, longer.source("users"))
+    last = WINDOWS + 1  # the last window's first record: key (window + 0) % 5
+    assert (last % 5, f"v{3 * last}") in rows(pipeline, START + (WINDOWS + 2) * MINUTE)
