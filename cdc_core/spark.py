@@ -161,26 +161,23 @@ def _attach(remote: str, conf: Mapping[str, str]) -> SparkSession:
     """A Connect session of its own on the server at ``remote``: the process's one session
     (each process gets a fresh server-side session, so runs never share temporary views or
     settings), with reclock's settings applied where a session may change them and checked
-    where only the server decides."""
+    where only the server decides. Every ask is a round trip: the server's settings are
+    read at once, and only those that differ are set."""
     wanted = {
         key: value
         for key, value in {**DEFAULT_CONF, **conf, **REQUIRED_CONF}.items()
         if key.startswith("spark.sql.") and key != "spark.remote"
-    }
+    } | REQUIRED_CONF
     spark = SparkSession.builder.remote(remote).getOrCreate()
-    static = {}
+    current = spark.conf.getAll
+    wrong = {}
     for key, value in wanted.items():
-        if spark.conf.isModifiable(key):
+        if current.get(key) == value:
+            continue
+        if key.startswith("spark.sql.") and spark.conf.isModifiable(key):
             spark.conf.set(key, value)
-        else:
-            static[key] = value
-    required = {key: value for key, value in REQUIRED_CONF.items() if key not in wanted}
-    required |= {key: value for key, value in static.items() if key in REQUIRED_CONF}
-    wrong = {
-        key: (value, spark.conf.get(key, None))
-        for key, value in required.items()
-        if spark.conf.get(key, None) != value
-    }
+        elif key in REQUIRED_CONF:
+            wrong[key] = (value, current.get(key))
     if wrong:
         detail = ", ".join(f"{key}={have!r} (needs {want!r})" for key, (want, have) in
                            wrong.items())  # fmt: skip

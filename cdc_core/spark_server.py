@@ -50,6 +50,9 @@ def server_command(
         "spark.app.name": settings.get("spark.app.name", "reclock") + "-connect",
         # Python workers (UDFs, mapInArrow) run this interpreter, where reclock is installed.
         "spark.pyspark.python": sys.executable,
+        # A local master's driver (block manager, RPC) stays on loopback like the server.
+        **({"spark.driver.bindAddress": HOST, "spark.driver.host": HOST}
+           if settings["spark.master"].startswith("local") else {}),  # fmt: skip
         # The server's own chatter: warnings and errors, not every task.
         "spark.log.level": settings.get("spark.log.level", "WARN"),
     }
