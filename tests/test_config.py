@@ -86,7 +86,7 @@ BASE: dict[str, Any] = {
 SOURCE_KEYS = (
     "name, topic, format, key, value, key_encoding, value_encoding, key_avro_schema, "
     "value_avro_schema, envelope, include, reclock, allow_offset_gaps, start_offsets, retire, "
-    "expectations, owners, history"
+    "stall_after, expectations, owners, history"
 )
 
 

@@ -30,7 +30,7 @@ from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.reclock import HeldPartition, overdue
 from cdc_core.reclock.remap import configured_starts
 from cdc_core.source.pipeline import published_tables, transaction_binder
-from cdc_core.spark import session_conf
+from cdc_core.spark import named_remote, session_conf
 from tests.envelopes.test_envelope_support import dataframe
 from tests.test_config import config_schema, document_fields, readme_example
 
@@ -131,6 +131,8 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "spark": ({"spark": {"master": "local[1]"}},
               lambda c, s: session_conf(c.spark.master, c.spark.conf)),
     "spark.master": ({"spark.master": "local[1]"}, lambda c, s: session_conf(c.spark.master)),
+    "spark.remote": ({"spark.master": None, "spark.remote": "sc://127.0.0.1:15002"},
+                     lambda c, s: named_remote(c.spark.master, c.spark.conf)),
     "spark.conf": ({"spark.conf": {"spark.driver.memory": "1g"}},
                    lambda c, s: session_conf(None, c.spark.conf)),
     "readers": (
