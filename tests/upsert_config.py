@@ -1,5 +1,6 @@
 """The small config many tests run: one upsert source ``users`` of one-minute windows
-(``id`` key, ``name`` value, event-time), written to ``<workdir>/reclock.yaml``."""
+(``id`` key, ``name`` value, event-time), written to ``<workdir>/reclock.yaml``, with
+its landing folder ``<workdir>/landing/users`` created."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def write_upsert_config(
                      "envelope": "upsert", "reclock": "event-time", **(source or {})}],
         **top,
     }  # fmt: skip
+    (workdir / "landing" / "users").mkdir(parents=True, exist_ok=True)
     path = workdir / "reclock.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -69,9 +69,8 @@ def rows(pipeline: SourcePipeline, as_of: int) -> set[tuple[int, str]]:
 def aged(tmp_path_factory: pytest.TempPathFactory, spark) -> Config:
     """WINDOWS windows, each its own run after its dump landed."""
     workdir = tmp_path_factory.mktemp("maintenance")
-    landing = workdir / "landing" / "users"
-    landing.mkdir(parents=True)
     config = write_config(workdir, WINDOWS)
+    landing = config.landing / "users"
     pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
     for window in range(WINDOWS):
         dump(landing, window)
