@@ -6,7 +6,8 @@ appears exactly once in the reclocked collection, at the first binding that cove
 Modules: ``remap`` (minting policies and the remap shard), ``reclocking`` (the reclocked
 collection of a range of bindings), ``held`` (why a binding waits at an offset),
 ``transactions`` (a transaction group's bindings, which
-never split a transaction, copied by its members).
+never split a transaction, copied by its members), ``admission`` (which transactions a
+group's window admits, from a run's summaries).
 """
 
 from cdc_core.reclock.held import HeldPartition, held_partitions, overdue

@@ -27,8 +27,10 @@ that member, so no member's binding ever splits a transaction; the group's bindi
 minted once, with compare_and_append (one winner; every other run reads them back), and a
 member's remap is copied from them. A run killed after some members copied their
 bindings finishes the others from the same durable group bindings, so all members agree.
-Only per-partition frontiers and per-window figures of waiting transactions reach the
-driver; records stay on the executors.
+Steps 3-5 run on the driver for every window of a run in one pass (``admission``), over
+summaries two Spark jobs gather: one row per transaction and member partition, and the
+open ENDs. Only those, per-partition frontiers and per-window figures of waiting
+transactions reach the driver; records stay on the executors.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from pyspark.sql.window import Window
 from cdc_core.envelopes.decode import unwrap_connect_envelope
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, CanonicalRecords, Registry, starts_column
+from cdc_core.reclock.admission import TRANSACTION_TOPIC, Admission, End, Run
 from cdc_core.reclock.remap import (
     ReclockSource,
     RemapError,
@@ -75,7 +78,6 @@ GROUP_BINDING = StructType(
         StructField("offset", LongType()),
     ]
 )
-TRANSACTION_TOPIC = ""
 
 # The value of a transaction topic record (Debezium's transaction metadata).
 TRANSACTION_EVENT = StructType(
@@ -271,25 +273,28 @@ class TransactionGroupBinder:
             "partition", "offset", "ts", F.from_json("_value", TRANSACTION_EVENT).alias("e")
         )
 
-    def _transaction_events(self, windows: Windows) -> DataFrame:
-        """END records of the transaction topic with the window end that first knows
-        them (event time): ``tpartition``, ``toffset``, ``txid``, ``known``, ``counts``
-        (data_collection -> event_count)."""
+    def _transaction_events(self, windows: Windows, frontier: OffsetFrontier) -> DataFrame:
+        """END records of the transaction topic: ``tpartition``, ``toffset``, ``txid``,
+        ``counts`` (data_collection -> event_count), ``below`` (under the group's
+        transaction ``frontier``: admitted before) and, for the others, ``known``: the
+        window end that first knows them (event time); ENDs no window knows are left out."""
         read = self._transaction_read()
         records = self._transaction_records(read)
         if read is None or records is None:
             return self.spark.createDataFrame(
                 [], "tpartition int, toffset bigint, txid string, known bigint, "
-                "counts map<string,bigint>"
+                "counts map<string,bigint>, below boolean"
             )
         # Every position binds, damaged lines too: one never holds back the ENDs after it.
         times = bind_times(
             read.positions, starts_column(self.spark, {}), windows, ReclockPolicy.EVENT_TIME,
             False,
         )
+        below = F.col("offset") < starts_column(self.spark, frontier.offsets)
         return (
             records.where(F.col("e.status") == "END")
             .join(times, ["partition", "offset"])
+            .where(below | F.col("time").isNotNull())
             .select(
                 F.col("partition").alias("tpartition"),
                 F.col("offset").alias("toffset"),
@@ -301,6 +306,7 @@ class TransactionGroupBinder:
                         lambda c: F.struct(c["data_collection"], c["event_count"]),
                     )
                 ).alias("counts"),
+                below.alias("below"),
             )
         )
 
@@ -395,113 +401,72 @@ class TransactionGroupBinder:
         previous: Mapping[str, OffsetFrontier],
         windows: Windows,
     ) -> list[tuple[int, dict[str, OffsetFrontier]]]:
-        """Cut each window's proposals so that no transaction is split (module docstring)."""
-        ends = self._transaction_events(windows).persist()
-        records = self._member_records(previous, proposals[-1]).persist()
+        """Cut each window's proposals so that no transaction is split (module docstring):
+        two Spark jobs gather the run's summaries, the fixed point runs on the driver."""
+        events = self._transaction_events(
+            windows, previous.get(TRANSACTION_TOPIC, OffsetFrontier())
+        ).persist()
         try:
-            bound = dict(previous)
-            minted = []
-            for end, proposed in zip(windows.ends, proposals, strict=True):
-                bound = self._admit(ends, records, bound, proposed, end)
-                minted.append((end, bound))
-            return minted
+            admitted_before = events.where("below").select("txid").distinct()
+            ends = [
+                End(row["tpartition"], row["toffset"], row["txid"], row["known"],
+                    {name: (row["counts"] or {}).get(m.collection, 0)
+                     for name, m in self.members.items()},
+                    row["again"])
+                for row in events.where(~F.col("below"))
+                .join(admitted_before.withColumn("again", F.lit(True)), "txid", "left")
+                .fillna(False, ["again"])
+                .collect()
+            ]  # fmt: skip
+            runs = [
+                Run(row["member"], row["partition"], row["first"], row["txid"], row["count"])
+                for row in self._runs(proposals, previous, admitted_before).collect()
+            ]
         finally:
-            ends.unpersist()
-            records.unpersist()
+            events.unpersist()
+        admission = Admission(list(self.members), runs, ends)
+        bound = dict(previous)
+        minted = []
+        for end, proposed in zip(windows.ends, proposals, strict=True):
+            bound = admission.admit(bound, proposed, end)
+            minted.append((end, bound))
+        return minted
 
-    def _admit(
+    def _runs(
         self,
-        ends: DataFrame,
-        records: DataFrame,
+        proposals: list[dict[str, OffsetFrontier]],
         previous: Mapping[str, OffsetFrontier],
-        proposed: Mapping[str, OffsetFrontier],
-        end: int,
-    ) -> dict[str, OffsetFrontier]:
-        """The group's frontiers at ``end``: the proposals cut until every transaction with
-        a record below them is admitted (complete, and after only complete ones)."""
-        txn_previous = previous.get(TRANSACTION_TOPIC, OffsetFrontier())
-        known = ends.where(F.col("known") <= end)
-        below = F.col("toffset") < self._offsets_column(
-            {TRANSACTION_TOPIC: txn_previous}, "tpartition", F.lit(TRANSACTION_TOPIC)
+        admitted_before: DataFrame,
+    ) -> DataFrame:
+        """The members' transactional records of the run, as ``Run`` rows (``member``,
+        ``partition``, ``first``, ``txid``, ``count``): records of transactions admitted
+        before the run never hold anything back and are left out."""
+        intervals = []
+        for name in self.members:
+            reached = dict(previous.get(name, OffsetFrontier()).offsets)
+            for window, proposed in enumerate(proposals):
+                for p, o in proposed[name].offsets.items():
+                    if o > reached.get(p, 0):
+                        intervals.append((name, p, reached.get(p, 0), o, window))
+                        reached[p] = o
+        covered = F.broadcast(self.spark.createDataFrame(
+            intervals, "member string, partition int, _lo bigint, _hi bigint, window int"
+        ))  # fmt: skip
+        records = (
+            self._member_records(previous, proposals[-1])
+            .join(admitted_before, "txid", "left_anti")
+            .join(covered, ["member", "partition"])
+            .where((F.col("offset") >= F.col("_lo")) & (F.col("offset") < F.col("_hi")))
         )
-        admitted_before = known.where(below).select("txid")
-        # A redelivered END of a transaction admitted before holds nothing back.
-        open_ends = known.where(~below).join(admitted_before, "txid", "left_anti")
-        pending = records.join(admitted_before, "txid", "left_anti").where(
-            F.col("offset") >= self._offsets_column(previous, "partition", F.col("member"))
+        order = Window.partitionBy("member", "partition").orderBy("offset")
+        starts = (
+            F.lag("txid").over(order).isNull()
+            | (F.lag("txid").over(order) != F.col("txid"))
+            | (F.lag("window").over(order) != F.col("window"))
         )
-        expected = open_ends.select(
-            "txid",
-            "tpartition",
-            "toffset",
-            F.explode(
-                F.array(
-                    *[
-                        F.struct(
-                            F.lit(name).alias("member"),
-                            F.coalesce(F.col("counts")[m.collection], F.lit(0)).alias("n"),
-                        )
-                        for name, m in self.members.items()
-                    ]
-                )
-            ).alias("x"),
-        ).select("txid", "tpartition", "toffset", "x.member", "x.n")
-        cut = {name: proposed[name] for name in self.members}
-        while True:
-            inside = pending.where(
-                F.col("offset") < self._offsets_column(cut, "partition", F.col("member"))
-            )
-            seen = inside.groupBy("txid", "member").agg(F.count("*").alias("seen"))
-            complete = (
-                expected.join(seen, ["txid", "member"], "left")
-                .groupBy("txid", "tpartition", "toffset")
-                .agg(F.min((F.coalesce("seen", F.lit(0)) >= F.col("n")).cast("int")).alias("ok"))
-            )
-            in_order = Window.partitionBy("tpartition").orderBy("toffset").rowsBetween(
-                Window.unboundedPreceding, Window.currentRow
-            )
-            admitted = complete.withColumn("run", F.min("ok").over(in_order))
-            held = inside.join(admitted.where(F.col("run") == 1).select("txid"), "txid",
-                               "left_anti")
-            firsts = held.groupBy("member", "partition").agg(F.min("offset").alias("o")).collect()
-            moved = False
-            for row in firsts:
-                frontier = cut[row["member"]]
-                if row["o"] < frontier[row["partition"]]:
-                    cut[row["member"]] = _moved(frontier, row["partition"], row["o"])
-                    moved = True
-            if not moved:
-                break
-        firsts_open = (
-            admitted.where(F.col("run") == 0)
-            .groupBy("tpartition")
-            .agg(F.min("toffset").alias("o"))
-            .collect()
+        numbered = records.withColumn("_starts", starts.cast("int")).withColumn(
+            "_run", F.sum("_starts").over(order.rowsBetween(Window.unboundedPreceding, 0))
         )
-        known_top = (
-            known.groupBy("tpartition").agg((F.max("toffset") + 1).alias("o")).collect()
+        return numbered.groupBy("member", "partition", "_run", "txid").agg(
+            F.min("offset").alias("first"), F.count("*").alias("count")
         )
-        txn = txn_previous.join(OffsetFrontier({r["tpartition"]: r["o"] for r in known_top}))
-        for row in firsts_open:
-            txn = _moved(txn, row["tpartition"], max(row["o"], txn_previous[row["tpartition"]]))
-        return {**cut, TRANSACTION_TOPIC: txn}
-
-    def _offsets_column(
-        self, frontiers: Mapping[str, OffsetFrontier], partition: str, member: F.Column
-    ) -> F.Column:
-        """Each row's frontier offset for its member and partition (0 when unbound)."""
-        pairs = [
-            x
-            for name, frontier in sorted(frontiers.items())
-            for p, o in sorted(frontier.offsets.items())
-            for x in (F.lit(f"{name}/{p}"), F.lit(o))
-        ]
-        if not pairs:
-            return F.lit(0).cast("bigint")
-        key = F.concat(member, F.lit("/"), F.col(partition).cast("string"))
-        return F.coalesce(F.create_map(*pairs)[key], F.lit(0)).cast("bigint")
-
-
-def _moved(frontier: OffsetFrontier, partition: int, offset: int) -> OffsetFrontier:
-    """``frontier`` with ``partition`` set to ``offset`` (the others unchanged)."""
-    return OffsetFrontier({**frontier.offsets, partition: offset})
