@@ -163,11 +163,7 @@ class Backlog:
     @classmethod
     def of(cls, registry: Registry) -> "Backlog":
         """Registered end offsets and newest Kafka timestamp, read from the registry alone."""
-        files = registry.files()
-        newest = max(
-            (s.max_ts for f in files for s in f.partitions if s.max_ts is not None), default=None
-        )
-        return cls(registry.end_offsets(files), newest)
+        return cls(registry.end_offsets(), registry.newest_ts())
 
     def offsets_behind(self, frontier: OffsetFrontier) -> int:
         """Registered offsets that ``frontier`` leaves for later windows."""

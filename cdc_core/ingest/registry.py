@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -143,38 +144,44 @@ class Registry:
         self.topic = topic
         self.files_path = str(self.root / "files")
         self.retired_path = str(self.root / "retired")
+        self._cached: _Tables | None = None
 
-    def files(self) -> list[RegisteredFile]:
-        """Registered files, retired ones included (a run that still needs one must fail
-        loudly, not skip it), oldest arrival first (then path), each exactly once."""
-        rows = _read_rows(self.files_path)
-        retired = {r["path"]: r["archived_to"] for r in _read_rows(self.retired_path)}
-        first: dict[str, dict] = {}
-        for row in sorted(rows, key=lambda r: (r["arrival_ms"], r["path"])):
-            first.setdefault(row["path"], row)
-        partitions: dict[str, dict[int, PartitionStats]] = {path: {} for path in first}
-        for row in rows:
-            chosen = first[row["path"]]
-            if row["partition"] is not None and row["arrival_ms"] == chosen["arrival_ms"]:
-                partitions[row["path"]][row["partition"]] = PartitionStats(
-                    row["partition"], row["min_offset"], row["max_offset"],
-                    row["min_ts"], row["max_ts"], row["records"],
-                    row.get("damaged_lines") or 0,
-                )
-        return [
-            RegisteredFile(
-                path=path,
-                size=row["size"],
-                mtime_ms=row["mtime_ms"],
-                arrival_ms=row["arrival_ms"],
-                partitions=tuple(sorted(partitions[path].values(), key=lambda s: s.partition)),
-                archived_to=retired.get(path),
-                retired=path in retired,
-                problem=row.get("problem"),
-                bad_lines=row.get("bad_lines") or 0,
-            )
-            for path, row in first.items()
-        ]
+    def files(self, reaching: Mapping[int, int] | None = None) -> list[RegisteredFile]:
+        """Registered files, oldest arrival first (then path), each exactly once.
+
+        ``reaching`` (per partition an offset, 0 when absent): only what a run from there
+        can need: every file not retired, and the retired ones with records at or above
+        it (a run that still needs one must fail loudly, not skip it). A service's
+        registry gains a file a minute and retire keeps the live ones few, so a run
+        builds objects for those alone; without ``reaching``, every file."""
+        tables = self._tables()
+        if reaching is None:
+            return _registered(tables.rows, tables.retired)
+        gone = tables.retired_rows
+        ahead = pc.is_in(gone["path"], pc.unique(pc.filter(gone["path"], _ahead(gone, reaching))))
+        return _registered(pa.concat_tables([tables.live_rows, gone.filter(ahead)]),
+                           tables.retired)  # fmt: skip
+
+    def live_files(self) -> list[RegisteredFile]:
+        """The registered files not retired (retire keeps them few)."""
+        tables = self._tables()
+        return _registered(tables.live_rows, tables.retired)
+
+    def paths(self) -> set[str]:
+        """Every registered path (retired ones included)."""
+        return set(self._tables().rows["path"].to_pylist())
+
+    def newest_ts(self) -> int | None:
+        """The newest registered record's Kafka timestamp (None before any)."""
+        return pc.max(self._tables().rows["max_ts"]).as_py()
+
+    def _tables(self) -> _Tables:
+        """The registry's tables, read again only when ``files`` or ``retired`` has a new
+        version (a run asks the registry many times; at a year it holds ~500k rows)."""
+        versions = (_version(self.files_path), _version(self.retired_path))
+        if self._cached is None or self._cached.versions != versions:
+            self._cached = _Tables.read(self, versions)
+        return self._cached
 
     def register(
         self, spark: SparkSession, files: Iterable[DumpFile], arrival_ms: int
@@ -183,7 +190,8 @@ class Registry:
 
         Idempotent: a file already registered with the same size and mtime is skipped.
         """
-        known = {f.path: f for f in self.files()}
+        files = list(files)
+        known = {f.path: f for f in self._named({str(d.path) for d in files})}
         new: list[DumpFile] = []
         for dump in files:
             seen = known.get(str(dump.path))
@@ -202,8 +210,13 @@ class Registry:
             return []
         rows = _registration_rows(spark, new, arrival_ms, self.topic)
         append_rows(self.files_path, rows, "register", f"{len(new)} dump file(s)")
-        paths = {str(d.path) for d in new}
-        return [f for f in self.files() if f.path in paths]
+        return self._named({str(d.path) for d in new})
+
+    def _named(self, paths: set[str]) -> list[RegisteredFile]:
+        """The registered files among ``paths``."""
+        tables = self._tables()
+        named = pc.is_in(tables.rows["path"], pa.array(sorted(paths), pa.string()))
+        return _registered(tables.rows.filter(named), tables.retired)
 
     def mark_retired(self, retired: Mapping[str, str | None], retired_ms: int) -> None:
         """Record that these files (path -> archive path, None when deleted) are retired."""
@@ -215,20 +228,95 @@ class Registry:
             table = pa.Table.from_pylist(rows, RETIRED_SCHEMA)
             append_rows(self.retired_path, table, "retire", f"{len(rows)} dump file(s)")
 
-    def end_offsets(self, files: Sequence[RegisteredFile] | None = None) -> OffsetFrontier:
-        """Per partition, the highest registered offset + 1 (retired files included);
-        ``files``: the registry's files when the caller has read them already."""
-        ends: dict[int, int] = {}
-        for registered in self.files() if files is None else files:
-            for s in registered.partitions:
-                ends[s.partition] = max(ends.get(s.partition, 0), s.max_offset + 1)
-        return OffsetFrontier(ends)
+    def end_offsets(self) -> OffsetFrontier:
+        """Per partition, the highest registered offset + 1 (retired files included)."""
+        rows = self._tables().rows.filter(pc.is_valid(pc.field("partition")))
+        tops = rows.group_by("partition").aggregate([("max_offset", "max")])
+        return OffsetFrontier({
+            p: o + 1 for p, o in zip(tops["partition"].to_pylist(),
+                                     tops["max_offset_max"].to_pylist(), strict=True)
+        })  # fmt: skip
 
 
-def _read_rows(path: str) -> list[dict]:
-    if not DeltaTable.is_deltatable(path):
-        return []
-    return DeltaTable(path).to_pyarrow_table().to_pylist()
+def _version(path: str) -> int:
+    """A Delta table's version (-1 before it exists)."""
+    return DeltaTable(path).version() if DeltaTable.is_deltatable(path) else -1
+
+
+def _read_table(path: str, schema: pa.Schema, version: int) -> pa.Table:
+    """The table at ``version`` with ``schema``'s columns (empty before it exists;
+    columns a registry written by an older reclock lacks read as nulls)."""
+    if version < 0:
+        return schema.empty_table()
+    table = DeltaTable(path, version=version).to_pyarrow_table()
+    return pa.table({
+        f.name: table[f.name].cast(f.type) if f.name in table.column_names
+        else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    })  # fmt: skip
+
+
+def _ahead(rows: pa.Table, reaching: Mapping[int, int]) -> pa.Array:
+    """Which (file, partition) rows hold records at or above ``reaching``."""
+    partitions = pa.array(list(reaching), pa.int32())
+    lows = pa.array(list(reaching.values()), pa.int64())
+    low = pc.fill_null(pc.take(lows, pc.index_in(rows["partition"], partitions)), 0)
+    return pc.fill_null(pc.greater_equal(rows["max_offset"], low), False)
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """One read of a registry at ``versions`` (files, retired): every (file, partition)
+    row, split into the rows of live files and of retired ones, and ``retired``."""
+
+    versions: tuple[int, int]
+    rows: pa.Table
+    live_rows: pa.Table
+    retired_rows: pa.Table
+    retired: dict[str, str | None]  # path -> where it was archived (None: deleted)
+
+    @classmethod
+    def read(cls, registry: Registry, versions: tuple[int, int]) -> _Tables:
+        """Read both tables at ``versions``."""
+        rows = _read_table(registry.files_path, FILES_SCHEMA, versions[0])
+        retired = _read_table(registry.retired_path, RETIRED_SCHEMA, versions[1])
+        gone = pc.is_in(rows["path"], retired["path"])
+        archived = dict(zip(retired["path"].to_pylist(), retired["archived_to"].to_pylist(),
+                            strict=True))  # fmt: skip
+        return cls(versions, rows, rows.filter(pc.invert(gone)), rows.filter(gone), archived)
+
+
+def _registered(rows: pa.Table, retired: Mapping[str, str | None]) -> list[RegisteredFile]:
+    """``RegisteredFile``s of ``rows`` (one row per file and partition), each file once,
+    with the arrival it was first registered at; oldest arrival first, then path;
+    ``retired``: path -> archive path of the retired files."""
+    rows_list = rows.to_pylist()
+    first: dict[str, dict] = {}
+    for row in sorted(rows_list, key=lambda r: (r["arrival_ms"], r["path"])):
+        first.setdefault(row["path"], row)
+    partitions: dict[str, dict[int, PartitionStats]] = {path: {} for path in first}
+    for row in rows_list:
+        chosen = first[row["path"]]
+        if row["partition"] is not None and row["arrival_ms"] == chosen["arrival_ms"]:
+            partitions[row["path"]][row["partition"]] = PartitionStats(
+                row["partition"], row["min_offset"], row["max_offset"],
+                row["min_ts"], row["max_ts"], row["records"],
+                row["damaged_lines"] or 0,
+            )
+    return [
+        RegisteredFile(
+            path=path,
+            size=row["size"],
+            mtime_ms=row["mtime_ms"],
+            arrival_ms=row["arrival_ms"],
+            partitions=tuple(sorted(partitions[path].values(), key=lambda s: s.partition)),
+            archived_to=retired.get(path),
+            retired=path in retired,
+            problem=row["problem"],
+            bad_lines=row["bad_lines"] or 0,
+        )
+        for path, row in first.items()
+    ]
 
 
 def _registration_rows(

@@ -156,7 +156,7 @@ def reclock_range(
     remap_bindings = known or RangeBindings.read(remap, lower, upper)
     base, top, bindings = remap_bindings.base, remap_bindings.top, remap_bindings.bindings
     starts = effective_starts(source, base)
-    files = registry.files()
+    files = registry.files(reaching=starts)
     error_times = first_read_times(source, files, base, bindings, upper, reported)
     needed = [f for f in files if f.overlaps(starts, top) or f.path in error_times]
     # Rows outside the range's offsets drop out in the interval join below.

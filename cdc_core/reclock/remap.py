@@ -279,9 +279,9 @@ def propose_frontiers(
 ) -> list[OffsetFrontier]:
     """The frontiers the source's policy binds at each end of ``windows``, from ``previous``
     (``reads``: the run's shared dump reads; a private one otherwise)."""
-    files = registry.files()
-    check_start_offsets(source, previous, files)
     starts = effective_starts(source, previous)
+    files = registry.files(reaching=starts)
+    check_start_offsets(source, previous, files)
     needed = candidate_files(files, starts, windows.end, source.reclock)
     if not needed:
         return [previous for _ in windows.ends]

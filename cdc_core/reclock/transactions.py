@@ -371,7 +371,7 @@ class TransactionGroupBinder:
         frames = []
         for name, m in self.members.items():
             starts = effective_starts(m.source, previous.get(name, OffsetFrontier()))
-            files = [f for f in m.registry.files() if f.overlaps(starts, top[name])]
+            files = [f for f in m.registry.files(reaching=starts) if f.overlaps(starts, top[name])]
             if not files:
                 continue
             records = CanonicalReads(self.spark, m.registry, persist=False).read(files, starts)

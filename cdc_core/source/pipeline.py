@@ -108,7 +108,7 @@ def unregistered_dumps(config: Config, lake: Path, landing: Path) -> list[str]:
     ]
     waiting = []
     for registry in registries:
-        known = {dump.path for dump in registry.files()}
+        known = registry.paths()
         landed = list_dump_files(Path(landing), registry.topic)
         waiting += [dump.path for dump in landed if dump.path not in known]
     return waiting
@@ -395,16 +395,16 @@ class SourcePipeline:
         pending = self.pending_transactions([r.end for r in reports])
         reports = [dataclasses.replace(r, pending=pending.get(r.end)) for r in reports]
         if reports:
-            held = held_partitions(
-                self.source, self.registry.files(), reports[-1].frontier, group=self.group_name
-            )
+            frontier = reports[-1].frontier
+            files = self.registry.files(reaching=frontier.offsets)
+            held = held_partitions(self.source, files, frontier, group=self.group_name)
             reports[-1] = dataclasses.replace(reports[-1], held=tuple(held))
         return reports
 
     def _reported_files(self, lower: int) -> frozenset[str]:
         """Registered files with errors to report whose rows the errors shard holds before
         ``lower``: an earlier run reported them, so this one must not again."""
-        paths = [f.path for f in self.registry.files() if f.has_errors and not f.retired]
+        paths = [f.path for f in self.registry.live_files() if f.has_errors]
         if not paths or lower <= 0:
             return frozenset()
         reported = (

@@ -192,7 +192,7 @@ def retire(
     committed = upstream.commit(resumption_frontiers(remap, shards))
     archived: dict[str, str] = {}
     deleted: list[str] = []
-    for registered in retirable(registry.files(), committed):
+    for registered in retirable(registry.live_files(), committed):
         registry_path = registered.path
         source = Path(registry_path)
         if mode == RetirePolicy.DELETE:
@@ -286,8 +286,8 @@ def inspect_source(
     the commit; and the live dump files that are damaged or hold no record (lag cannot
     count those)."""
     frontier = offsets_for(remap, TimeFrontier.empty())
-    files = registry.files()
-    ends = registry.end_offsets(files)
+    files = registry.files(reaching=frontier.offsets)
+    ends = registry.end_offsets()
     lag = {p: max(ends[p] - frontier[p], 0) for p in ends.partitions}
     held = held_partitions(source, files, frontier, group=group)
     damaged = tuple(

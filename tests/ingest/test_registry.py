@@ -35,6 +35,30 @@ def test_registration_is_durable_idempotent_and_keeps_stats(
     assert registry.end_offsets().offsets == {0: 3, 1: 6}
 
 
+def test_a_run_reads_live_files_and_the_retired_ones_it_still_reaches(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``files(reaching=...)`` leaves out retired files wholly below the offsets a run
+    reads from (a year of them would cost every run), keeps a retired one holding
+    offsets at or above them (the run must fail loudly on it), and every live one; the
+    same handle sees a registration and a retire made after its first read."""
+    landing = tmp_path / "landing"
+    old = write_dump(landing, "t", "old.json", [Rec(0, 0, 1), Rec(1, 0, 1)])
+    needed = write_dump(landing, "t", "needed.json", [Rec(0, 1, 2), Rec(0, 2, 2)])
+    registry = Registry(tmp_path / "registry", "t")
+    register_new(spark, registry, landing, arrival_ms=1)
+    assert [f.path for f in registry.files(reaching={0: 2, 1: 1})] == [str(needed), str(old)]
+    registry.mark_retired({str(old): None, str(needed): None}, retired_ms=2)
+    live = write_dump(landing, "t", "live.json", [Rec(0, 3, 3)])
+    register_new(spark, registry, landing, arrival_ms=3)
+    reached = registry.files(reaching={0: 2, 1: 1})
+    assert [(f.path, f.retired) for f in reached] == [(str(needed), True), (str(live), False)]
+    assert [f.path for f in registry.live_files()] == [str(live)]
+    assert {f.path for f in registry.files()} == {str(old), str(needed), str(live)}
+    assert registry.paths() == {str(old), str(needed), str(live)}
+    assert registry.newest_ts() == 3
+
+
 def test_file_without_valid_records_is_registered(spark: SparkSession, tmp_path: Path) -> None:
     landing = tmp_path / "landing"
     write_dump(landing, "t", "junk.json", [], extra="{broken\n")
