@@ -69,6 +69,17 @@ from cdc_core.envelopes.columns import output_schema as envelope_output_schema
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.schemas import HISTORY_COLUMNS, reclocked_schema
 from cdc_core.spark import SparkConnectConflict, named_remote
+from cdc_core.storage import (
+    InsecureEndpoint,
+    Location,
+    LocationUnreachable,
+    S3Settings,
+    UnsafeCommits,
+    UnsupportedScheme,
+    files,
+    is_remote,
+    settings,
+)
 from cdc_core.vocabulary import (
     Envelope,
     Format,
@@ -298,6 +309,22 @@ def _absolute(value: Any, info: ValidationInfo) -> Path:
     return (Path(info.context["base_dir"]) / path).resolve()
 
 
+def _place(value: Any, info: ValidationInfo) -> Path | Location:
+    """A local folder as an absolute Path (relative: to the ``base_dir`` of the validation
+    context), or an object-store URL as a Location; a URL scheme reclock cannot reach is
+    refused here, never read as a folder name."""
+    text = _text(value)
+    if not info.context or "base_dir" not in info.context:
+        raise RuntimeError("validate a Config with context={'base_dir': <config folder>}")
+    try:
+        place = Location.parse(text, Path(info.context["base_dir"]))
+    except UnsupportedScheme as error:
+        raise _problem(str(error)) from None
+    except ValueError as error:
+        raise _problem(str(error)) from None
+    return Path(place) if place.is_local else place
+
+
 def _spark_setting(value: Any) -> str:
     """Spark takes settings as strings; YAML booleans are spelled the way Spark expects."""
     if isinstance(value, Mapping | list) or value is None:
@@ -339,6 +366,9 @@ Flag = Annotated[bool, BeforeValidator(_flag)]
 SourceFormat = Annotated[Format, _one_of(Format), WithJsonSchema({"enum": list(Format)})]
 Folder = Annotated[
     Path, BeforeValidator(_absolute), WithJsonSchema({"type": "string", "minLength": 1})
+]
+Place = Annotated[
+    Path | Location, BeforeValidator(_place), WithJsonSchema({"type": "string", "minLength": 1})
 ]
 Duration = Annotated[
     str,
@@ -450,6 +480,41 @@ class SparkSettings(_Section):
             object.__setattr__(self, "master", None)
             object.__setattr__(self, "conf", conf)
         return self
+
+
+class StorageSettings(_Section):
+    """How ``s3://`` lakes and landing zones are reached; each setting unset here comes
+    from the standard AWS environment (README, "Object storage")."""
+
+    endpoint: Text | None = None
+    """The S3 endpoint URL (default: AWS_ENDPOINT_URL, else AWS itself); plain http only
+    for a loopback endpoint, e.g. http://127.0.0.1:9000."""
+    region: Text | None = None
+    """The region (default: AWS_REGION, else us-east-1)."""
+    access_key_id: Text | None = None
+    """The access key id (default: AWS_ACCESS_KEY_ID)."""
+    secret_access_key: Text | None = None
+    """The secret access key (default: AWS_SECRET_ACCESS_KEY)."""
+
+    @model_validator(mode="after")
+    def _safe(self) -> StorageSettings:
+        """An endpoint that is not a URL, or plain http to another machine, is refused."""
+        try:
+            self.s3.check({})
+        except (InsecureEndpoint, ValueError) as error:
+            raise _problem(str(error)) from None
+        return self
+
+    @property
+    def s3(self) -> S3Settings:
+        """These settings for the storage layer (unset ones still to come from the
+        environment)."""
+        return S3Settings(
+            endpoint=self.endpoint,
+            region=self.region,
+            access_key_id=self.access_key_id,
+            secret_access_key=self.secret_access_key,
+        )
 
 
 def _positive(duration: str) -> str:
@@ -823,10 +888,12 @@ class Config(_Section):
 
     model_config = ConfigDict(title="reclock config")
 
-    lake: Folder
-    """Root folder of the Delta tables (relative paths: to the config file's folder)."""
-    landing: Folder
-    """Where dumps arrive: <landing>/<topic>/**/*.json[.gz] (relative: as lake)."""
+    lake: Place
+    """Root of the Delta tables: a folder (relative paths: to the config file's folder)
+    or an s3://bucket/prefix URL."""
+    landing: Place
+    """Where dumps arrive, <landing>/<topic>/**/*.json[.gz]: a folder (relative: as
+    lake) or an s3://bucket/prefix URL; it must exist and be listable."""
     window: Annotated[Duration, AfterValidator(_schedulable)]
     """The IntoTime window: 1m, 5m, 15m, 1h, 1d, ... (it must tile the day)."""
     start_ms: Instant = Field(alias="start")
@@ -839,6 +906,9 @@ class Config(_Section):
     window from start for a finite one. At most 100,000 windows, with a day to spare."""
     spark: SparkSettings = SparkSettings()
     """Optional Spark session overrides."""
+    storage: StorageSettings = StorageSettings()
+    """Optional: the endpoint and credentials of s3:// locations, over the AWS
+    environment."""
     readers: ReaderSettings = ReaderSettings()
     """Optional: reader leases (lease) and when a reader pinning history is warned about."""
     schema_folder: Folder | None = None
@@ -1098,7 +1168,12 @@ def config_schema_json() -> str:
 
 
 def load_config(path: str | Path) -> Config:
-    """Read and validate a YAML config; relative paths resolve against its folder."""
+    """Read and validate a YAML config; relative paths resolve against its folder.
+
+    A landing zone on object storage must be listable (its bucket must exist), and a local
+    one, once there, must be a folder: a run on a landing zone it cannot read would bind
+    empty windows. (A local folder not there yet is created by whoever lands the first
+    dump.)"""
     file = Path(path).expanduser().resolve()
     try:
         text = file.read_text(encoding="utf-8")
@@ -1110,20 +1185,36 @@ def load_config(path: str | Path) -> Config:
     except yaml.YAMLError as error:
         raise ConfigError([ConfigProblem("<file>", f"not valid YAML: {error}")], file) from None
     try:
-        return parse_config(data, file.parent)
+        config = parse_config(data, file.parent)
     except ConfigError as error:
         raise ConfigError(error.problems, file) from None
+    try:
+        if is_remote(config.landing) or files.exists(str(config.landing)):
+            files.require_listable(str(config.landing))
+    except LocationUnreachable as error:
+        raise ConfigError([ConfigProblem("landing", str(error))], file) from None
+    return config
 
 
 def parse_config(data: Any, base_dir: Path) -> Config:
     """Validate an already-parsed config; relative paths resolve against ``base_dir``.
 
-    Raises ConfigError listing every problem found.
+    Raises ConfigError listing every problem found. The config's ``storage`` block
+    becomes the process's (``cdc_core.storage.settings``); with an object-store location,
+    it and the environment must be safe (no plain http off this machine, no setting that
+    makes commits unconditional).
     """
     try:
-        return Config.model_validate(data, context={"base_dir": Path(base_dir)})
+        config = Config.model_validate(data, context={"base_dir": Path(base_dir)})
     except ValidationError as error:
         raise ConfigError([_translate(detail) for detail in error.errors()]) from None
+    if is_remote(config.lake) or is_remote(config.landing):
+        try:
+            config.storage.s3.resolved()
+        except (InsecureEndpoint, UnsafeCommits, ValueError) as error:
+            raise ConfigError([ConfigProblem("storage", str(error))]) from None
+    settings.use(config.storage.s3)
+    return config
 
 
 # --- pydantic's errors as config problems ----------------------------------------------------

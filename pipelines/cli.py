@@ -57,7 +57,7 @@ def _complete(
     window, ``state`` (and ``history``, when kept) is published as of them, and
     (``exports``) every window's CDCv2 folder exists; judged from the Delta logs and the
     folders alone."""
-    root = config.lake / source.name
+    root = Path(config.lake) / source.name
     if stored_outputs_upper(config.lake, source).less_equal(closed[-1][1]):
         return False
     changes = stored_upper(str(root / "changes")).time
@@ -204,7 +204,7 @@ def print_readers(config: Config, only: str | None) -> None:
         if only not in (None, source.name):
             continue
         print(f"source {source.name}:")
-        found = holds_under(str(config.lake / source.name))
+        found = holds_under(str(Path(config.lake) / source.name))
         for hold in found:
             print(hold.describe())
         if not found:
@@ -214,7 +214,7 @@ def print_readers(config: Config, only: str | None) -> None:
 def manage_reader(config: Config, args: argparse.Namespace) -> None:
     """``reclock readers register|heartbeat|release`` on one shard of one source."""
     source = config.source(args.source).name
-    path = config.lake / source / args.table
+    path = Path(config.lake) / source / args.table
     if not (path / "_delta_log").is_dir():
         raise LeaseUsageError(f"{source} has no {args.table} table yet ({path})")
     book = LeaseBook(str(path))

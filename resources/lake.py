@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier
 from cdc_core.source import SourcePipeline, stored_outputs_upper, unregistered_dumps
+from cdc_core.storage import Location
 
 
 class LakeResource(ConfigurableResource):
@@ -23,19 +24,27 @@ class LakeResource(ConfigurableResource):
     root: str
     landing: str
 
+    @property
+    def _lake(self) -> Location:
+        return Location.parse(self.root)
+
+    @property
+    def _landing(self) -> Location:
+        return Location.parse(self.landing)
+
     def source_root(self, source: SourceConfig) -> Path:
         """The folder holding the source's tables."""
-        return Path(self.root) / source.name
+        return Path(self._lake / source.name)
 
     def open(self, spark: SparkSession, config: Config, source: SourceConfig) -> SourcePipeline:
         """The source's pipeline on this lake: its shards opened (created when missing)."""
-        return SourcePipeline(spark, config, source, Path(self.root), Path(self.landing))
+        return SourcePipeline(spark, config, source, Path(self._lake), Path(self._landing))
 
     def outputs_upper(self, source: SourceConfig) -> TimeFrontier:
         """Where the source's outputs stand, from the Delta logs alone (no Spark)."""
-        return stored_outputs_upper(Path(self.root), source)
+        return stored_outputs_upper(Path(self._lake), source)
 
     def unregistered(self, config: Config) -> list[str]:
         """Paths of dump files landed but not registered yet: every source's, and every
         transaction group's transaction topic's."""
-        return unregistered_dumps(config, Path(self.root), Path(self.landing))
+        return unregistered_dumps(config, Path(self._lake), Path(self._landing))

@@ -382,7 +382,7 @@ def test_every_problem_is_reported_at_once() -> None:
             (
                 "colour",
                 "unknown key (expected: lake, landing, window, start, end, retention, spark, "
-                "readers, schema_folder, sources, transactions)",
+                "storage, readers, schema_folder, sources, transactions)",
             ),
             ("end", "must be after start (2026-01-01T00:00:00Z)"),
             ("spark.mastr", "unknown key; did you mean 'master'? (expected: master, remote, conf)"),
@@ -504,7 +504,8 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
         "materialize (got 'upsrt')",
         f"{typos}: window: is required",
         f"{typos}: windw: unknown key; did you mean 'window'? "
-        "(expected: lake, landing, window, start, end, retention, spark, readers, schema_folder, "
+        "(expected: lake, landing, window, start, end, retention, spark, storage, readers, "
+        "schema_folder, "
         "sources, transactions)",
     ]
 

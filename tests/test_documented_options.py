@@ -31,6 +31,7 @@ from cdc_core.reclock import HeldPartition, overdue
 from cdc_core.reclock.remap import configured_starts
 from cdc_core.source.pipeline import published_tables, transaction_binder
 from cdc_core.spark import named_remote, session_conf
+from cdc_core.storage import Location, delta_options, spark_conf
 from tests.envelopes.test_envelope_support import dataframe
 from tests.test_config import config_schema, document_fields, readme_example
 
@@ -135,6 +136,12 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
                      lambda c, s: named_remote(c.spark.master, c.spark.conf)),
     "spark.conf": ({"spark.conf": {"spark.driver.memory": "1g"}},
                    lambda c, s: session_conf(None, c.spark.conf)),
+    "storage": ({"storage": {"region": "eu-west-1"}}, lambda c, s: _reach()),
+    "storage.endpoint": ({"storage.endpoint": "http://127.0.0.1:9000"}, lambda c, s: _reach()),
+    "storage.region": ({"storage.region": "eu-west-1"}, lambda c, s: _reach()),
+    "storage.access_key_id": ({"storage.access_key_id": "AKIDOTHER"}, lambda c, s: _reach()),
+    "storage.secret_access_key": ({"storage.secret_access_key": "other"},
+                                  lambda c, s: _reach()),
     "readers": (
         {"readers": {"lease": "30m", "warn_after": "3h"}},
         lambda c, s: (c.readers.lease_ms, c.readers.warn_after_ms),
@@ -242,6 +249,13 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "transactions[].timeout": ({"transactions.timeout": "1h"},
                                lambda c, s: transaction_binder(s, c, c.lake, "orders").timeout_ms),
 }  # fmt: skip
+
+
+def _reach() -> tuple[dict | None, dict]:
+    """What delta-rs and Spark are told to reach an s3:// lake, after the config loaded
+    (keys given in the config only: their default comes from the environment)."""
+    lake = "s3://bucket/lake"
+    return delta_options(lake), spark_conf(Location.parse(lake))
 
 
 def _stalled(config: Config) -> int:

@@ -44,12 +44,13 @@ def rebuild(
     spark: SparkSession, config: Config, source: SourceConfig, windows: Windows
 ) -> RebuildReport:
     """Build ``source``'s tables anew through ``windows`` beside the old ones, then swap."""
-    lake, staging = Path(config.lake), staging_lake(config.lake)
+    lake = Path(config.lake)
+    staging = staging_lake(lake)
     old_root = lake / source.name
     if old_root.exists() or not (staging / source.name).exists():  # else: a swap cut short
         arrivals = _old_arrivals(lake, source) if old_root.exists() else {}
         pipeline = SourcePipeline(
-            spark, config, source, staging, config.landing, group_lake=lake
+            spark, config, source, staging, Path(config.landing), group_lake=lake
         )
         if old_root.exists():
             old_remap = Shard.open(spark, str(old_root / "remap"), REMAP)
