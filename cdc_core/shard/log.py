@@ -29,6 +29,7 @@ from pyspark.errors import PySparkException
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import check_table_features
+from cdc_core.storage import delta_options
 
 # Commit metadata keys (Delta commitInfo): what a commit did, the id that lets a writer
 # recognise its own commit after an ambiguous failure, and the CDCv2 progress statement.
@@ -180,8 +181,9 @@ def open_or_create(
     """Load the table at ``location``, creating it (with ``app_transactions`` in its first
     commit) when missing; a concurrent creator winning the race is fine. A table using a
     Delta feature reclock cannot honour is refused before anything is read."""
+    options = delta_options(location)
     with location_failure(f"opening {location}"):
-        if not DeltaTable.is_deltatable(location):
+        if not DeltaTable.is_deltatable(location, storage_options=options):
             properties = CommitProperties(
                 app_transactions=list(app_transactions),
                 custom_metadata=commit_metadata("create", detail),
@@ -191,13 +193,14 @@ def open_or_create(
                     location,
                     schema,
                     mode="error",
+                    storage_options=options,
                     configuration=dict(configuration or {}),
                     commit_properties=properties,
                 )
             except DeltaError:
-                if not DeltaTable.is_deltatable(location):
+                if not DeltaTable.is_deltatable(location, storage_options=options):
                     raise
-        table = DeltaTable(location)
+        table = DeltaTable(location, storage_options=options)
     check_table_features(table, location)
     return table
 

@@ -1,14 +1,21 @@
-"""A real S3-protocol server (moto's, in this process, on a free loopback port) and a
-fresh bucket per test, reached through the standard AWS environment."""
+"""A real S3-protocol server (moto's, on a free loopback port) and a fresh bucket per
+test, reached through the standard AWS environment.
+
+The server runs in a process of its own: delta-rs holds the interpreter's lock while it
+waits for a response, so a server thread in this process (moto's ThreadedMotoServer)
+could never answer it."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from cdc_core.storage import S3Settings, settings
 
@@ -18,11 +25,27 @@ KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
 
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the S3 server did not start") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        assert server.wait(timeout=30) in (0, -15)
 
 
 @pytest.fixture
