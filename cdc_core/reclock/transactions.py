@@ -20,7 +20,9 @@ a window end ``W`` is computed for all members at once:
    make an admitted transaction incomplete again).
 
 The transaction topic's own frontier (where its first END not admitted lies) is kept, so
-a transaction admitted once stays admitted: its redelivered records are never held.
+a transaction admitted once stays admitted: its redelivered records are never held. The
+ids of admitted transactions are kept too (``<root>/admitted``, its upper following the
+bindings'), so a run reads the transaction topic from that frontier on, never its history.
 
 Invariants: every member's remap is the projection of the group's ``bindings`` shard onto
 that member, so no member's binding ever splits a transaction; the group's bindings are
@@ -80,6 +82,10 @@ GROUP_BINDING = StructType(
 )
 
 # The value of a transaction topic record (Debezium's transaction metadata).
+# The durable record of admitted transactions: a transaction id per row, at the binding
+# time that admitted it; its upper follows the group bindings' (see ``_admitted_through``).
+ADMITTED = StructType([StructField("txid", StringType())])
+
 TRANSACTION_EVENT = StructType(
     [
         StructField("status", StringType()),
@@ -167,6 +173,7 @@ class TransactionGroupBinder:
         self.members = {m.name: m for m in members}
         self.registry = transaction_registry(root, topic)
         self.bindings = Shard.open(spark, str(Path(root) / "bindings"), GROUP_BINDING)
+        self.admitted = Shard.open(spark, str(Path(root) / "admitted"), ADMITTED)
 
     def member_bindings(
         self, member: str, previous: OffsetFrontier, bound: int, windows: Windows
@@ -208,7 +215,10 @@ class TransactionGroupBinder:
             else:
                 unbound = windows
             previous = self._frontiers_at(bound - 1)
-            minted = self._constrain(self._propose(previous, unbound), previous, unbound)
+            admitted = self._admitted_through(bound, previous)
+            minted, ends = self._constrain(
+                self._propose(previous, unbound), previous, unbound, admitted
+            )
             parts = []
             for name in [*self.members, TRANSACTION_TOPIC]:
                 part = binding_updates(
@@ -221,7 +231,55 @@ class TransactionGroupBinder:
             if not self.bindings.compare_and_append(
                 updates, TimeFrontier.at(bound), TimeFrontier.at(upper)
             ):
+                self._record_admitted(bound, upper, minted, ends)
                 return
+
+    def _admitted_through(self, bound: int, previous: Mapping[str, OffsetFrontier]) -> DataFrame:
+        """The ids of the transactions admitted before ``bound`` (the bindings' upper;
+        ``previous``: the group's frontiers at ``bound - 1``). A run that died between its
+        bindings commit and its record left the record behind: the ENDs between the
+        transaction frontiers of the two uppers are caught up from the topic (ENDs are
+        admitted in offset order, so those below the frontier are the admitted ones)."""
+        while True:
+            recorded = self.admitted.refresh().upper.time or 0
+            if recorded >= bound:
+                break
+            low = self._frontiers_at(recorded - 1).get(TRANSACTION_TOPIC, OffsetFrontier())
+            high = previous.get(TRANSACTION_TOPIC, OffsetFrontier())
+            records = self._transaction_records(self._transaction_read(low))
+            txids: list[str] = []
+            if records is not None:
+                below = F.col("offset") < starts_column(self.spark, high.offsets)
+                ends = records.where((F.col("e.status") == "END") & below)
+                txids = ends.select("e.id").distinct().toArrow()["id"].to_pylist()
+            rows = _admitted_rows([(txid, bound - 1) for txid in txids])
+            self.admitted.compare_and_append(
+                rows, TimeFrontier.at(recorded), TimeFrontier.at(bound)
+            )
+        if bound <= 0:
+            return self.spark.createDataFrame([], "txid string")
+        return self.admitted.snapshot(bound - 1).select("txid")
+
+    def _record_admitted(
+        self,
+        bound: int,
+        upper: int,
+        minted: Sequence[tuple[int, Mapping[str, OffsetFrontier]]],
+        ends: Sequence[End],
+    ) -> None:
+        """Record the transactions the bindings just committed for ``[bound, upper)``
+        admitted, each at the first window end whose transaction frontier passes its END.
+        A lost race leaves it to the run that won (or to the next run's catch-up)."""
+        rows, recorded = [], set()
+        for end, frontiers in minted:
+            passed = frontiers[TRANSACTION_TOPIC]
+            for e in ends:
+                if e.txid not in recorded and passed.contains(e.tpartition, e.toffset):
+                    rows.append((e.txid, end))
+                    recorded.add(e.txid)
+        self.admitted.compare_and_append(
+            _admitted_rows(rows), TimeFrontier.at(bound), TimeFrontier.at(upper)
+        )
 
     def _updates(self, until: int) -> list[tuple[str, int, int, int, int]]:
         """The group's updates ``(member, partition, offset, time, diff)`` at times
@@ -255,12 +313,14 @@ class TransactionGroupBinder:
             for i in range(len(windows.ends))
         ]
 
-    def _transaction_read(self) -> CanonicalRecords | None:
-        """The transaction topic's canonical read (None before any dump is registered)."""
-        files = self.registry.files()
+    def _transaction_read(self, starts: OffsetFrontier | None = None) -> CanonicalRecords | None:
+        """The transaction topic's canonical read, from ``starts`` on (all of it without;
+        None before any dump is registered)."""
+        offsets = {} if starts is None else starts.offsets
+        files = self.registry.files(reaching=offsets)
         if not files:
             return None
-        return CanonicalReads(self.spark, self.registry, persist=False).read(files, {})
+        return CanonicalReads(self.spark, self.registry, persist=False).read(files, offsets)
 
     def _transaction_records(self, read: CanonicalRecords | None = None) -> DataFrame | None:
         """The transaction topic's records, one per offset, with their parsed value ``e``
@@ -274,27 +334,26 @@ class TransactionGroupBinder:
         )
 
     def _transaction_events(self, windows: Windows, frontier: OffsetFrontier) -> DataFrame:
-        """END records of the transaction topic: ``tpartition``, ``toffset``, ``txid``,
-        ``counts`` (data_collection -> event_count), ``below`` (under the group's
-        transaction ``frontier``: admitted before) and, for the others, ``known``: the
-        window end that first knows them (event time); ENDs no window knows are left out."""
-        read = self._transaction_read()
+        """END records of the transaction topic from the group's transaction ``frontier``
+        on, with the window end that first knows them (event time): ``tpartition``,
+        ``toffset``, ``txid``, ``known``, ``counts`` (data_collection -> event_count); ENDs
+        no window knows are left out. Every record below the frontier was known before
+        the first window ends, so the binding from the frontier is the binding from 0."""
+        read = self._transaction_read(frontier)
         records = self._transaction_records(read)
         if read is None or records is None:
             return self.spark.createDataFrame(
                 [], "tpartition int, toffset bigint, txid string, known bigint, "
-                "counts map<string,bigint>, below boolean"
+                "counts map<string,bigint>"
             )
         # Every position binds, damaged lines too: one never holds back the ENDs after it.
         times = bind_times(
-            read.positions, starts_column(self.spark, {}), windows, ReclockPolicy.EVENT_TIME,
-            False,
+            read.positions, starts_column(self.spark, frontier.offsets), windows,
+            ReclockPolicy.EVENT_TIME, False,
         )
-        below = F.col("offset") < starts_column(self.spark, frontier.offsets)
         return (
             records.where(F.col("e.status") == "END")
-            .join(times, ["partition", "offset"])
-            .where(below | F.col("time").isNotNull())
+            .join(times.where(F.col("time").isNotNull()), ["partition", "offset"])
             .select(
                 F.col("partition").alias("tpartition"),
                 F.col("offset").alias("toffset"),
@@ -306,7 +365,6 @@ class TransactionGroupBinder:
                         lambda c: F.struct(c["data_collection"], c["event_count"]),
                     )
                 ).alias("counts"),
-                below.alias("below"),
             )
         )
 
@@ -400,37 +458,34 @@ class TransactionGroupBinder:
         proposals: list[dict[str, OffsetFrontier]],
         previous: Mapping[str, OffsetFrontier],
         windows: Windows,
-    ) -> list[tuple[int, dict[str, OffsetFrontier]]]:
+        admitted_before: DataFrame,
+    ) -> tuple[list[tuple[int, dict[str, OffsetFrontier]]], list[End]]:
         """Cut each window's proposals so that no transaction is split (module docstring):
-        two Spark jobs gather the run's summaries, the fixed point runs on the driver."""
+        two Spark jobs gather the run's summaries, the fixed point runs on the driver.
+        Returns the frontiers per window end and the ENDs the run knows."""
         events = self._transaction_events(
             windows, previous.get(TRANSACTION_TOPIC, OffsetFrontier())
-        ).persist()
-        try:
-            admitted_before = events.where("below").select("txid").distinct()
-            ends = [
-                End(row["tpartition"], row["toffset"], row["txid"], row["known"],
-                    {name: (row["counts"] or {}).get(m.collection, 0)
-                     for name, m in self.members.items()},
-                    row["again"])
-                for row in events.where(~F.col("below"))
-                .join(admitted_before.withColumn("again", F.lit(True)), "txid", "left")
-                .fillna(False, ["again"])
-                .collect()
-            ]  # fmt: skip
-            runs = [
-                Run(row["member"], row["partition"], row["first"], row["txid"], row["count"])
-                for row in self._runs(proposals, previous, admitted_before).collect()
-            ]
-        finally:
-            events.unpersist()
+        )
+        ends = [
+            End(row["tpartition"], row["toffset"], row["txid"], row["known"],
+                {name: (row["counts"] or {}).get(m.collection, 0)
+                 for name, m in self.members.items()},
+                row["again"])
+            for row in events.join(admitted_before.withColumn("again", F.lit(True)), "txid", "left")
+            .fillna(False, ["again"])
+            .collect()
+        ]  # fmt: skip
+        runs = [
+            Run(row["member"], row["partition"], row["first"], row["txid"], row["count"])
+            for row in self._runs(proposals, previous, admitted_before).collect()
+        ]
         admission = Admission(list(self.members), runs, ends)
         bound = dict(previous)
         minted = []
         for end, proposed in zip(windows.ends, proposals, strict=True):
             bound = admission.admit(bound, proposed, end)
             minted.append((end, bound))
-        return minted
+        return minted, ends
 
     def _runs(
         self,
@@ -470,3 +525,12 @@ class TransactionGroupBinder:
         return numbered.groupBy("member", "partition", "_run", "txid").agg(
             F.min("offset").alias("first"), F.count("*").alias("count")
         )
+
+
+def _admitted_rows(rows: Sequence[tuple[str, int]]) -> pa.Table:
+    """Updates of the admitted record: ``(txid, time)`` pairs, each with diff 1."""
+    return pa.table({
+        "txid": pa.array([txid for txid, _ in rows], pa.string()),
+        "time": pa.array([time for _, time in rows], pa.int64()),
+        "diff": pa.array([1] * len(rows), pa.int64()),
+    })  # fmt: skip

@@ -1,0 +1,71 @@
+"""A transaction group's later run reads its transaction topic from the group's
+transaction frontier on: the transactions admitted before come from a durable record,
+caught up from the topic when a run died before writing it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from cdc_core.frontier import OffsetFrontier
+from cdc_core.reclock import Windows
+from cdc_core.reclock.transactions import TransactionGroupBinder
+from cdc_core.source.pipeline import transaction_binder
+from tests.reclock.test_transactions_property import (
+    T0,
+    TXN,
+    Rec,
+    W,
+    config_for,
+    register,
+    write_log,
+)
+
+
+class RunDied(RuntimeError):
+    """The fault: a run dies after its bindings commit, before its admitted record."""
+
+
+def die(*_args: object) -> None:
+    raise RunDied("died before recording the admitted transactions")
+
+
+@pytest.mark.parametrize("record_lost", [False, True], ids=["recorded", "record lost"])
+def test_a_redelivered_end_in_a_later_run_holds_nothing_back(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record_lost: bool
+) -> None:
+    """Run 1 admits T0. Run 2 finds T0's END again (a redelivery, after the frontier)
+    and T1 complete behind it: T1 binds, because T0 is known admitted. With the record
+    lost (the death is provoked by failing its write: no real fault stops a run exactly
+    there), run 2 first catches the record up from the topic and binds the same."""
+    landing = tmp_path / "landing"
+    write_log(landing, [Rec("a", 0, 0, T0 + 10_000, "T0"),
+                        Rec(TXN, 0, 0, T0 + 20_000, "T0", (("a", 1),))])  # fmt: skip
+    config = config_for(tmp_path)
+    binder = transaction_binder(spark, config, config.lake, "a")
+    register(spark, binder, landing)
+    first = Windows(T0, T0 + W, W)
+    if record_lost:
+        with monkeypatch.context() as patched:
+            patched.setattr(TransactionGroupBinder, "_record_admitted", die)
+            with pytest.raises(RunDied):
+                binder.member_bindings("a", OffsetFrontier(), 0, first)
+    else:
+        binder.member_bindings("a", OffsetFrontier(), 0, first)
+    assert binder.bindings.refresh().upper.time == T0 + W + 1
+    assert binder.admitted.refresh().upper.time == (0 if record_lost else T0 + W + 1)
+
+    write_log(landing, [Rec(TXN, 0, 1, T0 + W + 5_000, "T0", (("a", 1),)),
+                        Rec("a", 0, 1, T0 + W + 10_000, "T1"),
+                        Rec(TXN, 0, 2, T0 + W + 20_000, "T1", (("a", 1),))],
+              name="later.json")  # fmt: skip
+    later = transaction_binder(spark, config, config.lake, "a")
+    register(spark, later, landing)
+    second = Windows(T0 + W, T0 + 2 * W, W)
+    assert later.member_bindings("a", OffsetFrontier({0: 1}), T0 + W + 1, second)[-1] == (
+        T0 + 2 * W, OffsetFrontier({0: 2})
+    )
+    admitted = later.admitted.snapshot(T0 + 2 * W).toArrow()["txid"].to_pylist()
+    assert sorted(admitted) == ["T0", "T1"]
