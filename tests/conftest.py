@@ -1,16 +1,51 @@
-"""Shared fixtures: one real Spark session for the whole test run."""
+"""Shared fixtures: one real Spark session for the whole test run, and the lakes that cost
+a run each built once per session (``sample_lake``, ``bad_input_lake``) for every test
+that only reads their tables."""
 
 from __future__ import annotations
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from cdc_core.config import Config, load_config
+from cdc_core.source import published_tables
 from cdc_core.spark import get_spark
+from pipelines.cli import materialize
+from pipelines.sample import write_sample
+from tests.lake_rows import SampleLake
+from tests.source import test_bad_inputs as bad_inputs
+
+SAMPLE_FIRST_RUN_WINDOWS = 3  # of the sample's eight: the first run's slice
 
 
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
     return get_spark("local[2]", {"spark.sql.shuffle.partitions": "4"})
+
+
+@pytest.fixture(scope="session")
+def sample_lake(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> SampleLake:
+    """Materializing the whole sample costs minutes: built once per session, read by every
+    test that needs a lake of it. Tests that write must copy it or build their own."""
+    config = load_config(write_sample(tmp_path_factory.mktemp("sample-lake")))
+    first_run_ms = config.start_ms + SAMPLE_FIRST_RUN_WINDOWS * config.window_ms
+    assert materialize(config, first_run_ms, exports=False)
+    tables = [config.lake / s.name / table for s in config.sources for table in published_tables(s)]
+    first_run_versions = {path: DeltaTable(str(path)).version() for path in tables}
+    assert materialize(config, exports=False)
+    return SampleLake(config, first_run_ms, first_run_versions)
+
+
+@pytest.fixture(scope="session")
+def bad_input_lake(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Config:
+    """The corpus of bad inputs (tests/source/test_bad_inputs.py) through one run: read by
+    its own tests and by the comparison of a run over Spark Connect with a run in process."""
+    workdir = tmp_path_factory.mktemp("bad-inputs")
+    bad_inputs.write_landing(workdir / "landing")
+    config = bad_inputs.write_config(workdir)
+    assert materialize(config, exports=False), "bad inputs never fail a run"
+    return config
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -3,19 +3,45 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
 
 from deltalake import DeltaTable
 
 from cdc_core.config import Config
 
 
-def table_rows(config: Config, source: str, table: str) -> Counter:
-    """A table's rows as a multiset, with the lake's own folder (in error file names)
-    replaced, so lakes built in different folders compare equal when their data is."""
+def table_rows(config: Config, source: str, table: str, version: int | None = None) -> Counter:
+    """A table's rows (at Delta ``version``, else the latest) as a multiset, with the lake's
+    own folder (in error file names) replaced, so lakes built in different folders compare
+    equal when their data is."""
     root = str(config.lake.parent)
 
     def portable(value: object) -> object:
         return value.replace(root, "<root>") if isinstance(value, str) else value
 
-    rows = DeltaTable(str(config.lake / source / table)).to_pyarrow_table().to_pylist()
-    return Counter(tuple((name, portable(v)) for name, v in sorted(row.items())) for row in rows)
+    rows = DeltaTable(str(config.lake / source / table), version=version).to_pyarrow_table()
+    return Counter(
+        tuple((name, portable(v)) for name, v in sorted(row.items())) for row in rows.to_pylist()
+    )
+
+
+@dataclass(frozen=True)
+class SampleLake:
+    """The bundled sample materialized in two runs (without CDCv2 exports), shared by every
+    test that only reads it: through ``first_run_ms`` first, then every window.
+
+    Two runs, so every table has an older version to time-travel to, and the first run's
+    versions (``first_run_versions``, by table folder) are what a lake materialized only
+    through ``first_run_ms`` holds: a test runs a shorter slice of the sample elsewhere
+    and compares it with ``rows(..., first_run=True)`` instead of building its own."""
+
+    config: Config
+    first_run_ms: int
+    first_run_versions: dict[Path, int]
+
+    def rows(self, source: str, table: str, *, first_run: bool = False) -> Counter:
+        """``table_rows`` of one table, as of the first run or of the whole sample."""
+        path = self.config.lake / source / table
+        version = self.first_run_versions[path] if first_run else None
+        return table_rows(self.config, source, table, version)
