@@ -14,6 +14,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from cdc_core import storage
+
 # Settings every reclock session needs: Delta expects microsecond timestamps (not
 # INT96), all times are UTC, and Spark's _SUCCESS markers have no place in a table.
 REQUIRED_CONF: dict[str, str] = {
@@ -73,10 +75,15 @@ def delta_package() -> str:
 
 
 def session_conf(
-    master: str | None = None, conf: Mapping[str, str] | None = None
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    places: Sequence[os.PathLike[str] | str] = (),
 ) -> dict[str, str]:
-    """The full Spark configuration: defaults, then the caller's, then what reclock requires."""
-    merged = {**DEFAULT_CONF, **delta_jars_conf(), **(conf or {})}
+    """The full Spark configuration: defaults, then the s3a settings that reach
+    ``places`` (a config's lake and landing zone; none when all are local), then the
+    caller's (a config may set its own ``spark.hadoop.fs.s3a.*``), then what reclock
+    requires."""
+    merged = {**DEFAULT_CONF, **delta_jars_conf(), **storage.spark_conf(*places), **(conf or {})}
     if master:
         merged["spark.master"] = master
     return {**merged, **REQUIRED_CONF}
@@ -133,11 +140,18 @@ def remote_address(master: str | None, conf: Mapping[str, str] | None) -> str | 
     return env or None
 
 
-def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
+def get_spark(
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    places: Sequence[os.PathLike[str] | str] = (),
+) -> SparkSession:
     """Return the process's Spark session, creating it on first use.
 
     Reuses an active session so that a process never pays the JVM start-up twice; over
     Spark Connect (``remote_address``) it attaches to the server instead of starting one.
+    ``places``: where the session's data lives (a config's lake and landing zone); an
+    object-store one gets the session the storage layer's s3a settings. A Connect client
+    cannot give its server Hadoop settings: the server must be started with them.
     """
     remote = remote_address(master, conf)
     if remote is not None:
@@ -145,7 +159,7 @@ def get_spark(master: str | None = None, conf: Mapping[str, str] | None = None) 
     # Python workers must run the interpreter (and virtualenv) of the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
-    for key, value in session_conf(master, conf).items():
+    for key, value in session_conf(master, conf, places).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

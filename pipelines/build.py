@@ -59,7 +59,9 @@ def build_definitions(config: Config, now_ms: int | None = None) -> Definitions:
         schedules=[schedule, maintenance_schedule(maintenance.name)],
         sensors=[dump_sensor(config, job.name)],
         resources={
-            "pyspark": spark_resource(config.spark.master, config.spark.conf),
+            "pyspark": spark_resource(
+                config.spark.master, config.spark.conf, [str(config.lake), str(config.landing)]
+            ),
             "lake": LakeResource(root=str(config.lake), landing=str(config.landing)),
         },
         executor=in_process_executor,

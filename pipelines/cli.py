@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from dagster import DagsterInstance
+from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -135,6 +136,12 @@ def progress_bar(config: Config, windows: int, console: Console | None = None) -
             yield
 
 
+def config_spark(config: Config) -> SparkSession:
+    """The process's session with ``config``'s Spark settings; an object-store lake or
+    landing zone adds the storage layer's s3a settings."""
+    return get_spark(config.spark.master, config.spark.conf, (config.lake, config.landing))
+
+
 def _instance() -> DagsterInstance:
     """The instance of DAGSTER_HOME when set (runs show in the UI), else an ephemeral one."""
     return DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
@@ -145,7 +152,7 @@ def statuses(
 ) -> list[SourceStatus]:
     """Every source's status (or the one named ``only``); ``transactions``: with what each
     transaction group member's last window holds back."""
-    spark = get_spark(config.spark.master, config.spark.conf)
+    spark = config_spark(config)
     return [
         SourcePipeline.from_config(spark, config, source).status(transactions=transactions)
         for source in config.sources
@@ -184,7 +191,7 @@ def print_snapshot(
 ) -> None:
     """A source's rows at IntoTime ``as_of``: printed, or written by Spark to ``out``
     (Parquet or a Delta table) without passing through this process."""
-    spark = get_spark(config.spark.master, config.spark.conf)
+    spark = config_spark(config)
     rows = SourcePipeline.from_config(spark, config, config.source(source)).snapshot_at(as_of)
     if out is None:
         shown = rows.limit(limit + 1).toArrow().to_pylist()
@@ -242,7 +249,7 @@ def print_rebuilt(config: Config, name: str, through_ms: int | None) -> None:
     if not closed:
         print(f"{name}: nothing to rebuild: no window has closed yet.")
         return
-    spark = get_spark(config.spark.master, config.spark.conf)
+    spark = config_spark(config)
     windows = Windows(config.start_ms, closed[-1][1], config.window_ms)
     report = rebuild(spark, config, source, windows)
     kept = f"; the old tables are kept in {report.kept}" if report.kept else ""
@@ -405,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             print_rebuilt(config, args.source, args.through)
             return 0
         if args.command == "maintain":
-            spark = get_spark(config.spark.master, config.spark.conf)
+            spark = config_spark(config)
             now_ms = int(time.time() * 1000)
             for source in config.sources:
                 if args.source in (None, source.name):
@@ -413,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(pipeline.maintain(now_ms).describe())
             return 0
         if args.command == "retire":
-            spark = get_spark(config.spark.master, config.spark.conf)
+            spark = config_spark(config)
             for source in config.sources:
                 if args.source in (None, source.name):
                     report = SourcePipeline.from_config(spark, config, source).retire()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from dagster import InitResourceContext
 from dagster_pyspark import PySparkResource
@@ -17,7 +17,11 @@ class ReclockSparkResource(PySparkResource):
     process by default, or attached to a Spark Connect server (the config's remote, or
     ``SPARK_REMOTE`` in the code location's environment, as ``make ui`` sets it), with the
     same settings and checks as the command line. ``spark_config`` holds the config's own
-    settings; reclock's defaults and requirements are added when the session starts."""
+    settings; reclock's defaults and requirements, and the storage layer's s3a settings
+    when a place in ``places`` (the lake, the landing zone) is on object storage, are
+    added when the session starts (so credentials never sit in the resource's config)."""
+
+    places: list[str] = []
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
@@ -25,10 +29,12 @@ class ReclockSparkResource(PySparkResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         """Start (or attach) the run's one session."""
-        self._spark_session = get_spark(conf=self.spark_config)
+        self._spark_session = get_spark(conf=self.spark_config, places=self.places)
 
 
-def spark_resource(master: str | None, conf: Mapping[str, str] | None) -> PySparkResource:
+def spark_resource(
+    master: str | None, conf: Mapping[str, str] | None, places: Sequence[str] = ()
+) -> PySparkResource:
     """One session per process: every asset and check of a run shares it.
 
     The run executes in process (see pipelines.definitions), so a backfill of many
@@ -36,4 +42,4 @@ def spark_resource(master: str | None, conf: Mapping[str, str] | None) -> PySpar
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {**(conf or {}), **({"spark.master": master} if master else {})}
-    return ReclockSparkResource(spark_config=settings)
+    return ReclockSparkResource(spark_config=settings, places=list(places))
