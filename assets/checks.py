@@ -41,7 +41,7 @@ from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import phase
-from cdc_core.reclock import frontier_at, held_partitions, overdue
+from cdc_core.reclock import frontier_at, held_partitions, overdue, remap_updates
 from cdc_core.source import SourcePipeline
 from cdc_core.vocabulary import Envelope
 from resources.lake import LakeResource
@@ -246,9 +246,13 @@ def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
             errors=pipeline.errors,
         )
 
-    def accounted(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
-        files, frontier = pipeline.registry.files(), frontier_at(pipeline.remap, end)
+    def accounted(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
+        # As exactly_once: windows before the remap's since were judged when they ran.
+        start = max(start, pipeline.remap.refresh().since.time or 0)
+        checked, frontier = frontier_at(pipeline.remap, start), frontier_at(pipeline.remap, end)
+        files = pipeline.registry.files(reaching=checked.offsets)
         held = held_partitions(source, files, frontier, group=pipeline.group_name)
+        bindings = [(p, o, t) for p, o, t, d in remap_updates(pipeline.remap, end) if d > 0]
         return checks.accounted(
             pipeline.reclocked,
             pipeline.errors,
@@ -257,6 +261,8 @@ def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
             dict(source.start_offsets.offsets),
             end,
             stalled=overdue(held, end, source.stall_after_ms),
+            checked=checked,
+            bindings=bindings,
         )
 
     def state_set(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:

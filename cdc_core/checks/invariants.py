@@ -18,6 +18,7 @@ from cdc_core.cdcv2 import check_completeness
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import RegisteredFile
 from cdc_core.reclock import HeldPartition, frontier_of, remap_updates
+from cdc_core.reclock.reclocking import first_covering
 from cdc_core.reclock.transactions import PendingTransactions
 from cdc_core.shard import Shard
 from cdc_core.spark import local_frame
@@ -216,6 +217,9 @@ def accounted(
     starts: Mapping[int, int],
     as_of: int,
     stalled: Sequence[HeldPartition] = (),
+    *,
+    checked: OffsetFrontier | None = None,
+    bindings: Sequence[tuple[int, int, int]] = (),
 ) -> CheckOutcome:
     """Nothing registered is in neither the outputs nor ``errors``, judged at ``as_of``:
 
@@ -228,7 +232,12 @@ def accounted(
       counted nowhere else;
     - no partition is ``stalled``: registered offsets held back longer than the
       source's ``stall_after`` (the caller judges that from the registry, ``held``).
-    One Spark job per table, over a broadcast list of ranges; only counts return."""
+    One Spark job per table, over a broadcast list of ranges; only counts return.
+
+    ``checked``: the remap where the judged windows start; ranges wholly below it were
+    judged with earlier windows, so a year of them costs nothing. ``bindings``: the
+    remap's ``(partition, next offset, time)``, dating the ranges judged, so reclocked
+    is read from the earliest binding time among them, not from its beginning."""
 
     def read(registered: RegisteredFile) -> bool:
         """Whether a run has read the file: its first record of the source is below the
@@ -254,11 +263,14 @@ def accounted(
         (index, s.partition, s.min_offset, s.max_offset, s.records, f.path)
         for index, (f, s) in enumerate((f, s) for f in files for s in f.partitions)
         if starts.get(s.partition, 0) <= s.min_offset and s.max_offset < frontier[s.partition]
+        and (checked is None or s.max_offset >= checked[s.partition])
     ]
     found: dict[int, int] = {}
     if ranges:
         # Diffs summed per range need no consolidation by the (wide) data columns.
-        records = reclocked.updates_until(as_of).select("partition", "offset", "diff")
+        records = _updates_from(
+            reclocked, [first_covering(bindings, p, low) for _, p, low, *_ in ranges], as_of
+        ).select("partition", "offset", "diff")
         wanted = local_frame(
             records.sparkSession,
             [r[:4] for r in ranges],
@@ -314,6 +326,16 @@ def accounted(
          "unreported": unreported[:MAX_EXAMPLES],
          "stalled": [held.describe() for held in stalled[:MAX_EXAMPLES]]},
     )
+
+
+def _updates_from(shard: Shard, times: Sequence[int], as_of: int) -> DataFrame:
+    """The shard's updates at times ``<= as_of`` from the earliest of ``times`` on (all of
+    them when a time is unknown, -1, or before the shard's since)."""
+    since = shard.since.time or 0
+    earliest = min(times, default=-1)
+    if earliest - 1 < since:
+        return shard.updates_until(as_of)
+    return shard.listen(earliest - 1, as_of)
 
 
 def state_is_set(changes: Shard, key_columns: Sequence[str], as_of: int) -> CheckOutcome:

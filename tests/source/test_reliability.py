@@ -211,14 +211,18 @@ def test_the_accounted_check_goes_red_when_a_record_or_a_damaged_file_is_lost(
 ) -> None:
     """A copy of the reference lake (its registry still names the reference's dumps),
     damaged behind reclock's back: a committed record deleted from ``reclocked``; and an
-    empty dump landing after the last window, which no run can report any more."""
+    empty dump landing after the last window, which no run can report any more. A
+    window's check judges the ranges bound in the windows it checks (so its cost does not
+    grow with history): the record's window is judged again by a run over every window,
+    while the last window alone does not look back at it."""
     workdir = tmp_path / "copy"
     config = load_config(write_config(workdir))
     shutil.copytree(lakes.reference.lake, config.lake)
     (config.landing / "users" / "broken.json").write_bytes(b"")
     DeltaTable(str(config.lake / "users" / "reclocked")).delete("partition = 1 AND offset = 1")
 
-    damaged = run_job(config, KEYS[-1], KEYS[-1])
+    damaged = run_job(config, KEYS[0], KEYS[-1])
+    last = run_job(config, KEYS[-1], KEYS[-1])
 
     assert checks_of(damaged)["errors.accounted"] is False
     description = next(
@@ -227,6 +231,11 @@ def test_the_accounted_check_goes_red_when_a_record_or_a_damaged_file_is_lost(
     )
     assert "early.json partition 1 offsets 0..1" in description
     assert str(config.landing / "users" / "broken.json") in description
+    assert checks_of(last)["errors.accounted"] is False, "the dump nobody reported"
+    described = next(
+        e.description for e in last.get_asset_check_evaluations() if e.check_name == "accounted"
+    )
+    assert "early.json" not in described, "an earlier window's range is not judged again"
     assert checks_of(lakes.second_run)["errors.accounted"] is True
 
 
