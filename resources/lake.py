@@ -47,4 +47,4 @@ class LakeResource(ConfigurableResource):
     def unregistered(self, config: Config) -> list[str]:
         """Paths of dump files landed but not registered yet: every source's, and every
         transaction group's transaction topic's."""
-        return unregistered_dumps(config, Path(self._lake), Path(self._landing))
+        return unregistered_dumps(config, Path(self._lake), self._landing)

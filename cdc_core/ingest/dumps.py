@@ -17,14 +17,16 @@ several files and in ``records``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gzip
 import operator
 import os
+import posixpath
 import stat
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +41,8 @@ from pyspark.sql.window import Window
 from cdc_core.ingest.connect_files import connect_lines, layout_of
 from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import lines_by_path, local_frame, path_frame
+from cdc_core.storage import Location, is_remote, settings
+from cdc_core.storage import files as storage_files
 from cdc_core.vocabulary import DumpLayout
 
 if TYPE_CHECKING:  # the registry builds on these reads; they only name its types
@@ -159,15 +163,20 @@ def is_dump_name(name: str) -> bool:
     return not name.startswith((".", "_")) and not name.endswith(IN_PROGRESS_SUFFIXES)
 
 
-def list_dump_files(landing: Path, topic: str) -> list[DumpFile]:
+def list_dump_files(landing: Path | Location, topic: str) -> list[DumpFile]:
     """Every dump of ``topic`` under ``<landing>/<topic>/``, recursively, sorted by path.
 
     Hidden folders (``.x``, ``_x``) are skipped along with hidden files, so archives and
     writers' staging areas can live inside the landing zone. Symlinked folders are
     followed once; a path that cannot be read (a folder that cannot be listed, a link
     loop, a dangling link, a folder reached twice, anything but a regular file) is
-    listed with its ``problem`` instead of failing the listing or being skipped.
+    listed with its ``problem`` instead of failing the listing or being skipped. On an
+    object store (``s3://``) the objects under the prefix are listed by the storage
+    layer, with the same rules for hidden and in-progress names; it has no links,
+    permissions per object or special files, so nothing there is listed unreadable.
     """
+    if is_remote(landing):
+        return _listed_objects(storage_files.join(str(landing), topic))
     root = os.path.abspath(Path(landing) / topic)
     found: list[DumpFile] = []
 
@@ -195,6 +204,17 @@ def list_dump_files(landing: Path, topic: str) -> list[DumpFile]:
             _listed(os.path.join(folder, name)) for name in names if is_dump_name(name)
         )
     return sorted(found, key=lambda dump: dump.path)
+
+
+def _listed_objects(root: str) -> list[DumpFile]:
+    """The dumps among the objects under the prefix ``root``: names hidden or in progress,
+    or under a hidden "folder" (a key part starting ``.`` or ``_``), are left out."""
+    found = []
+    for entry in storage_files.list_files(root):
+        *folders, name = posixpath.relpath(entry.path, root).split("/")
+        if is_dump_name(name) and not any(part.startswith((".", "_")) for part in folders):
+            found.append(DumpFile(entry.path, entry.size, entry.mtime_ms))
+    return found
 
 
 def _listed(path: str) -> DumpFile:
@@ -387,7 +407,8 @@ def find_damaged_gzip_files(spark: SparkSession, paths: Sequence[str]) -> dict[s
     checked on an executor (only the damaged files' verdicts reach the driver)."""
     if not paths:
         return {}
-    verdicts = path_frame(spark, paths).mapInArrow(_gzip_verdicts, _GZIP_VERDICT)
+    verdicts = path_frame(spark, paths).mapInArrow(_on_workers(_gzip_verdicts, paths),
+                                                   _GZIP_VERDICT)  # fmt: skip
     return {row.path: GzipDamage(row.reason, row.truncated) for row in verdicts.collect()}
 
 
@@ -410,10 +431,39 @@ def _gzip_verdicts(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
         )
 
 
+def _on_workers(
+    function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], paths: Sequence[str]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``function`` for ``mapInArrow`` over ``paths``, carrying the storage settings when
+    a path is on an object store: a Python worker has no loaded config, and its
+    environment is the one its JVM started with, so it would not know the endpoint or keys."""
+    if not any(is_remote(path) for path in paths):
+        return function
+    return functools.partial(_with_settings, settings.current(), function)
+
+
+def _with_settings(
+    shipped: settings.S3Settings,
+    function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """On a worker: make the driver's settings the process's, then run ``function``."""
+    settings.use(shipped)
+    return function(batches)
+
+
+@contextlib.contextmanager
+def _open_gzip(path: str) -> Iterator[gzip.GzipFile]:
+    """The decompressed stream of a gzip file, local or on an object store (the raw
+    stream is closed with it: a GzipFile leaves a stream it was given open)."""
+    with storage_files.open_input(path) as raw, gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+        yield stream
+
+
 def gzip_damage(path: str) -> GzipDamage | None:
     """Why ``path`` is not a complete gzip stream, or None when it is (streams, O(1) memory)."""
     try:
-        with gzip.open(path, "rb") as stream:
+        with _open_gzip(path) as stream:
             while stream.read1(1 << 20):
                 pass
     except EOFError as error:
@@ -431,7 +481,7 @@ def truncated_gzip_lines(path: str) -> Iterator[bytes]:
     """The complete lines of a gzip file cut short, up to the cut (the line the cut
     falls in is dropped): a pure function of the file's bytes, so every read agrees."""
     pending = b""
-    with gzip.open(path, "rb") as stream:
+    with _open_gzip(path) as stream:
         try:
             while chunk := stream.read1(1 << 20):
                 *complete, pending = (pending + chunk).split(b"\n")
@@ -469,7 +519,8 @@ def _nonblank(lines: DataFrame) -> DataFrame:
 def _salvaged_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """``value``, ``file``: the complete lines of truncated gzip files, decompressed on the
     executors; bytes become text unchanged (invalid UTF-8 stays invalid, to be judged)."""
-    salvaged = path_frame(spark, paths).mapInArrow(_salvage, "value binary, file string")
+    salvaged = path_frame(spark, paths).mapInArrow(_on_workers(_salvage, paths),
+                                                   "value binary, file string")  # fmt: skip
     return salvaged.select(F.col("value").cast("string").alias("value"), "file")
 
 

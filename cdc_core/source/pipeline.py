@@ -62,6 +62,7 @@ from cdc_core.source.resumption import (
 )
 from cdc_core.source.state import current_rows, published_updates, refresh_state
 from cdc_core.source.swap import check_not_mid_swap
+from cdc_core.storage import Location
 from cdc_core.vocabulary import Envelope
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
@@ -99,7 +100,7 @@ def group_root(lake: Path, group: TransactionGroup) -> Path:
     return Path(lake) / TRANSACTIONS_FOLDER / group.name
 
 
-def unregistered_dumps(config: Config, lake: Path, landing: Path) -> list[str]:
+def unregistered_dumps(config: Config, lake: Path, landing: Path | Location) -> list[str]:
     """Paths of landed dump files no registry of ``lake`` holds yet: each source's topic,
     and each transaction group's transaction topic (a member's run registers those)."""
     registries = [source_registry(lake, source) for source in config.sources]
@@ -109,7 +110,7 @@ def unregistered_dumps(config: Config, lake: Path, landing: Path) -> list[str]:
     waiting = []
     for registry in registries:
         known = registry.paths()
-        landed = list_dump_files(Path(landing), registry.topic)
+        landed = list_dump_files(landing, registry.topic)
         waiting += [dump.path for dump in landed if dump.path not in known]
     return waiting
 
