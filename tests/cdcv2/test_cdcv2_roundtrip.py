@@ -16,6 +16,7 @@ from cdc_core.cdcv2.export import export_updates
 from cdc_core.cdcv2.reference import read_all
 from cdc_core.frontier import TimeFrontier
 from tests.cdcv2.test_cdcv2_scramble import scramble
+from tests.spark_examples import SPARK_EXAMPLES
 
 ROWS = st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", None]))
 COLLECTIONS = st.lists(st.tuples(ROWS, st.integers(0, 12), st.integers(-2, 2)), max_size=25)
@@ -37,7 +38,7 @@ def as_facts(updates: list) -> dict:
     return facts
 
 
-@settings(max_examples=6, deadline=None)
+@settings(SPARK_EXAMPLES, max_examples=6)
 @given(
     collection=COLLECTIONS,
     lower=st.integers(0, 5),

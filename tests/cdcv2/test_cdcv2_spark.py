@@ -35,6 +35,7 @@ from cdc_core.frontier import TimeFrontier
 from cdc_core.schemas import DUMP_RECORD
 from cdc_core.shard import ProgressStatement, Shard, ShardUsageError
 from tests.cdcv2.test_cdcv2_scramble import retile, scramble
+from tests.spark_examples import SPARK_EXAMPLES
 
 T = TimeFrontier.at
 CLOSED = TimeFrontier.empty()
@@ -59,7 +60,7 @@ def reference_facts(updates: list) -> dict:
     return {(data, time): diff for data, time, diff in updates}
 
 
-@settings(max_examples=5, deadline=None)
+@settings(SPARK_EXAMPLES, max_examples=5)
 @given(
     facts=st.dictionaries(st.tuples(ROWS, st.integers(0, 8)), st.sampled_from([-2, -1, 1, 3])),
     closed=st.booleans(),
@@ -121,7 +122,7 @@ def test_stream_files_read_back_even_when_written_twice(
     assert facts_of(imported.updates) == {((1, "a"), 0): 2, ((2, None), 3): -1}
 
 
-@settings(max_examples=4, deadline=None)
+@settings(SPARK_EXAMPLES, max_examples=4)
 @given(
     facts=st.dictionaries(st.tuples(ROWS, st.integers(0, 11)), st.sampled_from([-1, 1, 2])),
     cuts=st.sets(st.integers(1, 11), max_size=3),

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import StructType
 
@@ -33,6 +33,7 @@ from tests.envelopes.test_envelope_support import (
 )
 from tests.envelopes.test_envelope_upsert import KEY, VALUE
 from tests.envelopes.test_envelope_upsert_property import bound_in, oracle, payload, streams
+from tests.spark_examples import SPARK_EXAMPLES
 
 MAX_BATCH = 4
 
@@ -69,9 +70,8 @@ def at(time: int, rows: list[tuple]) -> list[tuple]:
 
 @pytest.mark.parametrize("envelope", ENVELOPES)
 @settings(
+    SPARK_EXAMPLES,
     max_examples=5,  # per envelope: 15 examples in all, each a few Spark jobs per window
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(stream=streams(max_windows=MAX_BATCH + 1), with_prior=st.booleans())
 def test_one_call_equals_window_by_window(spark, envelope, stream, with_prior) -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_core.envelopes import apply_upsert, output_schema
 from tests.envelopes.test_envelope_support import TOPIC, Run, batched
 from tests.envelopes.test_envelope_upsert import BAD_N, KEY, NULL_KEY, VALUE
+from tests.spark_examples import SPARK_EXAMPLES
 
 PARTITIONS = (0, 1)
 # A message: (key or None, value number, or "null" for a tombstone, or "bad").
@@ -94,11 +95,7 @@ def window_records(logs, frontiers, window: int) -> list[tuple]:
     ]
 
 
-@settings(
-    max_examples=8,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(SPARK_EXAMPLES, max_examples=8)
 @given(stream=streams())
 def test_upsert_windows_equal_the_oracle_at_every_time(spark, stream) -> None:
     logs, frontiers = stream

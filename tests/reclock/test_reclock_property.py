@@ -9,7 +9,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
@@ -26,6 +26,7 @@ from tests.reclock.test_reclock_support import (
     run_windows,
     write_dump,
 )
+from tests.spark_examples import SPARK_EXAMPLES
 
 WIDTH = 30
 ENDS = (30, 60, 90)
@@ -77,11 +78,7 @@ def cases(draw: st.DrawFn) -> Case:
     )
 
 
-@settings(
-    max_examples=6,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(SPARK_EXAMPLES, max_examples=6)
 @given(case=cases())
 def test_every_record_once_at_its_first_covering_binding(
     spark: SparkSession, tmp_path_factory, case: Case

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
@@ -30,6 +30,7 @@ from cdc_core.config import parse_config
 from cdc_core.frontier import TimeFrontier
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
+from tests.spark_examples import SPARK_EXAMPLES
 
 T0 = 1_767_225_600_000
 WIDTH = 60_000
@@ -171,9 +172,7 @@ def run_stream(
     return Counter({key: diff for key, diff in found.items() if diff})
 
 
-@settings(
-    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+@settings(SPARK_EXAMPLES, max_examples=4)
 @given(streams())
 def test_duplicated_reordered_rebatched_streams_give_the_exact_changes(
     spark: SparkSession, stream: tuple[list[Fact], list[tuple[str, int, str]]]

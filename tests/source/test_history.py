@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from cdc_core.config import parse_config
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline, history_upper
+from tests.spark_examples import SPARK_EXAMPLES
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 WINDOW = 60_000
@@ -150,10 +151,9 @@ def run(pipeline: SourcePipeline, first: int, last: int) -> None:
 
 
 @settings(
+    SPARK_EXAMPLES,
     max_examples=6,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a Spark example is slow to shrink
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(stream=streams())
 def test_history_equals_the_oracle_and_only_closes_older_rows(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_core.config import Config, load_config
@@ -25,6 +25,7 @@ from cdc_core.reclock.remap import UnexpectedStartOffset
 from cdc_core.source import SourcePipeline
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.cli import materialize, statuses
+from tests.spark_examples import SPARK_EXAMPLES
 from tests.upsert_config import write_upsert_config
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the config's start
@@ -199,8 +200,7 @@ def expected_state(lines: list[tuple[int, str, int, int]]) -> dict[int, str]:
     return state
 
 
-@settings(max_examples=6, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(SPARK_EXAMPLES, max_examples=6)
 @given(lines=damaged_dumps())
 def test_good_records_reach_state_whatever_damage_lies_around_them(
     spark, lines: list[tuple[int, str, int, int]]
