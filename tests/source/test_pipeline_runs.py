@@ -5,6 +5,7 @@ into runs must write the same rows, at the same times, to every shard of every s
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,11 @@ def windows(config: Config, first: int, last: int) -> Windows:
     return Windows(config.start_ms + (first - 1) * width, config.start_ms + last * width, width)
 
 
-def shard_rows(root: Path) -> dict[str, list[tuple]]:
+Shards = dict[str, list[tuple]]  # shard -> its consolidated rows (data, time, diff)
+Reports = list[tuple[int, int, int, int]]  # per window: end, records in, changes, errors
+
+
+def shard_rows(root: Path) -> Shards:
     """Every shard's rows (data, time, diff), consolidated and sorted: what it says."""
     contents = {}
     for name in SHARDS:
@@ -52,7 +57,7 @@ def shard_rows(root: Path) -> dict[str, list[tuple]]:
 def run(
     spark: SparkSession, config: Config, lake: Path, name: str, runs: list[Windows], *,
     bound_first: bool = False,
-) -> tuple[dict[str, list[tuple]], list[tuple[int, int, int, int]]]:
+) -> tuple[Shards, Reports]:
     """Run ``runs`` in order for source ``name`` in a fresh lake; its shards and the
     per-window reports (end, records in, changes, errors)."""
     config = config.model_copy(update={"lake": lake})
@@ -73,13 +78,29 @@ def run(
     return shard_rows(config.lake / name), reports
 
 
+@pytest.fixture(scope="module")
+def backfill_of(
+    spark: SparkSession, sample: Config, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], tuple[Shards, Reports]]:
+    """The one backfill of a source's WINDOWS windows (its shards and reports) that every
+    other cut of them is compared with: run once per source for the module, read only."""
+    done: dict[str, tuple[Shards, Reports]] = {}
+
+    def of(name: str) -> tuple[Shards, Reports]:
+        if name not in done:
+            lake = tmp_path_factory.mktemp(f"backfill-{name}")
+            done[name] = run(spark, sample, lake, name, [windows(sample, 1, WINDOWS)])
+        return done[name]
+
+    return of
+
+
 @pytest.mark.parametrize("name", ["users", "orders", "clicks"])
 def test_every_cut_of_the_windows_into_runs_writes_the_same_shards(
-    spark: SparkSession, sample: Config, tmp_path: Path, name: str
+    spark: SparkSession, sample: Config, tmp_path: Path, name: str,
+    backfill_of: Callable[[str], tuple[Shards, Reports]],
 ) -> None:
-    backfill, backfill_reports = run(
-        spark, sample, tmp_path / "backfill", name, [windows(sample, 1, WINDOWS)]
-    )
+    backfill, backfill_reports = backfill_of(name)
     scheduled, scheduled_reports = run(
         spark,
         sample,
@@ -101,12 +122,13 @@ def test_every_cut_of_the_windows_into_runs_writes_the_same_shards(
 
 @pytest.mark.parametrize("tampered", [False, True])
 def test_runs_that_publish_state_in_between_write_what_one_backfill_writes(
-    spark: SparkSession, sample: Config, tmp_path: Path, tampered: bool
+    spark: SparkSession, sample: Config, tmp_path: Path, tampered: bool,
+    backfill_of: Callable[[str], tuple[Shards, Reports]],
 ) -> None:
     """A run reads the prior rows of its keys from the ``state`` the previous run published
     (not from the history of ``changes``); a ``state`` someone else wrote to since is not
     trusted, and the history is read instead: the shards are the same either way."""
-    backfill, _ = run(spark, sample, tmp_path / "backfill", "users", [windows(sample, 1, WINDOWS)])
+    backfill, _ = backfill_of("users")
     config = sample.model_copy(update={"lake": tmp_path / "scheduled"})
     pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
     pipeline.register_dumps(arrival_ms=config.start_ms + 100 * config.window_ms)
