@@ -295,12 +295,9 @@ def table(config: Config, source: str, name: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory, spark) -> Config:
-    workdir = tmp_path_factory.mktemp("bad-inputs")
-    write_landing(workdir / "landing")
-    config = write_config(workdir)
-    assert materialize(config, exports=False), "bad inputs never fail a run"
-    return config
+def corpus(bad_input_lake: Config) -> Config:
+    """The corpus through one run, shared with tests/pipelines/test_spark_connect.py."""
+    return bad_input_lake
 
 
 def test_the_corpus_is_large_enough() -> None:
