@@ -150,17 +150,20 @@ class Registry:
         """Registered files, oldest arrival first (then path), each exactly once.
 
         ``reaching`` (per partition an offset, 0 when absent): only what a run from there
-        can need: every file not retired, and the retired ones with records at or above
-        it (a run that still needs one must fail loudly, not skip it). A service's
-        registry gains a file a minute and retire keeps the live ones few, so a run
-        builds objects for those alone; without ``reaching``, every file."""
+        can need: the files with records (or positioned damaged lines) at or above it,
+        retired ones too (a run that still needs one must fail loudly, not skip it), and
+        the live files with errors (their rows may still be due). A service's registry
+        gains a file a minute, so a run builds objects for those alone; without
+        ``reaching``, every file."""
         tables = self._tables()
         if reaching is None:
             return _registered(tables.rows, tables.retired)
-        gone = tables.retired_rows
-        ahead = pc.is_in(gone["path"], pc.unique(pc.filter(gone["path"], _ahead(gone, reaching))))
-        return _registered(pa.concat_tables([tables.live_rows, gone.filter(ahead)]),
-                           tables.retired)  # fmt: skip
+        rows = tables.rows
+        needed = pa.concat_arrays([
+            pc.unique(pc.filter(rows["path"], _ahead(rows, reaching))),
+            tables.live_with_errors,
+        ])  # fmt: skip
+        return _registered(rows.filter(pc.is_in(rows["path"], needed)), tables.retired)
 
     def live_files(self) -> list[RegisteredFile]:
         """The registered files not retired (retire keeps them few)."""
@@ -267,12 +270,12 @@ def _ahead(rows: pa.Table, reaching: Mapping[int, int]) -> pa.Array:
 @dataclass(frozen=True)
 class _Tables:
     """One read of a registry at ``versions`` (files, retired): every (file, partition)
-    row, split into the rows of live files and of retired ones, and ``retired``."""
+    row, the rows of live files, the paths of live files with errors, and ``retired``."""
 
     versions: tuple[int, int]
     rows: pa.Table
     live_rows: pa.Table
-    retired_rows: pa.Table
+    live_with_errors: pa.Array
     retired: dict[str, str | None]  # path -> where it was archived (None: deleted)
 
     @classmethod
@@ -280,10 +283,17 @@ class _Tables:
         """Read both tables at ``versions``."""
         rows = _read_table(registry.files_path, FILES_SCHEMA, versions[0])
         retired = _read_table(registry.retired_path, RETIRED_SCHEMA, versions[1])
-        gone = pc.is_in(rows["path"], retired["path"])
+        live = rows.filter(pc.invert(pc.is_in(rows["path"], retired["path"])))
+        with_records = pc.filter(live["path"], pc.fill_null(pc.greater(live["records"], 0), False))
+        bad_lines = pc.fill_null(pc.greater(live["bad_lines"], 0), False)
+        errors = pc.or_(
+            pc.or_(pc.is_valid(live["problem"]), bad_lines),
+            pc.invert(pc.is_in(live["path"], with_records)),
+        )
         archived = dict(zip(retired["path"].to_pylist(), retired["archived_to"].to_pylist(),
                             strict=True))  # fmt: skip
-        return cls(versions, rows, rows.filter(pc.invert(gone)), rows.filter(gone), archived)
+        with_errors = pc.unique(pc.filter(live["path"], errors))
+        return cls(versions, rows, live, with_errors, archived)
 
 
 def _registered(rows: pa.Table, retired: Mapping[str, str | None]) -> list[RegisteredFile]:

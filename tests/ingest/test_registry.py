@@ -35,27 +35,30 @@ def test_registration_is_durable_idempotent_and_keeps_stats(
     assert registry.end_offsets().offsets == {0: 3, 1: 6}
 
 
-def test_a_run_reads_live_files_and_the_retired_ones_it_still_reaches(
+def test_a_run_reads_the_files_it_reaches_and_the_live_ones_with_errors(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """``files(reaching=...)`` leaves out retired files wholly below the offsets a run
-    reads from (a year of them would cost every run), keeps a retired one holding
-    offsets at or above them (the run must fail loudly on it), and every live one; the
-    same handle sees a registration and a retire made after its first read."""
+    """``files(reaching=...)`` leaves out files wholly below the offsets a run reads
+    from (a year of them would cost every run), unless live with errors to report; it
+    keeps a retired one holding offsets at or above them (the run must fail loudly on
+    it). The same handle sees a registration and a retire made after its first read."""
     landing = tmp_path / "landing"
     old = write_dump(landing, "t", "old.json", [Rec(0, 0, 1), Rec(1, 0, 1)])
+    bad = write_dump(landing, "t", "old-bad.json", [Rec(1, 0, 1)], extra="not json\n")
     needed = write_dump(landing, "t", "needed.json", [Rec(0, 1, 2), Rec(0, 2, 2)])
     registry = Registry(tmp_path / "registry", "t")
     register_new(spark, registry, landing, arrival_ms=1)
-    assert [f.path for f in registry.files(reaching={0: 2, 1: 1})] == [str(needed), str(old)]
+    reaching = {0: 2, 1: 1}
+    assert [f.path for f in registry.files(reaching=reaching)] == [str(needed), str(bad)]
     registry.mark_retired({str(old): None, str(needed): None}, retired_ms=2)
     live = write_dump(landing, "t", "live.json", [Rec(0, 3, 3)])
     register_new(spark, registry, landing, arrival_ms=3)
-    reached = registry.files(reaching={0: 2, 1: 1})
-    assert [(f.path, f.retired) for f in reached] == [(str(needed), True), (str(live), False)]
-    assert [f.path for f in registry.live_files()] == [str(live)]
-    assert {f.path for f in registry.files()} == {str(old), str(needed), str(live)}
-    assert registry.paths() == {str(old), str(needed), str(live)}
+    assert [(f.path, f.retired) for f in registry.files(reaching=reaching)] == [
+        (str(needed), True), (str(bad), False), (str(live), False)
+    ]
+    assert [f.path for f in registry.live_files()] == [str(bad), str(live)]
+    assert {f.path for f in registry.files()} == {str(old), str(bad), str(needed), str(live)}
+    assert registry.paths() == {str(old), str(bad), str(needed), str(live)}
     assert registry.newest_ts() == 3
 
 
