@@ -123,7 +123,7 @@ class CheckReports:
     the check judged. In a run of one window it finds it by that window; in any other run
     (a range of windows, or none) it lists every partition key of the asset first, since
     an unpartitioned check depends on all of them: minutes for a year of one-minute
-    windows (issue 30). So outside one-window runs the step reports the evaluation itself
+    windows. So outside one-window runs the step reports the evaluation itself
     (with the check's output, which downstream steps wait on), without that pointer; the
     check's status in the UI is the same.
     """

@@ -9,7 +9,7 @@ records in the first window Dagster lists for it, and times ``reclock materializ
 Wall and CPU seconds (the process and its JVM) of each run; the least of a few runs is
 the figure to compare, and on a shared machine the CPU time more than the wall time.
 
-A run's cost should not grow with the windows behind it (issue 30: Dagster listed every
+A run's cost should not grow with the windows behind it (Dagster used to list every
 partition key of the asset, 474,094 of them for a start 11 months back).
 """
 
