@@ -226,19 +226,16 @@ def test_each_client_process_has_a_session_of_its_own(connect_server: str) -> No
 
 
 def test_the_bad_input_corpus_over_spark_connect_equals_the_in_process_run(
-    connect_server: str, tmp_path: Path, spark
+    connect_server: str, tmp_path: Path, bad_input_lake: Config
 ) -> None:
-    lakes = {}
-    for name in ("in-process", "connect"):
-        workdir = tmp_path / name
-        bad_inputs.write_landing(workdir / "landing")
-        lakes[name] = bad_inputs.write_config(workdir)
-    assert materialize(lakes["in-process"], exports=False)
-    settings = yaml.safe_load((tmp_path / "connect" / "reclock.yaml").read_text())
+    workdir = tmp_path / "connect"
+    bad_inputs.write_landing(workdir / "landing")
+    lakes = {"in-process": bad_input_lake, "connect": bad_inputs.write_config(workdir)}
+    settings = yaml.safe_load((workdir / "reclock.yaml").read_text())
     settings["spark"] = {"remote": connect_server,
                          "conf": {"spark.sql.shuffle.partitions": "4"}}  # fmt: skip
-    (tmp_path / "connect" / "reclock.yaml").write_text(yaml.safe_dump(settings))
-    _finished(_materialize(tmp_path / "connect" / "reclock.yaml"))
+    (workdir / "reclock.yaml").write_text(yaml.safe_dump(settings))
+    _finished(_materialize(workdir / "reclock.yaml"))
     tables = [(source.name, table) for source in lakes["connect"].sources for table in TABLES]
     for source, table in tables:
         assert table_rows(lakes["connect"], source, table) == table_rows(
