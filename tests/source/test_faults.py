@@ -26,7 +26,7 @@ from cdc_core.shard import ShardStorageError
 from cdc_core.source import SourcePipeline, published_tables
 from pipelines.cli import materialize
 from pipelines.sample import write_sample
-from tests.lake_rows import table_rows
+from tests.lake_rows import SampleLake, table_rows
 
 SOURCE = "users"
 PHASES = (
@@ -58,10 +58,11 @@ def contents(config: Config) -> dict[str, Counter]:
 
 
 @pytest.fixture(scope="module")
-def never_killed(tmp_path_factory: pytest.TempPathFactory, spark) -> dict[str, Counter]:
-    config = load_config(one_source_sample(tmp_path_factory.mktemp("clean")))
-    assert materialize(config, exports=False)
-    return contents(config)
+def never_killed(sample_lake: SampleLake) -> dict[str, Counter]:
+    """A run that never failed: the shared sample lake's tables of ``SOURCE``. The other
+    sources there change none of them (``SOURCE`` is in no transaction group), nor does
+    the lake's cut of the windows into two runs (tests/source/test_pipeline_runs.py)."""
+    return contents(sample_lake.config)
 
 
 @pytest.mark.parametrize("phase", PHASES)
@@ -104,10 +105,10 @@ def group_contents(config: Config) -> dict[str, Counter]:
 
 
 @pytest.fixture(scope="module")
-def group_never_killed(tmp_path_factory: pytest.TempPathFactory, spark) -> dict[str, Counter]:
-    config = load_config(group_sample(tmp_path_factory.mktemp("group")))
-    assert materialize(config, exports=False)
-    return group_contents(config)
+def group_never_killed(sample_lake: SampleLake) -> dict[str, Counter]:
+    """The group's tables in the shared sample lake: the sources outside the group change
+    none of them."""
+    return group_contents(sample_lake.config)
 
 
 @pytest.mark.parametrize("source", GROUP)
