@@ -158,11 +158,17 @@ def get_spark(
         return _attach(remote, conf or {})
     # Python workers must run the interpreter (and virtualenv) of the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings = session_conf(master, conf, places)
     builder = SparkSession.builder
-    for key, value in session_conf(master, conf, places).items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    # A session that was running already keeps the Hadoop settings it started with; its
+    # data sources (Delta's log too) also read Hadoop keys from the session conf, unprefixed.
+    for key, value in settings.items():
+        if key.startswith("spark.hadoop.fs.s3a."):
+            spark.conf.set(key.removeprefix("spark.hadoop."), value)
     return spark
 
 
