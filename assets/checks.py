@@ -42,6 +42,7 @@ from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import phase
 from cdc_core.reclock import frontier_at, held_partitions, overdue, remap_updates
+from cdc_core.reclock.remap import frontier_in
 from cdc_core.source import SourcePipeline
 from cdc_core.vocabulary import Envelope
 from resources.lake import LakeResource
@@ -249,10 +250,11 @@ def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
     def accounted(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
         # As exactly_once: windows before the remap's since were judged when they ran.
         start = max(start, pipeline.remap.refresh().since.time or 0)
-        checked, frontier = frontier_at(pipeline.remap, start), frontier_at(pipeline.remap, end)
+        updates = remap_updates(pipeline.remap, end)
+        checked, frontier = frontier_in(updates, start), frontier_in(updates, end)
         files = pipeline.registry.files(reaching=checked.offsets)
         held = held_partitions(source, files, frontier, group=pipeline.group_name)
-        bindings = [(p, o, t) for p, o, t, d in remap_updates(pipeline.remap, end) if d > 0]
+        bindings = [(p, o, t) for p, o, t, d in updates if d > 0]
         return checks.accounted(
             pipeline.reclocked,
             pipeline.errors,

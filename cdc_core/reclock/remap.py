@@ -332,9 +332,16 @@ def frontier_at(remap: Shard, time: int) -> OffsetFrontier:
     """``remap[time]``; before time 0 nothing is bound. Validates the stored antichain."""
     if time < 0:
         return OffsetFrontier()
+    return frontier_in(remap_updates(remap, time), time)
+
+
+def frontier_in(updates: Sequence[tuple[int, int, int, int]], time: int) -> OffsetFrontier:
+    """``remap[time]`` from remap updates ``(partition, offset, time, diff)`` read already
+    (those after ``time`` are left out): one read serves several times."""
     live: Counter[tuple[int, int]] = Counter()
-    for partition, offset, _, diff in remap_updates(remap, time):
-        live[(partition, offset)] += diff
+    for partition, offset, at, diff in updates:
+        if at <= time:
+            live[(partition, offset)] += diff
     return frontier_of(live, time)
 
 
