@@ -25,6 +25,10 @@ from cdc_core.frontier import OffsetFrontier
 
 # The member name under which a group's transaction topic frontier is kept.
 TRANSACTION_TOPIC = ""
+# The member name under which a group keeps its transaction topic's open mark: per
+# partition, the first BEGIN or END of a transaction not yet admitted (or the transaction
+# frontier when none is open). Not an identifier, so no source can take it.
+OPEN_MARK = "#open"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ The transaction topic's own frontier (where its first END not admitted lies) is 
 a transaction admitted once stays admitted: its redelivered records are never held. The
 ids of admitted transactions are kept too (``<root>/admitted``, its upper following the
 bindings'), so a run reads the transaction topic from that frontier on, never its history.
+The bindings also keep an open mark per window end (under OPEN_MARK): below it every
+BEGIN and END belongs to an admitted transaction, so the report of waiting transactions
+reads the topic from there on (an open transaction's BEGIN may lie below the frontier).
 
 Invariants: every member's remap is the projection of the group's ``bindings`` shard onto
 that member, so no member's binding ever splits a transaction; the group's bindings are
@@ -57,7 +60,7 @@ from pyspark.sql.window import Window
 from cdc_core.envelopes.decode import unwrap_connect_envelope
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, CanonicalRecords, Registry, starts_column
-from cdc_core.reclock.admission import TRANSACTION_TOPIC, Admission, End, Run
+from cdc_core.reclock.admission import OPEN_MARK, TRANSACTION_TOPIC, Admission, End, Run
 from cdc_core.reclock.remap import (
     ReclockSource,
     RemapError,
@@ -219,8 +222,9 @@ class TransactionGroupBinder:
             minted, ends = self._constrain(
                 self._propose(previous, unbound), previous, unbound, admitted
             )
+            minted = self._with_open_marks(previous, minted, ends, admitted)
             parts = []
-            for name in [*self.members, TRANSACTION_TOPIC]:
+            for name in [*self.members, TRANSACTION_TOPIC, OPEN_MARK]:
                 part = binding_updates(
                     previous.get(name, OffsetFrontier()),
                     [(end, frontiers[name]) for end, frontiers in minted],
@@ -270,16 +274,50 @@ class TransactionGroupBinder:
         """Record the transactions the bindings just committed for ``[bound, upper)``
         admitted, each at the first window end whose transaction frontier passes its END.
         A lost race leaves it to the run that won (or to the next run's catch-up)."""
-        rows, recorded = [], set()
-        for end, frontiers in minted:
-            passed = frontiers[TRANSACTION_TOPIC]
-            for e in ends:
-                if e.txid not in recorded and passed.contains(e.tpartition, e.toffset):
-                    rows.append((e.txid, end))
-                    recorded.add(e.txid)
+        rows = list(_admitted_at(minted, ends).items())
         self.admitted.compare_and_append(
             _admitted_rows(rows), TimeFrontier.at(bound), TimeFrontier.at(upper)
         )
+
+    def _with_open_marks(
+        self,
+        previous: Mapping[str, OffsetFrontier],
+        minted: list[tuple[int, dict[str, OffsetFrontier]]],
+        ends: Sequence[End],
+        admitted_before: DataFrame,
+    ) -> list[tuple[int, dict[str, OffsetFrontier]]]:
+        """``minted`` with each window end's open mark (OPEN_MARK): per transaction-topic
+        partition, the first BEGIN or END below the end's transaction frontier of a
+        transaction not admitted by then, else that frontier. It never moves back: what
+        is admitted stays admitted, and the frontier passes only registered records. One
+        Spark job reads the topic from the previous mark and gathers one row per open
+        transaction and partition."""
+        low = previous.get(OPEN_MARK, OffsetFrontier())
+        top = minted[-1][1][TRANSACTION_TOPIC]
+        records = self._transaction_records(self._transaction_read(low))
+        firsts: list[tuple[int, str, int]] = []
+        if records is not None and top.offsets:
+            below = F.col("offset") < starts_column(self.spark, top.offsets)
+            announcements = records.where(
+                F.col("e.status").isin("BEGIN", "END") & F.col("e.id").isNotNull() & below
+            )
+            firsts = [
+                (row["partition"], row["txid"], row["first"])
+                for row in announcements.groupBy("partition", F.col("e.id").alias("txid"))
+                .agg(F.min("offset").alias("first"))
+                .join(admitted_before, "txid", "left_anti")
+                .collect()
+            ]
+        admitted = _admitted_at(minted, ends)
+        marked = []
+        for end, frontiers in minted:
+            passed = frontiers[TRANSACTION_TOPIC]
+            mark = dict(passed.offsets)
+            for partition, txid, first in firsts:
+                if passed.contains(partition, first) and admitted.get(txid, end + 1) > end:
+                    mark[partition] = min(mark[partition], first)
+            marked.append((end, {**frontiers, OPEN_MARK: OffsetFrontier(mark)}))
+        return marked
 
     def _updates(self, until: int) -> list[tuple[str, int, int, int, int]]:
         """The group's updates ``(member, partition, offset, time, diff)`` at times
@@ -288,12 +326,18 @@ class TransactionGroupBinder:
         names = (*GROUP_BINDING.names, "time", "diff")
         return list(zip(*(table.column(c).to_pylist() for c in names), strict=True))
 
-    def _frontiers_at(self, time: int) -> dict[str, OffsetFrontier]:
-        """Every member's (and the transaction topic's) group frontier at ``time``."""
+    def _frontiers_at(
+        self, time: int, updates: Sequence[tuple[str, int, int, int, int]] | None = None
+    ) -> dict[str, OffsetFrontier]:
+        """Every member's (and the transaction topic's, and the open mark's) group
+        frontier at ``time``; ``updates``: the group's updates through ``time`` or later,
+        when already read."""
         if time < 0:
             return {}
         live: dict[str, dict[tuple[int, int], int]] = {}
-        for m, p, o, _, d in self._updates(time):
+        for m, p, o, t, d in self._updates(time) if updates is None else updates:
+            if t > time:
+                continue
             counts = live.setdefault(m, {})
             counts[(p, o)] = counts.get((p, o), 0) + d
         return {m: frontier_of(counts, time) for m, counts in live.items()}
@@ -313,19 +357,19 @@ class TransactionGroupBinder:
             for i in range(len(windows.ends))
         ]
 
-    def _transaction_read(self, starts: OffsetFrontier | None = None) -> CanonicalRecords | None:
-        """The transaction topic's canonical read, from ``starts`` on (all of it without;
-        None before any dump is registered)."""
-        offsets = {} if starts is None else starts.offsets
-        files = self.registry.files(reaching=offsets)
+    def _transaction_read(self, starts: OffsetFrontier) -> CanonicalRecords | None:
+        """The transaction topic's canonical read from ``starts`` on (None before any dump
+        is registered)."""
+        files = self.registry.files(reaching=starts.offsets)
         if not files:
             return None
-        return CanonicalReads(self.spark, self.registry, persist=False).read(files, offsets)
+        return CanonicalReads(self.spark, self.registry, persist=False).read(
+            files, starts.offsets
+        )
 
-    def _transaction_records(self, read: CanonicalRecords | None = None) -> DataFrame | None:
-        """The transaction topic's records, one per offset, with their parsed value ``e``
-        (None before any dump is registered); ``read``: the read to take them from."""
-        read = read or self._transaction_read()
+    def _transaction_records(self, read: CanonicalRecords | None) -> DataFrame | None:
+        """The transaction topic's records of ``read``, one per offset, with their parsed
+        value ``e`` (None without a read)."""
         if read is None:
             return None
         value = unwrap_connect_envelope(read.records, "payload", TRANSACTION_EVENT, "_value")
@@ -372,34 +416,48 @@ class TransactionGroupBinder:
         """Per window end the group has bound: the transactions the transaction topic
         announced (a BEGIN or END before the end) that its binding has not admitted;
         ``overdue`` names (at most MAX_OVERDUE of) those announced more than the group's
-        timeout before the end."""
+        timeout before the end. The topic is read from the earliest end's open mark on:
+        every record of a transaction waiting at an end lies at or above its mark."""
         upper = self.bindings.refresh().upper.time
         ends = [end for end in ends if upper is None or end < upper]
-        records = self._transaction_records()
-        if records is None or not ends:
+        if not ends:
+            return {}
+        updates = self._updates(max(ends))
+        bound = {end: self._frontiers_at(end, updates) for end in ends}
+        low = bound[min(ends)].get(OPEN_MARK, OffsetFrontier())
+        records = self._transaction_records(self._transaction_read(low))
+        if records is None:
             return {end: PendingTransactions(0, None, (), 0) for end in ends}
-        bound = [(end, self._frontiers_at(end).get(TRANSACTION_TOPIC, OffsetFrontier()))
-                 for end in ends]
         frontiers = self.spark.createDataFrame(
-            [(end, p, o) for end, f in bound for p, o in f.offsets.items()],
+            [(end, p, o) for end, f in bound.items()
+             for p, o in f.get(TRANSACTION_TOPIC, OffsetFrontier()).offsets.items()],
             "end bigint, partition int, frontier bigint",
-        )
+        )  # fmt: skip
         windows = self.spark.createDataFrame([(end,) for end in ends], "end bigint")
         announced = (
             records.where(F.col("e.status").isin("BEGIN", "END"))
             .groupBy(F.col("e.id").alias("txid"))
             .agg(F.min("ts").alias("since"))
         )
-        admitted = (
+        # Admitted by an end: its END lies below the end's frontier, or (an END read
+        # below this mark in another partition) the admitted record says so.
+        passed = (
             records.where(F.col("e.status") == "END")
             .join(frontiers, "partition")
             .where(F.col("offset") < F.col("frontier"))
             .select("end", F.col("e.id").alias("txid"))
         )
+        recorded = (
+            self.admitted.updates_until(max(ends))
+            .join(announced.select("txid"), "txid", "left_semi")
+            .crossJoin(F.broadcast(windows))
+            .where(F.col("time") <= F.col("end"))
+            .select("end", "txid")
+        )
         waiting = (
             announced.crossJoin(F.broadcast(windows))
             .where(F.col("since") < F.col("end"))
-            .join(admitted, ["end", "txid"], "left_anti")
+            .join(passed.unionByName(recorded), ["end", "txid"], "left_anti")
         )
         late = F.col("since") < F.col("end") - self.timeout_ms
         overdue = F.sort_array(F.collect_list(F.when(late, F.struct("since", "txid"))))
@@ -525,6 +583,20 @@ class TransactionGroupBinder:
         return numbered.groupBy("member", "partition", "_run", "txid").agg(
             F.min("offset").alias("first"), F.count("*").alias("count")
         )
+
+
+def _admitted_at(
+    minted: Sequence[tuple[int, Mapping[str, OffsetFrontier]]], ends: Sequence[End]
+) -> dict[str, int]:
+    """The transactions of ``ends`` that ``minted`` admits, each with the first window end
+    whose transaction frontier passes its END."""
+    admitted: dict[str, int] = {}
+    for end, frontiers in minted:
+        passed = frontiers[TRANSACTION_TOPIC]
+        for e in ends:
+            if e.txid not in admitted and passed.contains(e.tpartition, e.toffset):
+                admitted[e.txid] = end
+    return admitted
 
 
 def _admitted_rows(rows: Sequence[tuple[str, int]]) -> pa.Table:

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.reclock import Windows
-from cdc_core.reclock.transactions import TransactionGroupBinder
+from cdc_core.reclock.transactions import PendingTransactions, TransactionGroupBinder
 from cdc_core.source.pipeline import transaction_binder
 from tests.reclock.test_transactions_property import (
     T0,
@@ -69,3 +69,42 @@ def test_a_redelivered_end_in_a_later_run_holds_nothing_back(
     )
     admitted = later.admitted.snapshot(T0 + 2 * W).toArrow()["txid"].to_pylist()
     assert sorted(admitted) == ["T0", "T1"]
+
+
+def test_waiting_transactions_are_read_from_the_open_mark(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """T1's BEGIN lies below the transaction frontier (which waits at T1's END): the
+    report of waiting transactions still dates T1 from its BEGIN, and reads the topic
+    from T1's BEGIN on, never the dump below it (deleted here: a read of it would fail).
+    Once T1 is admitted, nothing waits."""
+    landing = tmp_path / "landing"
+    write_log(landing, [Rec(TXN, 0, 0, T0 + 1_000, "T0"),
+                        Rec(TXN, 0, 1, T0 + 20_000, "T0", (("a", 1),)),
+                        Rec("a", 0, 0, T0 + 10_000, "T0")], name="first.json")  # fmt: skip
+    write_log(landing, [Rec(TXN, 0, 2, T0 + 25_000, "T1"),
+                        Rec(TXN, 0, 3, T0 + 30_000, "T1", (("a", 2),)),
+                        Rec("a", 0, 1, T0 + 26_000, "T1")], name="second.json")  # fmt: skip
+    config = config_for(tmp_path)
+    binder = transaction_binder(spark, config, config.lake, "a")
+    register(spark, binder, landing)
+    first = Windows(T0, T0 + W, W)
+    assert binder.member_bindings("a", OffsetFrontier(), 0, first)[-1] == (
+        T0 + W, OffsetFrontier({0: 1})
+    ), "T1 (one of its two records) waits"
+    for name in ["first.json", "again-first.json"]:
+        (landing / TXN / name).unlink()
+    waiting = binder.pending([T0 + W])[T0 + W]
+    assert (waiting.count, waiting.oldest_ms) == (1, T0 + 25_000)
+
+    write_log(landing, [Rec("a", 0, 2, T0 + W + 1_000, "T1")], name="third.json")
+    later = transaction_binder(spark, config, config.lake, "a")
+    register(spark, later, landing)
+    second = Windows(T0 + W, T0 + 2 * W, W)
+    assert later.member_bindings("a", OffsetFrontier({0: 1}), T0 + W + 1, second)[-1] == (
+        T0 + 2 * W, OffsetFrontier({0: 3})
+    )
+    assert later.pending([T0 + W, T0 + 2 * W]) == {
+        T0 + W: PendingTransactions(1, T0 + 25_000, (), 0),
+        T0 + 2 * W: PendingTransactions(0, None, (), 0),
+    }

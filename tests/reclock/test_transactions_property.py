@@ -40,7 +40,8 @@ TXN = "db.transaction"
 @dataclass(frozen=True)
 class Rec:
     """One Kafka record: of a member topic (``txid`` None: outside any transaction) or of
-    the transaction topic (``member`` TXN; ``txid`` and ``end`` counts for an END)."""
+    the transaction topic (``member`` TXN; ``txid``, and ``end`` counts for an END or
+    None for a BEGIN)."""
 
     member: str
     partition: int
@@ -163,7 +164,9 @@ def write_log(landing: Path, log: list[Rec], name: str = "d.json") -> None:
         topic = MEMBERS.get(member, TXN)
         lines = []
         for r in (r for r in log if r.member == member):
-            if r.end is None:
+            if member == TXN and r.end is None:
+                value = {"status": "BEGIN", "id": r.txid}
+            elif r.end is None:
                 value = {"op": "c", "after": {"id": r.offset}, "before": None,
                          "transaction": None if r.txid is None else {"id": r.txid}}
             else:
