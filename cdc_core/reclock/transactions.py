@@ -174,6 +174,7 @@ class TransactionGroupBinder:
         self.topic = topic
         self.timeout_ms = timeout_ms
         self.members = {m.name: m for m in members}
+        self.root = Path(root)
         self.registry = transaction_registry(root, topic)
         self.bindings = Shard.open(spark, str(Path(root) / "bindings"), GROUP_BINDING)
         self.admitted = Shard.open(spark, str(Path(root) / "admitted"), ADMITTED)
@@ -202,6 +203,12 @@ class TransactionGroupBinder:
             frontier = frontier.join(OffsetFrontier({p: o for p, o, t in rows if t == time}))
             result.append((time, frontier))
         return result
+
+    def open_mark(self, time: int) -> OffsetFrontier:
+        """The transaction topic's open mark at ``time``: every record below it belongs
+        to a transaction admitted by then, so nothing asked about ``time`` or later reads
+        below it (empty before the group bound ``time``, or minted no mark yet)."""
+        return self._frontiers_at(time).get(OPEN_MARK, OffsetFrontier())
 
     def _mint_through(self, windows: Windows) -> None:
         """Bind the group through ``windows.end`` unless it is bound already; on a lost

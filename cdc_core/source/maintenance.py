@@ -8,7 +8,8 @@ materialized are read back exactly, older ones are compacted), never past a live
 reader's hold; compact the shards logically and physically; collect their garbage;
 checkpoint every table's Delta log and trim it to ``log_keep_ms`` of commits. After it,
 a table holds about one file per compaction and a log of ``log_keep_ms``, whatever its
-age.
+age. A transaction group's tables and transaction dumps are kept the same way, from the
+earliest time any of its members, checks or catch-ups still asks about.
 """
 
 from __future__ import annotations
@@ -19,10 +20,17 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from cdc_core.frontier import TimeFrontier
+from cdc_core.reclock.transactions import TransactionGroupBinder
 from cdc_core.shard import Shard
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.maintenance import tidy_table
-from cdc_core.source.resumption import RetireReport
+from cdc_core.source.resumption import (
+    ResumptionFrontiers,
+    RetireReport,
+    retirable,
+    retire_files,
+)
+from cdc_core.vocabulary import RetirePolicy
 
 # A registry with this many files or more is compacted into one.
 SMALL_FILES = 8
@@ -47,6 +55,7 @@ class MaintenanceReport:
     source: str
     retired: RetireReport
     tables: dict[str, TableUpkeep] = field(default_factory=dict)
+    transaction_dumps_retired: int = 0
 
     def describe(self) -> str:
         """What ``reclock maintain`` prints: one line per table."""
@@ -54,6 +63,8 @@ class MaintenanceReport:
             f"{self.source}: retired {len(self.retired.archived) + len(self.retired.deleted)} "
             f"dump(s); remap since {self.retired.remap_since.iso()}"
         ]
+        if self.transaction_dumps_retired:
+            lines.append(f"  retired {self.transaction_dumps_retired} transaction topic dump(s)")
         for name, t in self.tables.items():
             since = "" if t.since is None else f", since {t.since.iso()}"
             lines.append(
@@ -96,3 +107,49 @@ def maintain_table(
     collected, trimmed = tidy_table(str(path), log_keep_ms)
     after = len(live_files(DeltaTable(str(path))))
     return TableUpkeep(before, after, len(collected), len(trimmed))
+
+
+@dataclass(frozen=True)
+class GroupUpkeep:
+    """What maintenance did to a transaction group: transaction dumps retired, and each
+    of its tables' upkeep."""
+
+    retired: int
+    tables: dict[str, TableUpkeep]
+
+
+def maintain_group(
+    group: TransactionGroupBinder,
+    keep_from: int | None,
+    log_keep_ms: int,
+    *,
+    mode: RetirePolicy,
+    landing: Path,
+    now_ms: int,
+) -> GroupUpkeep:
+    """Retire the transaction dumps wholly below the group's open mark at ``keep_from``
+    (the earliest time anything still asks about: nothing reads the topic below that
+    mark), advance the group's shards' sinces to it, and compact, collect and trim them
+    and the dump registry. Without ``keep_from`` (a member not bound yet) nothing is
+    retired and no since moves."""
+    retired = 0
+    if keep_from is not None:
+        mark = group.open_mark(keep_from)
+        files = retirable(
+            group.registry.live_files(), ResumptionFrontiers(TimeFrontier.at(keep_from + 1), mark)
+        )
+        archived, deleted = retire_files(
+            group.registry, files, mode=mode, landing=landing, archive=group.root / "archive",
+            now_ms=now_ms,
+        )  # fmt: skip
+        retired = len(archived) + len(deleted)
+    tables = {
+        "bindings": maintain_shard(group.bindings, keep_from, log_keep_ms),
+        "admitted": maintain_shard(group.admitted, keep_from, log_keep_ms),
+    }
+    for name, path in {"dumps/files": group.registry.files_path,
+                       "dumps/retired": group.registry.retired_path}.items():  # fmt: skip
+        upkeep = maintain_table(path, log_keep_ms, compact=True)
+        if upkeep is not None:
+            tables[name] = upkeep
+    return GroupUpkeep(retired, tables)

@@ -52,7 +52,12 @@ from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
 from cdc_core.source.evolution import settle_schema
 from cdc_core.source.history import refresh_history
-from cdc_core.source.maintenance import MaintenanceReport, maintain_shard, maintain_table
+from cdc_core.source.maintenance import (
+    MaintenanceReport,
+    maintain_group,
+    maintain_shard,
+    maintain_table,
+)
 from cdc_core.source.resumption import (
     RetireReport,
     SourceInspection,
@@ -63,7 +68,7 @@ from cdc_core.source.resumption import (
 from cdc_core.source.state import current_rows, published_updates, refresh_state
 from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.storage import Location
-from cdc_core.vocabulary import Envelope
+from cdc_core.vocabulary import Envelope, RetirePolicy
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
 # Under the lake: one folder per transaction group (its bindings and transaction dumps).
@@ -630,7 +635,32 @@ class SourcePipeline:
             upkeep = maintain_table(path, keep_ms, compact=name in registries)
             if upkeep is not None:
                 tables[name] = upkeep
-        return MaintenanceReport(self.source.name, retired, tables)
+        if self.group is None:
+            return MaintenanceReport(self.source.name, retired, tables)
+        group = self.config.transaction_group(self.source.name)
+        modes = {self.config.source(name).retire for name in self.group.members}
+        upkeep = maintain_group(
+            self.group, self._group_keep_from(horizon), keep_ms, now_ms=now_ms,
+            mode=RetirePolicy.DELETE if modes == {RetirePolicy.DELETE} else RetirePolicy.ARCHIVE,
+            landing=self.landing,
+        )  # fmt: skip
+        for name, table in upkeep.tables.items():
+            tables[f"{group.name}/{name}"] = table
+        return MaintenanceReport(self.source.name, retired, tables, upkeep.retired)
+
+    def _group_keep_from(self, horizon: int) -> int | None:
+        """The earliest time the source's transaction group is still asked about: the
+        retention horizon, each member's last binding (a member copies the group's
+        bindings from its own upper on), and the last time the group and its admitted
+        record hold; None while any of them holds nothing."""
+        uppers = [stored_upper(str(self.root.parent / name / "remap")).time
+                  for name in self.group.members]  # fmt: skip
+        for shard in (self.group.bindings, self.group.admitted):
+            uppers.append(shard.refresh().upper.time)
+        known = [upper for upper in uppers if upper is not None]
+        if any(upper <= 0 for upper in known):
+            return None
+        return min([horizon, *(upper - 1 for upper in known)])
 
     def retire(self) -> RetireReport:
         """Commit the offset resumption frontier upstream and retire the dumps below it."""

@@ -190,9 +190,32 @@ def retire(
         expected = ", ".join(RetirePolicy)
         raise ValueError(f"unknown retire mode {mode!r}; expected one of {expected}")
     committed = upstream.commit(resumption_frontiers(remap, shards))
+    archived, deleted = retire_files(
+        registry, retirable(registry.live_files(), committed),
+        mode=mode, landing=landing, archive=archive, now_ms=now_ms,
+    )  # fmt: skip
+    time = committed.timestamp.time or 0
+    if remap.refresh().since.less_equal(time - 1) and remap.since.time != time - 1:
+        remap.downgrade_since(TimeFrontier.at(time - 1))
+        remap.compact()
+    return RetireReport(committed, archived, deleted, remap.refresh().since)
+
+
+def retire_files(
+    registry: Registry,
+    files: Sequence[RegisteredFile],
+    *,
+    mode: RetirePolicy | str,
+    landing: Path | str,
+    archive: Path | str,
+    now_ms: int,
+) -> tuple[dict[str, str], list[str]]:
+    """Move ``files`` under ``archive`` (keeping their path relative to ``landing``) or
+    delete them, then record them retired in ``registry``; returns what was archived
+    where, and what was deleted. A file already gone is recorded all the same."""
     archived: dict[str, str] = {}
     deleted: list[str] = []
-    for registered in retirable(registry.live_files(), committed):
+    for registered in files:
         registry_path = registered.path
         source = Path(registry_path)
         if mode == RetirePolicy.DELETE:
@@ -205,11 +228,7 @@ def retire(
             shutil.move(source, target)
         archived[registry_path] = str(target)
     registry.mark_retired({**archived, **dict.fromkeys(deleted)}, now_ms)
-    time = committed.timestamp.time or 0
-    if remap.refresh().since.less_equal(time - 1) and remap.since.time != time - 1:
-        remap.downgrade_since(TimeFrontier.at(time - 1))
-        remap.compact()
-    return RetireReport(committed, archived, deleted, remap.refresh().since)
+    return archived, deleted
 
 
 def _relative_to(path: Path, root: Path) -> Path:

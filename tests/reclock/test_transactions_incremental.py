@@ -1,17 +1,20 @@
 """A transaction group's later run reads its transaction topic from the group's
 transaction frontier on: the transactions admitted before come from a durable record,
-caught up from the topic when a run died before writing it."""
+caught up from the topic when a run died before writing it; its report of waiting
+transactions reads from the open mark, and maintenance retires what lies below it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_core.frontier import OffsetFrontier
+from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.reclock import Windows
 from cdc_core.reclock.transactions import PendingTransactions, TransactionGroupBinder
+from cdc_core.source import SourcePipeline
 from cdc_core.source.pipeline import transaction_binder
 from tests.reclock.test_transactions_property import (
     T0,
@@ -108,3 +111,48 @@ def test_waiting_transactions_are_read_from_the_open_mark(
         T0 + W: PendingTransactions(1, T0 + 25_000, (), 0),
         T0 + 2 * W: PendingTransactions(0, None, (), 0),
     }
+
+
+
+def test_maintenance_keeps_the_group_from_its_slowest_member(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """After a's and b's first window (T1 open, its BEGIN at offset 2) and a's second
+    (T1 complete), a's maintenance retires the transaction dumps wholly below T1's BEGIN
+    and keeps the rest; the group's sinces stop at b's last binding, so b's second window
+    still copies the group's bindings, and a's state holds T1 whole."""
+    landing = tmp_path / "landing"
+    write_log(landing, [Rec(TXN, 0, 0, T0 + 1_000, "T0"),
+                        Rec(TXN, 0, 1, T0 + 20_000, "T0", (("a", 1),)),
+                        Rec("a", 0, 0, T0 + 10_000, "T0")], name="first.json")  # fmt: skip
+    write_log(landing, [Rec(TXN, 0, 2, T0 + 25_000, "T1"),
+                        Rec(TXN, 0, 3, T0 + 30_000, "T1", (("a", 2),)),
+                        Rec("a", 0, 1, T0 + 26_000, "T1")], name="second.json")  # fmt: skip
+    config = config_for(tmp_path)
+    a, b = (SourcePipeline.from_config(spark, config, config.source(n)) for n in "ab")
+    for pipeline in (a, b):
+        pipeline.register_dumps(T0 + W - 1)
+        pipeline.run_windows(Windows.one(T0, T0 + W))
+    write_log(landing, [Rec("a", 0, 2, T0 + W + 1_000, "T1")], name="third.json")
+    a.register_dumps(T0 + 2 * W - 1)
+    a.run_windows(Windows.one(T0 + W, T0 + 2 * W))
+    a.finish()
+
+    report = a.maintain(T0 + 32 * 86_400_000)  # the retention horizon lies past every window
+    assert report.transaction_dumps_retired == 2
+    archive = a.group.root / "archive" / TXN
+    assert sorted(p.name for p in archive.iterdir()) == ["again-first.json", "first.json"]
+    assert sorted(p.name for p in (landing / TXN).iterdir()) == [
+        "again-second.json", "again-third.json", "second.json", "third.json"
+    ]
+    assert report.tables["g/bindings"].since == TimeFrontier.at(T0 + W), "b is bound to T0 + W"
+    assert report.tables["g/admitted"].since == TimeFrontier.at(T0 + W)
+
+    b.register_dumps(T0 + 2 * W - 1)
+    b.run_windows(Windows.one(T0 + W, T0 + 2 * W))
+    assert b.group.pending([T0 + W, T0 + 2 * W]) == {
+        T0 + W: PendingTransactions(1, T0 + 25_000, (), 0),
+        T0 + 2 * W: PendingTransactions(0, None, (), 0),
+    }
+    state = DeltaTable(str(config.lake / "a" / "state")).to_pyarrow_table()
+    assert sorted(state["id"].to_pylist()) == [0, 1, 2]
