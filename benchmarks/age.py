@@ -1,0 +1,684 @@
+"""What a year of one-minute windows costs reclock: the same measures at deployment ages
+of 1, 30 and 365 days, each on the history that age leaves behind.
+
+    python -m benchmarks.age --days 1 30 365 [--repeat 2] [--workdir DIR] [--cli]
+
+One open-ended upsert source ``users`` (no ``end``, ``1m`` windows, retention 30 days by
+default, one Kafka partition, a dump of 12 records a minute). Per age:
+
+- (a) one scheduled window, as the schedule launches it: a fresh process executes the
+  windows' job for that one partition key, assets and checks, on the history's instance
+  (``python -m benchmarks.age window``: what the run worker does with the schedule's
+  request, without the daemon's launch); with ``--cli``, also once through the command
+  line, ``reclock materialize --through <window end>``, which runs every closed window
+  from the retention horizon on as one range;
+- (b) one tick of the ``new_dumps`` sensor, evaluated in this process through Dagster's
+  ``build_sensor_context`` on the history's instance (definitions loaded beforehand, as
+  the daemon holds them);
+- (c) ``reclock inspect`` in a fresh process (its Spark session included);
+- (d) the UI: a ``dagster-webserver`` on 127.0.0.1 serving the history's instance, timed
+  per GraphQL query the asset page sends for ``users/changes``: ``partition status``
+  (``partitionStats`` and ``assetPartitionStatuses``, the partition health bar),
+  ``asset details`` (the node's definition, latest materialization and its checks'
+  latest executions) and ``partition keys`` (``partitionKeysByDimension``, the
+  Partitions tab's list), each sent ``--repeat`` times after one warm-up;
+- (e) a backfill of the next 60 windows past the outputs' upper: one run over the range
+  (the range's run tags, as Dagster launches a backfill of a range as one run), in a
+  fresh process like (a);
+- (f) with ``--first-backfill``: 600 records backfilled in one run by a new source whose
+  ``start`` lies ``days`` back (its windows from the retention horizon on), against the
+  same records over 10 windows.
+
+Wall and CPU seconds (a process and its descendants, the JVM included, sampled from
+/proc) per measure, min and median over ``--repeat``; then each measure's ratio of the
+oldest age to the youngest.
+
+How the history of an age is built (and where it departs from a real deployment):
+
+- **Tables, real:** the engine itself materializes the three windows before the history's
+  upper (two ``reclock materialize`` runs of a config whose ``start`` is the first of them,
+  the dumps landed as they would be), then the config's ``start`` is moved ``days`` back
+  (a window boundary; nothing in the tables names ``start``) and ``reclock maintain`` runs
+  on it: retire (the dumps archived), since at the retention horizon, compaction, gc,
+  checkpoints and trimmed logs, as the daily job leaves them. Departure: the logs hold
+  those runs' commits on a checkpoint, not up to a day of per-minute runs', and every age
+  has the same few; the topic's earlier records are outside the tables (the source's
+  ``start_offsets`` begins at the first real window's offset, as for a topic whose
+  older offsets are gone), where a real year would hold them compacted at the since.
+- **Dump registry and archive, synthesized:** one dump a minute from ``start`` up to the
+  real windows, registered (one compacted file, as maintenance merges it) and retired
+  (the ``retired`` table), each dump file written with its 12 records where ``retire``
+  archives it (``<lake>/users/archive/users/``); offsets and timestamps follow the
+  minute. Written with delta-rs as registration does, no Spark.
+- **CDCv2 exports, synthesized:** a folder per window since ``start`` under
+  ``<lake>/users/cdcv2/`` (as the export leaves them; maintenance does not remove them),
+  each holding a copy of a real window's two files.
+- **Dagster instance, synthesized** (``benchmarks.age_instance``): one finished run per
+  window within the retention (those maintenance keeps), each with its window's
+  materialization of the source's six assets; the real runs above add theirs. Departures:
+  no step, log or check events in the synthesized runs; the event log is one SQLite
+  database; runs carry their writing time as creation time. Built once per length and
+  kept under ``--workdir`` (``instance-<N>d``), then topped up to the present.
+- **Landing zone:** the dumps of the windows still to materialize are landed just before
+  the measure that needs them (the schedule's window, the backfill's 60); the outputs'
+  upper is left as many windows behind the present as the measures will run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+from dagster import AssetKey, DagsterInstance, build_sensor_context
+from deltalake import write_deltalake
+
+from assets.partitions import PARTITION_FORMAT, PARTITION_NAME_TAG, to_datetime
+from benchmarks.age_instance import MINUTE_MS, instance_settings, write_runs
+from benchmarks.open_ended import tree_cpu_seconds
+from benchmarks.screenshot import graphql, running_webserver
+from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry
+
+SOURCE = "users"
+DAY_MS = 86_400_000
+RECORDS = 12  # per one-minute dump
+KEYS = 1_000  # distinct ids the records update
+REAL_WINDOWS = 3  # materialized by the engine itself
+BACKFILL = 60
+ASSETS = ["remap", "reclocked", "changes", "state", "errors", "changes_cdcv2"]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+STATUS_QUERY = """
+{
+  assetNodes(assetKeys: [{path: ["users", "changes"]}]) {
+    partitionStats { numMaterialized numPartitions numFailed numMaterializing }
+    assetPartitionStatuses {
+      ... on TimePartitionStatuses { ranges { startKey endKey status } }
+    }
+  }
+}
+"""
+DETAILS_QUERY = """
+{
+  assetNodeOrError(assetKey: {path: ["users", "changes"]}) {
+    ... on AssetNode {
+      id description opNames groupName
+      partitionDefinition { description type }
+      assetMaterializations(limit: 1) { partition runId timestamp }
+      assetChecksOrError {
+        ... on AssetChecks {
+          checks { name executionForLatestMaterialization { status runId } }
+        }
+      }
+    }
+  }
+}
+"""
+KEYS_QUERY = """
+{
+  assetNodeOrError(assetKey: {path: ["users", "changes"]}) {
+    ... on AssetNode { partitionKeysByDimension { name partitionKeys } }
+  }
+}
+"""
+QUERIES = {"partition status": STATUS_QUERY, "asset details": DETAILS_QUERY,
+           "partition keys": KEYS_QUERY}  # fmt: skip
+
+
+@dataclass
+class History:
+    """One age's deployment: its folder, config, instance and where its outputs stand."""
+
+    days: int
+    root: Path
+    start_ms: int
+    upper_ms: int  # end of the last materialized window
+    build_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def config(self) -> Path:
+        """The config file."""
+        return self.root / "reclock.yaml"
+
+    @property
+    def home(self) -> Path:
+        """The Dagster instance folder (DAGSTER_HOME)."""
+        return self.root / "dagster"
+
+    @property
+    def landing(self) -> Path:
+        """The source's landing folder."""
+        return self.root / "landing" / SOURCE
+
+    def env(self) -> dict[str, str]:
+        """The environment of a process run against this history."""
+        return {**os.environ, "DAGSTER_HOME": str(self.home), "RECLOCK_CONFIG": str(self.config)}
+
+
+def floor_minute(ms: int) -> int:
+    """``ms`` rounded down to a window boundary."""
+    return ms // MINUTE_MS * MINUTE_MS
+
+
+def iso(ms: int) -> str:
+    """An ISO-8601 UTC time as the command line takes it."""
+    return to_datetime(ms).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def window_key(end_ms: int) -> str:
+    """The partition key of the window ending at ``end_ms``."""
+    return to_datetime(end_ms - MINUTE_MS).strftime(PARTITION_FORMAT)
+
+
+def write_config(path: Path, start_ms: int, first_offset: int) -> None:
+    """The source's config: ``start`` at ``start_ms``, its partition 0 from ``first_offset``."""
+    path.write_text(yaml.safe_dump({
+        "lake": "lake", "landing": "landing", "window": "1m", "start": iso(start_ms),
+        "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "4"}},
+        "sources": [{"name": SOURCE, "topic": SOURCE, "format": "json",
+                     "key": {"id": "bigint"}, "value": {"name": "string"},
+                     "envelope": "upsert", "reclock": "event-time",
+                     "start_offsets": {"0": first_offset}}],
+    }))  # fmt: skip
+
+
+def dump_text(index: int, window_start_ms: int) -> str:
+    """The dump of one window: 12 records of partition 0, offsets ``index * 12`` on,
+    Kafka timestamps inside the window."""
+    lines = []
+    for i in range(RECORDS):
+        offset = index * RECORDS + i
+        lines.append(json.dumps({
+            "topic": SOURCE, "partition": 0, "offset": offset, "tstype": "create",
+            "ts": window_start_ms + 4_000 * (i + 1), "broker": 1, "headers": [],
+            "key": json.dumps({"id": offset % KEYS}), "payload": json.dumps({"name": f"n{offset}"}),
+        }))  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def dump_name(window_start_ms: int) -> str:
+    """A dump's file name: its window's start."""
+    return to_datetime(window_start_ms).strftime("%Y%m%dT%H%M") + ".json"
+
+
+def land(history: History, through_end_ms: int) -> None:
+    """Land the dump of every window from the outputs' upper to ``through_end_ms``."""
+    history.landing.mkdir(parents=True, exist_ok=True)
+    for start in range(history.upper_ms, through_end_ms, MINUTE_MS):
+        path = history.landing / dump_name(start)
+        if not path.exists():
+            path.write_text(dump_text((start - history.start_ms) // MINUTE_MS, start))
+
+
+# -- measuring processes ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement: wall and CPU seconds, and what it printed last."""
+
+    wall: float
+    cpu: float
+    outcome: str = ""
+
+
+def run_process(command: Sequence[str], env: dict[str, str], log: Path) -> Sample:
+    """Run ``command`` in a fresh process from the project root; its output goes to ``log``."""
+    began = time.perf_counter()
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                   cwd=PROJECT_ROOT, env=env)  # fmt: skip
+        cpu = tree_cpu_seconds(process)
+    wall = time.perf_counter() - began
+    printed = [line for line in log.read_text().splitlines() if line.strip()]
+    wanted = [line for line in printed if line.startswith(("Materialized", "source ", "window"))]
+    outcome = (wanted or printed or [""])[-1][:90]
+    if process.returncode != 0:
+        outcome = f"exit {process.returncode}: {outcome}"
+    return Sample(wall, cpu, outcome)
+
+
+def in_process(call: Callable[[], Any]) -> Sample:
+    """Time a call in this process (wall, and this process's CPU)."""
+    began, cpu = time.perf_counter(), time.process_time()
+    result = call()
+    return Sample(time.perf_counter() - began, time.process_time() - cpu, str(result)[:90])
+
+
+def cli(*arguments: str) -> list[str]:
+    """A ``reclock`` command line."""
+    return [sys.executable, "-m", "pipelines.cli", *arguments]
+
+
+# -- building a history ----------------------------------------------------------------
+
+
+def build_history(
+    base: Path, days: int, now_ms: int, pending: int, log: Callable[[str], None]
+) -> History:
+    """The deployment ``days`` old at ``now_ms``, its outputs ``pending`` windows behind."""
+    root = base / f"{days}d"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    start = floor_minute(now_ms) - days * DAY_MS
+    upper = floor_minute(now_ms) - pending * MINUTE_MS
+    first_real = upper - REAL_WINDOWS * MINUTE_MS
+    history = History(days, root, start, first_real)
+    first_offset = (first_real - start) // MINUTE_MS * RECORDS
+
+    began = time.perf_counter()
+    horizon = horizon_ms(history, now_ms)
+    runs = instance_for(base, history, horizon, first_real, log)
+    history.build_seconds["instance"] = time.perf_counter() - began
+    log(f"  instance: {runs} synthesized runs ({history.build_seconds['instance']:.0f} s)")
+
+    began = time.perf_counter()
+    write_config(history.config, first_real, first_offset)
+    land(history, upper)
+    for through in (first_real + 2 * MINUTE_MS, upper):
+        sample = run_process(cli("materialize", "--config", str(history.config),
+                                 "--through", iso(through)), history.env(),
+                             root / "build-materialize.log")  # fmt: skip
+        if sample.outcome.startswith("exit") or "FAILED" in sample.outcome:
+            raise RuntimeError(f"building {days}d: {sample.outcome} (see {root})")
+    history.upper_ms = upper
+    write_config(history.config, start, first_offset)
+    sample = run_process(cli("maintain", "--config", str(history.config)), history.env(),
+                         root / "build-maintain.log")  # fmt: skip
+    if sample.outcome.startswith("exit"):
+        raise RuntimeError(f"maintaining {days}d: {sample.outcome} (see {root})")
+    history.build_seconds["real runs"] = time.perf_counter() - began
+    log(f"  real runs and maintenance: {history.build_seconds['real runs']:.0f} s")
+
+    began = time.perf_counter()
+    dumps = synthesize_dumps(history, first_real, now_ms)
+    exports = synthesize_exports(history, first_real)
+    history.build_seconds["dumps, exports"] = time.perf_counter() - began
+    log(
+        f"  {dumps} dumps registered, retired and archived, {exports} export folders "
+        f"({history.build_seconds['dumps, exports']:.0f} s)"
+    )
+    return history
+
+
+def horizon_ms(history: History, now_ms: int) -> int:
+    """The first window Dagster lists at ``now_ms`` (the default 30-day retention)."""
+    return max(history.start_ms, (now_ms - 30 * DAY_MS) // DAY_MS * DAY_MS)
+
+
+def instance_for(
+    base: Path, history: History, first_start: int, last_end: int, log: Callable[[str], None]
+) -> int:
+    """Give the history its instance: a run per window from ``first_start`` to
+    ``last_end``. The runs are written once per retained length (``instance-<N>d`` under
+    the work folder, N the days of runs up to the 30-day retention) and copied; the copy
+    is topped up at either end, and runs of windows before ``first_start`` (a kept
+    instance from an earlier hour) are deleted, as maintenance deletes them. Returns how
+    many runs were written now."""
+    kept = base / f"instance-{min(history.days, 30)}d"
+    meta = kept / "windows.json"
+    assets = [AssetKey([SOURCE, name]) for name in ASSETS]
+    first_end = first_start + MINUTE_MS
+    written = 0
+    if meta.exists() and json.loads(meta.read_text())["first_end"] < first_end - DAY_MS:
+        shutil.rmtree(kept)  # more than a day old: rebuild
+    if not meta.exists():
+        log(f"  writing a kept instance of {min(history.days, 30)} day(s) of runs (once)")
+        written, _ = write_runs(kept, assets, first_end, last_end)
+        meta.write_text(json.dumps({"first_end": first_end, "last_end": last_end}))
+    stored = json.loads(meta.read_text())
+    shutil.copytree(kept / "history", history.home / "history")
+    instance_settings(history.home)
+    if first_end < stored["first_end"]:
+        written += write_runs(
+            history.home, assets, first_end, stored["first_end"] - MINUTE_MS, in_place=True
+        )[0]
+    if stored["last_end"] < last_end:
+        written += write_runs(
+            history.home, assets, stored["last_end"] + MINUTE_MS, last_end, in_place=True
+        )[0]
+    if stored["first_end"] < first_end:
+        first_key = window_key(first_end)
+        with DagsterInstance.from_config(str(history.home)) as instance:
+            for run in instance.get_runs():
+                if run.tags.get(PARTITION_NAME_TAG, first_key) < first_key:
+                    instance.delete_run(run.run_id)
+    return written
+
+
+def synthesize_dumps(history: History, first_real: int, now_ms: int) -> int:
+    """Register, retire and archive a dump a minute from ``start`` to ``first_real``."""
+    n = (first_real - history.start_ms) // MINUTE_MS
+    landing = history.root / "landing"
+    archive = history.root / "lake" / SOURCE / "archive" / SOURCE
+    archive.mkdir(parents=True, exist_ok=True)
+    starts = [history.start_ms + i * MINUTE_MS for i in range(n)]
+    names = [dump_name(s) for s in starts]
+    for i, (start, name) in enumerate(zip(starts, names, strict=True)):
+        (archive / name).write_text(dump_text(i, start))
+    size = len(dump_text(0, starts[0])) if n else 0
+    columns = {
+        "path": [str(landing / SOURCE / name) for name in names],
+        "size": [size] * n, "mtime_ms": [s + MINUTE_MS + 2_000 for s in starts],
+        "arrival_ms": [s + MINUTE_MS + 2_000 for s in starts], "partition": [0] * n,
+        "min_offset": [i * RECORDS for i in range(n)],
+        "max_offset": [i * RECORDS + RECORDS - 1 for i in range(n)],
+        "min_ts": [s + 4_000 for s in starts], "max_ts": [s + 4_000 * RECORDS for s in starts],
+        "records": [RECORDS] * n, "damaged_lines": [0] * n, "problem": [None] * n,
+        "bad_lines": [0] * n,
+    }  # fmt: skip
+    registry = Registry(history.root / "lake" / SOURCE / "dumps", SOURCE)
+    write_deltalake(registry.files_path, pa.table(columns, FILES_SCHEMA), mode="append")
+    write_deltalake(registry.retired_path, pa.table({
+        "path": columns["path"], "retired_ms": [min(s + DAY_MS, now_ms) for s in starts],
+        "archived_to": [str(archive / name) for name in names],
+    }, RETIRED_SCHEMA), mode="append")  # fmt: skip
+    return n
+
+
+def synthesize_exports(history: History, first_real: int) -> int:
+    """A CDCv2 export folder per window from ``start`` to ``first_real``, each a copy of
+    the first real window's files."""
+    exports = history.root / "lake" / SOURCE / "cdcv2"
+    model = exports / window_key(first_real + MINUTE_MS)
+    files = [(f.name, f.read_bytes()) for f in model.iterdir()] if model.is_dir() else []
+    count = 0
+    for start in range(history.start_ms, first_real, MINUTE_MS):
+        folder = exports / window_key(start + MINUTE_MS)
+        folder.mkdir(exist_ok=True)
+        for name, content in files:
+            (folder / name).write_bytes(content)
+        count += 1
+    return count
+
+
+# -- the measures ----------------------------------------------------------------------
+
+
+def windows_run(history: History, windows: int, via_cli: bool = False) -> Sample:
+    """The ``windows`` windows after the outputs' upper, in a fresh process: one run of
+    the windows' job as Dagster launches it (one window by its partition key, as the
+    schedule asks; more as a range, as a backfill of a range does), or (``via_cli``)
+    ``reclock materialize --through`` their last end."""
+    end = history.upper_ms + windows * MINUTE_MS
+    land(history, end)
+    if via_cli:
+        command = cli("materialize", "--config", str(history.config), "--through", iso(end))
+    else:
+        command = [sys.executable, "-m", "benchmarks.age", "window",
+                   "--config", str(history.config), "--key", window_key(end)]  # fmt: skip
+        if windows > 1:
+            command += ["--first", window_key(history.upper_ms + MINUTE_MS)]
+    log = history.root / f"run-{windows}{'-cli' if via_cli else ''}.log"
+    sample = run_process(command, history.env(), log)
+    history.upper_ms = end
+    return sample
+
+
+def inspect(history: History) -> Sample:
+    """(c) ``reclock inspect`` in a fresh process."""
+    command = cli("inspect", "--config", str(history.config))
+    return run_process(command, history.env(), history.root / "inspect.log")
+
+
+def sensor_ticks(history: History, repeat: int) -> list[Sample]:
+    """(b) sensor ticks on the history's instance, the definitions loaded once."""
+    from cdc_core.config import load_config
+    from pipelines.build import build_definitions
+    from resources.lake import LakeResource
+
+    os.environ["DAGSTER_HOME"] = str(history.home)
+    config = load_config(history.config)
+    definitions = build_definitions(config)
+    sensor = definitions.resolve_sensor_def("new_dumps")
+    resources = {"lake": LakeResource(root=str(config.lake), landing=str(config.landing))}
+    samples = []
+    cursor = None
+    with DagsterInstance.from_config(str(history.home)) as instance:
+        for _ in range(repeat):
+            context = build_sensor_context(
+                instance=instance, cursor=cursor, resources=resources,
+                repository_def=definitions.get_repository_def(),
+            )  # fmt: skip
+            began, cpu = time.perf_counter(), time.process_time()
+            result = sensor.evaluate_tick(context)
+            samples.append(Sample(time.perf_counter() - began, time.process_time() - cpu,
+                                  f"{len(result.run_requests or [])} request(s)"))  # fmt: skip
+            cursor = result.cursor
+    return samples
+
+
+def ui_queries(history: History, repeat: int) -> dict[str, list[Sample]]:
+    """(d) the asset page's GraphQL queries against a webserver on the history."""
+    samples: dict[str, list[Sample]] = {name: [] for name in QUERIES}
+    with running_webserver(history.config, history.home, timeout_s=300) as base_url:
+        for name, query in QUERIES.items():
+            for attempt in range(repeat + 1):
+                began = time.perf_counter()
+                try:
+                    data = graphql(base_url, query, timeout_s=600)
+                    outcome = _describe(data)
+                except (OSError, RuntimeError, urllib.error.URLError) as failure:
+                    outcome = f"failed: {failure}"[:90]
+                if attempt:  # the first is a warm-up
+                    samples[name].append(Sample(time.perf_counter() - began, 0.0, outcome))
+    return samples
+
+
+def _describe(data: Any) -> str:
+    """A short account of a GraphQL answer (partition counts)."""
+    text = json.dumps(data)
+    if "numPartitions" in text:
+        stats = data["assetNodes"][0]["partitionStats"]
+        return f"{stats['numMaterialized']} of {stats['numPartitions']} materialized"
+    if "partitionKeys" in text:
+        dimensions = data["assetNodeOrError"]["partitionKeysByDimension"]
+        return f"{len(dimensions[0]['partitionKeys'])} keys"
+    return f"{len(text)} bytes"
+
+
+def first_backfill(base: Path, days: int, windows: int | None, now_ms: int) -> Sample:
+    """(f) a new source's first backfill of 600 records: over every window Dagster lists
+    for a ``start`` ``days`` back (``windows`` None), or over ``windows`` windows."""
+    root = base / f"first-{days}d-{windows or 'all'}"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "landing" / SOURCE).mkdir(parents=True)
+    end = floor_minute(now_ms)
+    start = end - (windows * MINUTE_MS if windows else days * DAY_MS)
+    history = History(days, root, start, start)
+    write_config(history.config, start, 0)
+    instance_settings(history.home)
+    first = horizon_ms(history, now_ms) if windows is None else start
+    span = end - first
+    for part in range(50):  # 600 records in 50 dumps spread over the windows listed
+        at = first + span * part // 50
+        text = dump_text(part, floor_minute(at))
+        (history.landing / f"{part:03d}.json").write_text(text)
+    command = cli("materialize", "--config", str(history.config), "--through", iso(end))
+    return run_process(command, history.env(), root / "first-backfill.log")
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def summary(samples: Sequence[Sample], cpu: bool = True) -> str:
+    """min / median wall (and CPU) of a measure's samples."""
+    walls = [s.wall for s in samples]
+    text = f"{min(walls):7.2f} {statistics.median(walls):7.2f}"
+    if cpu:
+        cpus = [s.cpu for s in samples]
+        text += f"  {min(cpus):7.2f} {statistics.median(cpus):7.2f}"
+    return text
+
+
+def measure(
+    history: History, repeat: int, log: Callable[[str], None], cli_runs: bool = False
+) -> dict[str, list[Sample]]:
+    """Every measure of one age, in an order that lets each find what it needs;
+    ``cli_runs``: also one window through ``reclock materialize --through`` (once)."""
+    results: dict[str, list[Sample]] = {}
+    results["(b) sensor tick"] = sensor_ticks(history, repeat)
+    log("  (b) done")
+    results["(c) reclock inspect"] = [inspect(history) for _ in range(repeat)]
+    log("  (c) done")
+    for name, samples in ui_queries(history, repeat).items():
+        results[f"(d) UI {name}"] = samples
+    log("  (d) done")
+    results["(a) scheduled window"] = [windows_run(history, 1) for _ in range(repeat)]
+    log("  (a) done")
+    results[f"(e) backfill {BACKFILL} windows"] = [
+        windows_run(history, BACKFILL) for _ in range(repeat)
+    ]
+    log("  (e) done")
+    if cli_runs:
+        results["(a) reclock materialize --through"] = [windows_run(history, 1, via_cli=True)]
+        log("  (a) through the command line done")
+    return results
+
+
+def print_table(history: History, results: dict[str, list[Sample]]) -> None:
+    """One age's table."""
+    print(
+        f"\n== {history.days} day(s): start {iso(history.start_ms)}; built in "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in history.build_seconds.items())
+    )
+    print(f"{'measure':<36} {'wall min':>7} {'median':>7}  {'CPU min':>7} {'median':>7}  last")
+    for name, samples in results.items():
+        in_ui = name.startswith("(d)")
+        figures = summary(samples, cpu=not in_ui)
+        print(f"{name:<36} {figures:<34}  {samples[-1].outcome}")
+    sys.stdout.flush()
+
+
+def save_results(base: Path, days: int, results: dict[str, list[Sample]]) -> None:
+    """Keep an age's samples in ``<workdir>/results.json`` (the last measurement of each
+    age), so that ratios can span invocations."""
+    path = base / "results.json"
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    stored[str(days)] = {
+        "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "samples": {k: [[s.wall, s.cpu, s.outcome] for s in v] for k, v in results.items()},
+    }
+    path.write_text(json.dumps(stored, indent=1))
+
+
+def load_results(base: Path) -> dict[int, dict[str, list[Sample]]]:
+    """Every age's kept samples."""
+    path = base / "results.json"
+    if not path.exists():
+        return {}
+    return {
+        int(days): {k: [Sample(*s) for s in v] for k, v in age["samples"].items()}
+        for days, age in json.loads(path.read_text()).items()
+    }
+
+
+def print_ratios(ages: dict[int, dict[str, list[Sample]]]) -> None:
+    """Each measure at the oldest age over the youngest (min wall, min CPU)."""
+    young, old = min(ages), max(ages)
+    if young == old:
+        return
+    print(f"\n== {old}d / {young}d (min over repeats)")
+    print(f"{'measure':<36} {'wall':>6} {'CPU':>6}")
+    for name, samples in ages[old].items():
+        base = ages[young].get(name)
+        if not base:
+            continue
+        wall = min(s.wall for s in samples) / min(s.wall for s in base)
+        cpu_base = min(s.cpu for s in base)
+        cpu = min(s.cpu for s in samples) / cpu_base if cpu_base else float("nan")
+        print(f"{name:<36} {wall:6.2f} {cpu:6.2f}")
+
+
+def run_window(config_file: Path, key: str, first: str | None) -> int:
+    """What a run worker does for a run Dagster launches: the windows' job, assets and
+    checks, on the instance of DAGSTER_HOME, for one partition key (the schedule's
+    request) or for the range ``first .. key`` (a backfill of a range as one run)."""
+    from assets.partitions import range_tags
+    from cdc_core.config import load_config
+    from pipelines.build import ALL_WINDOWS_JOB, build_definitions
+
+    config = load_config(config_file)
+    job = build_definitions(config).resolve_job_def(ALL_WINDOWS_JOB)
+    with DagsterInstance.get() as instance:
+        result = job.execute_in_process(
+            instance=instance, raise_on_error=False,
+            partition_key=key if first is None else None,
+            tags={"dagster/schedule_name": "latest_closed_window"} if first is None
+            else range_tags(first, key),
+        )  # fmt: skip
+    print(f"window {first or key} .. {key}: {'success' if result.success else 'FAILED'}")
+    return 0 if result.success else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build each age's history, measure it, print the tables and the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command")
+    window = commands.add_parser("window", help="one partition's run (used by the benchmark)")
+    window.add_argument("--config", type=Path, required=True)
+    window.add_argument("--key", required=True, help="the (last) window's partition key")
+    window.add_argument("--first", help="the first window's key, for a range")
+    parser.add_argument("--days", type=int, nargs="+", default=[1, 30, 365])
+    parser.add_argument("--repeat", type=int, default=2, help="samples per measure")
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="also one window through reclock materialize --through (runs every window listed)",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="histories and kept instances (default: a temporary folder)"
+    )
+    parser.add_argument(
+        "--first-backfill",
+        action="store_true",
+        help="also (f): a new source's first backfill, a year vs 10 windows",
+    )
+    args = parser.parse_args(argv)
+    if args.command == "window":
+        return run_window(args.config, args.key, args.first)
+    base = args.workdir or Path(tempfile.mkdtemp(prefix="reclock-age-"))
+    base.mkdir(parents=True, exist_ok=True)
+
+    def log(text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+    pending = (1 + BACKFILL) * args.repeat + 3
+    ages: dict[int, dict[str, list[Sample]]] = {}
+    for days in args.days:
+        log(f"{days} day(s): building")
+        history = build_history(base, days, int(time.time() * 1000), pending, log)
+        ages[days] = measure(history, args.repeat, log, args.cli)
+        print_table(history, ages[days])
+        save_results(base, days, ages[days])
+    print_ratios(ages)
+    kept = load_results(base)
+    if args.workdir is not None and set(kept) != set(ages):
+        print(f"\n(ratios over every age kept in {base / 'results.json'})")
+        print_ratios(kept)
+    if args.first_backfill:
+        now = int(time.time() * 1000)
+        print(f"\n== (f) first backfill of {RECORDS * 50} records")
+        for days, windows in ((max(args.days), None), (max(args.days), 10)):
+            sample = first_backfill(base, days, windows, now)
+            label = f"start {days}d back" if windows is None else f"over {windows} windows"
+            print(f"{label:<36} {sample.wall:7.2f}  {sample.cpu:7.2f}  {sample.outcome}")
+    if args.workdir is None:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

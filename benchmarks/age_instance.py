@@ -1,0 +1,134 @@
+"""The Dagster instance a per-minute schedule leaves behind: one finished run per window,
+each with the materialization of every asset of the source for its window.
+
+Written through the instance's storages (``add_run``, ``store_event_batch``), not by
+executing runs: a real run records some forty more events (steps, logs, check
+evaluations) that no page timed here reads. The event log is one SQLite database
+(Dagster's ``ConsolidatedSqliteEventLogStorage``, the layout of an instance on one
+database server) rather than one file per run, and it is written on ``/dev/shm`` and
+moved into place, which spares a disk sync per event; runs carry the time they were
+written as their creation time, not their window's.
+
+    python -m benchmarks.age_instance --home DIR --days 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from dagster import AssetKey, AssetMaterialization, DagsterEventType, DagsterInstance
+from dagster._core.events import DagsterEvent, StepMaterializationData
+from dagster._core.events.log import EventLogEntry
+from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+
+from assets.partitions import PARTITION_FORMAT, PARTITION_NAME_TAG, to_datetime
+
+JOB = "all_sources_windows"
+MINUTE_MS = 60_000
+# Events written per storage call.
+BATCH = 3_000
+SETTINGS = """telemetry:
+  enabled: false
+nux:
+  enabled: false
+event_log_storage:
+  module: dagster.core.storage.event_log
+  class: ConsolidatedSqliteEventLogStorage
+  config:
+    base_dir: {base_dir}
+"""
+
+
+def instance_settings(home: Path) -> None:
+    """Write ``home/dagster.yaml``: one SQLite event log under ``home``."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text(SETTINGS.format(base_dir=home / "history" / "events"))
+
+
+def write_runs(
+    home: Path,
+    assets: list[AssetKey],
+    first_end_ms: int,
+    last_end_ms: int,
+    *,
+    in_place: bool = False,
+) -> tuple[int, float]:
+    """Write into the instance at ``home`` one successful run per one-minute window whose
+    end lies in ``[first_end_ms, last_end_ms]``, each with a materialization of every asset
+    in ``assets`` for its window: a new instance written on ``/dev/shm`` and moved in, or
+    (``in_place``) added to the instance already there. Returns (runs, seconds taken)."""
+    began = time.perf_counter()
+    if in_place:
+        with DagsterInstance.from_config(str(home)) as instance:
+            runs = _write(instance, assets, first_end_ms, last_end_ms)
+        return runs, time.perf_counter() - began
+    with tempfile.TemporaryDirectory(prefix="reclock-age-instance-", dir="/dev/shm") as scratch:
+        staging = Path(scratch) / "home"
+        instance_settings(staging)
+        with DagsterInstance.from_config(str(staging)) as instance:
+            runs = _write(instance, assets, first_end_ms, last_end_ms)
+        shutil.rmtree(home / "history", ignore_errors=True)
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staging / "history"), str(home / "history"))
+    instance_settings(home)
+    return runs, time.perf_counter() - began
+
+
+def _write(
+    instance: DagsterInstance, assets: list[AssetKey], first_end_ms: int, last_end_ms: int
+) -> int:
+    """The runs and materializations of ``write_runs``; returns how many runs."""
+    events: list[EventLogEntry] = []
+    runs = 0
+    for end_ms in range(first_end_ms, last_end_ms + 1, MINUTE_MS):
+        key = to_datetime(end_ms - MINUTE_MS).strftime(PARTITION_FORMAT)
+        run_id = uuid.uuid4().hex
+        instance.add_run(
+            DagsterRun(job_name=JOB, run_id=run_id, status=DagsterRunStatus.SUCCESS,
+                       tags={PARTITION_NAME_TAG: key})
+        )  # fmt: skip
+        runs += 1
+        for asset in assets:
+            materialization = AssetMaterialization(
+                asset_key=asset, partition=key, metadata={"records_in": 12}
+            )
+            event = DagsterEvent(
+                event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
+                job_name=JOB,
+                event_specific_data=StepMaterializationData(materialization),
+            )
+            events.append(EventLogEntry(
+                error_info=None, level=20, user_message="", run_id=run_id,
+                timestamp=end_ms / 1000 + 5, dagster_event=event,
+            ))  # fmt: skip
+        if len(events) >= BATCH:
+            instance.event_log_storage.store_event_batch(events)
+            events = []
+    if events:
+        instance.event_log_storage.store_event_batch(events)
+    return runs
+
+
+def main() -> None:
+    """Write an instance of ``--days`` of per-minute runs ending now."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--home", type=Path, required=True)
+    parser.add_argument("--days", type=float, required=True)
+    parser.add_argument("--source", default="users")
+    parser.add_argument("--assets", nargs="+",
+                        default=["remap", "reclocked", "changes", "state", "errors",
+                                 "changes_cdcv2"])  # fmt: skip
+    args = parser.parse_args()
+    now = int(time.time() * 1000) // MINUTE_MS * MINUTE_MS
+    keys = [AssetKey([args.source, name]) for name in args.assets]
+    runs, seconds = write_runs(args.home, keys, now - int(args.days * 1_440) * MINUTE_MS, now)
+    print(f"{runs} runs, {runs * len(keys)} materializations in {seconds:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
