@@ -225,11 +225,15 @@ class TransactionGroupBinder:
             else:
                 unbound = windows
             previous = self._frontiers_at(bound - 1)
-            admitted = self._admitted_through(bound, previous)
-            minted, ends = self._constrain(
-                self._propose(previous, unbound), previous, unbound, admitted
-            )
-            minted = self._with_open_marks(previous, minted, ends, admitted)
+            # Read once for the run's three joins (ENDs, runs, open marks).
+            admitted = self._admitted_through(bound, previous).persist()
+            try:
+                minted, ends = self._constrain(
+                    self._propose(previous, unbound), previous, unbound, admitted
+                )
+                minted = self._with_open_marks(previous, minted, ends, admitted)
+            finally:
+                admitted.unpersist()
             parts = []
             for name in [*self.members, TRANSACTION_TOPIC, OPEN_MARK]:
                 part = binding_updates(
@@ -257,7 +261,7 @@ class TransactionGroupBinder:
                 break
             low = self._frontiers_at(recorded - 1).get(TRANSACTION_TOPIC, OffsetFrontier())
             high = previous.get(TRANSACTION_TOPIC, OffsetFrontier())
-            records = self._transaction_records(self._transaction_read(low))
+            records = self._transaction_records(self._transaction_read(low, high))
             txids: list[str] = []
             if records is not None:
                 below = F.col("offset") < starts_column(self.spark, high.offsets)
@@ -301,7 +305,7 @@ class TransactionGroupBinder:
         transaction and partition."""
         low = previous.get(OPEN_MARK, OffsetFrontier())
         top = minted[-1][1][TRANSACTION_TOPIC]
-        records = self._transaction_records(self._transaction_read(low))
+        records = self._transaction_records(self._transaction_read(low, top))
         firsts: list[tuple[int, str, int]] = []
         if records is not None and top.offsets:
             below = F.col("offset") < starts_column(self.spark, top.offsets)
@@ -364,10 +368,14 @@ class TransactionGroupBinder:
             for i in range(len(windows.ends))
         ]
 
-    def _transaction_read(self, starts: OffsetFrontier) -> CanonicalRecords | None:
+    def _transaction_read(
+        self, starts: OffsetFrontier, below: OffsetFrontier | None = None
+    ) -> CanonicalRecords | None:
         """The transaction topic's canonical read from ``starts`` on (None before any dump
-        is registered)."""
+        is registered); with ``below``, only the files with records below it."""
         files = self.registry.files(reaching=starts.offsets)
+        if below is not None:
+            files = [f for f in files if f.overlaps(starts.offsets, below)]
         if not files:
             return None
         return CanonicalReads(self.spark, self.registry, persist=False).read(
