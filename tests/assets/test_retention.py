@@ -2,7 +2,7 @@
 ago its config's ``start`` lies, and no run, sensor tick or schedule tick asks Dagster for
 every one of them.
 
-Issue 30: an open-ended source whose start lay 11 months back took minutes per window,
+An open-ended source whose start lay 11 months back took minutes per window,
 because an unpartitioned check of a partitioned asset made Dagster list all 474,094
 partition keys of the asset, several times per run. Dagster formats every key it lists
 with one function; the tests count its calls with the interpreter's profiling hook
