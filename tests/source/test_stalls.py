@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -71,10 +72,21 @@ def remap_top(config: Config) -> int:
     return max((o for o, count in live.items() if count), default=0)
 
 
+def retyped(field: str, value: object) -> Callable[[int], bytes]:
+    """A good line whose ``field`` holds a value of the wrong JSON type."""
+
+    def damaged(offset: int) -> bytes:
+        record = json.loads(line(offset, 1, "x"))
+        return json.dumps({**record, field: value}).encode() + b"\n"
+
+    return damaged
+
+
 CASES = {
     "invalid UTF-8 in the payload": (bad_payload, "dump line is not valid UTF-8"),
     "invalid UTF-8 in the key": (bad_key, "dump line is not valid UTF-8"),
     "invalid UTF-8 in ts": (bad_ts, "dump line is not valid UTF-8"),
+    "ts of the wrong type": (retyped("ts", "soon"), "ts must be a 64-bit integer"),
 }
 
 
@@ -166,6 +178,7 @@ POSITIONED = {
     "payload": bad_payload,
     "key": bad_key,
     "ts": bad_ts,
+    "ts of the wrong type": retyped("ts", "soon"),
     "ts missing": lambda offset: json.dumps(
         {"topic": "users", "partition": PARTITION, "offset": offset}
     ).encode() + b"\n",
