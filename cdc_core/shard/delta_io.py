@@ -5,14 +5,15 @@ the driver reads nothing but their footers (size, row count, min/max/null counts
 turns them into Delta Add actions. Read: the driver prunes the table's files by their
 ``time`` statistics and hands the list to ``spark.read.parquet`` on the executors.
 
-Tables live on the local filesystem (the lake root is a local folder).
+Tables live in a local folder or under an ``s3://`` prefix: the driver reaches their
+files through ``cdc_core.storage.files``, Spark through ``spark_path`` (``s3a://``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import shutil
+import posixpath
 import time
 import uuid
 from collections import Counter
@@ -30,6 +31,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from cdc_core.spark import local_frame
+from cdc_core.storage import files, spark_path
 from cdc_core.updates import DIFF, TIME
 
 DATA_DIR = "data"
@@ -148,17 +150,17 @@ def write_files(df: DataFrame, table_path: str, batch_id: str) -> tuple[WrittenF
     """Write ``df`` (in the shard layout) as Parquet into the folder ``data/<batch_id>`` of
     the table and describe the files from their footers. Empty files and the filesystem's
     checksum files are removed right away; the caller owns the folder if this fails."""
-    folder = os.path.join(table_path, DATA_DIR, batch_id)
-    df.write.mode("error").parquet(folder)  # "error": the spelling Spark Connect knows too
+    folder = files.join(table_path, DATA_DIR, batch_id)
+    # "error": the spelling Spark Connect knows too
+    df.write.mode("error").parquet(spark_path(folder))
     written: list[WrittenFile] = []
-    for name in sorted(os.listdir(folder)):
-        local = os.path.join(folder, name)
+    for name in files.list_names(folder):
         if name.endswith(".crc"):
-            os.remove(local)
+            files.delete_file(files.join(folder, name))
         elif name.endswith(".parquet") and not name.startswith((".", "_")):
             described = describe_file(table_path, f"{DATA_DIR}/{batch_id}/{name}")
             if described.num_records == 0:
-                os.remove(local)
+                files.delete_file(files.join(folder, name))
             else:
                 written.append(described)
     return tuple(written)
@@ -168,15 +170,13 @@ def write_arrow(table_path: str, rows: pa.Table, batch_id: str) -> WrittenFile:
     """Write driver-held ``rows`` (a few rows of metadata, never data) as one Parquet file
     in ``data/<batch_id>`` of the table, described from its footer."""
     rel_path = f"{DATA_DIR}/{batch_id}/part-0.parquet"
-    os.makedirs(os.path.join(table_path, DATA_DIR, batch_id))
-    pq.write_table(rows, os.path.join(table_path, rel_path))
+    files.write_parquet(files.join(table_path, rel_path), rows)
     return describe_file(table_path, rel_path)
 
 
 def describe_file(table_path: str, rel_path: str) -> WrittenFile:
     """Read one file's footer (never its rows) into a WrittenFile with Delta statistics."""
-    local = os.path.join(table_path, rel_path)
-    meta = pq.read_metadata(local)
+    meta, size = files.parquet_metadata(files.join(table_path, rel_path))
     columns = _footer_columns(meta)
     mins = {name: c.minimum for name, c in columns.items() if c.minimum is not None}
     maxs = {name: c.maximum for name, c in columns.items() if c.maximum is not None}
@@ -184,7 +184,7 @@ def describe_file(table_path: str, rel_path: str) -> WrittenFile:
     stats = {"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
     return WrittenFile(
         path=rel_path,
-        size=os.path.getsize(local),
+        size=size,
         num_records=meta.num_rows,
         min_time=mins.get(TIME),
         max_time=maxs.get(TIME),
@@ -273,7 +273,8 @@ def read_files(
     """The rows of ``files`` as a DataFrame, read by the executors; no files -> no rows."""
     if not files:
         return local_frame(spark, [], schema)
-    return spark.read.schema(schema).parquet(*(os.path.join(table_path, f.path) for f in files))
+    paths = [spark_path(posixpath.join(table_path, f.path)) for f in files]
+    return spark.read.schema(schema).parquet(*paths)
 
 
 def count_by_time(
@@ -296,17 +297,20 @@ def count_by_time(
 def delete_batches(table_path: str, batch_ids: Iterable[str]) -> None:
     """Best-effort removal of uncommitted batch folders (gc catches whatever remains)."""
     for batch_id in batch_ids:
-        shutil.rmtree(os.path.join(table_path, DATA_DIR, batch_id), ignore_errors=True)
+        with contextlib.suppress(OSError):
+            files.delete_tree(files.join(table_path, DATA_DIR, batch_id))
 
 
-def remove_empty_folders(table_path: str) -> None:
-    """Drop batch folders that vacuum emptied; Delta itself only tracks files."""
-    root = os.path.join(table_path, DATA_DIR)
-    if not os.path.isdir(root):
-        return
-    for current, _dirs, _files in os.walk(root, topdown=False):
-        if current != root and not os.listdir(current):
-            os.rmdir(current)
+def remove_files(table_path: str, rel_paths: Iterable[str]) -> None:
+    """Delete data files (paths relative to the table root, under its data folder) and
+    the batch folders they leave empty; Delta itself only tracks files."""
+    prefix = f"{DATA_DIR}/"
+    names = []
+    for rel_path in rel_paths:
+        if not rel_path.startswith(prefix):
+            raise ValueError(f"{rel_path} is not under the data folder of {table_path}")
+        names.append(rel_path[len(prefix):])
+    files.delete_files(files.join(table_path, DATA_DIR), names)
 
 
 def new_batch_id(writer: str | None) -> str:
@@ -326,9 +330,9 @@ def batch_writer(rel_path: str) -> str | None:
 def commit_actions(table_path: str, version: int) -> list[dict]:
     """The actions of one commit of the log, read from its JSON file (log metadata only);
     FileNotFoundError when log cleanup expired it."""
-    log_file = os.path.join(table_path, LOG_DIR, f"{version:020d}.json")
-    with open(log_file, encoding="utf-8") as lines:
-        return [json.loads(line) for line in lines if line.strip()]
+    log_file = files.join(table_path, LOG_DIR, f"{version:020d}.json")
+    lines = files.read_bytes(log_file).decode("utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def commit_info(table_path: str, version: int) -> dict:
@@ -375,7 +379,7 @@ def file_history(table_path: str, through: int) -> tuple[set[str], list[RemovedF
 
 def commit_versions(table_path: str) -> list[int]:
     """The versions whose commit files the log still holds, ascending."""
-    names = os.listdir(os.path.join(table_path, LOG_DIR))
+    names = files.list_names(files.join(table_path, LOG_DIR))
     return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
 
@@ -384,8 +388,9 @@ def trim_log(table_path: str, keep_from: int, older_than_ms: int) -> list[str]:
     the newest checkpoint at or before ``keep_from``, when written before
     ``older_than_ms``; returns their names. Every version from that checkpoint on stays
     readable (time travel included), as Delta's own expired-log cleanup keeps it."""
-    log = os.path.join(table_path, LOG_DIR)
-    names = os.listdir(log)
+    log = files.join(table_path, LOG_DIR)
+    entries = {posixpath.basename(e.path): e for e in files.list_files(log, recursive=False)}
+    names = list(entries)
     checkpoints = [
         int(name.split(".", 1)[0]) for name in names if ".checkpoint." in name
         and name.split(".", 1)[0].isdigit() and int(name.split(".", 1)[0]) <= keep_from
@@ -398,16 +403,22 @@ def trim_log(table_path: str, keep_from: int, older_than_ms: int) -> list[str]:
         version = name.split(".", 1)[0]
         if not version.isdigit() or int(version) >= base:
             continue
-        path = os.path.join(log, name)
-        if os.path.getmtime(path) * 1000 < older_than_ms:
-            os.remove(path)
+        if entries[name].mtime_ms < older_than_ms:
+            files.delete_file(files.join(log, name))
             removed.append(name)
     return removed
 
 
 def data_files(table_path: str) -> Iterator[str]:
     """Every Parquet file under the table's data folder, relative to the table root."""
-    root = os.path.join(table_path, DATA_DIR)
-    for current, _dirs, files in os.walk(root):
-        for name in files:
-            yield os.path.relpath(os.path.join(current, name), table_path)
+    for entry in data_file_entries(table_path):
+        yield entry.path
+
+
+def data_file_entries(table_path: str) -> list[files.FileEntry]:
+    """Every file under the table's data folder with its size and modification time,
+    its path relative to the table root (one listing, on disk or on S3)."""
+    return [
+        files.FileEntry(f"{DATA_DIR}/{entry.path}", entry.size, entry.mtime_ms)
+        for entry in files.list_relative(files.join(table_path, DATA_DIR))
+    ]

@@ -6,7 +6,6 @@ last loaded, so what it reads is consistent; ``refresh`` moves it to the newest 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
@@ -25,6 +24,7 @@ from cdc_core.shard.log import (
     open_or_create,
     read_frontier,
 )
+from cdc_core.storage import delta_options, files
 from cdc_core.updates import DIFF, TIME
 
 UPPER = "reclock.upper"
@@ -60,7 +60,7 @@ class ShardHandle:
         reserved = sorted({TIME, DIFF} & set(data_schema.names))
         if reserved:
             raise ShardUsageError(f"data columns may not be named {reserved}: the shard adds them")
-        location = os.path.abspath(path)
+        location = files.normalize(path)
         expected = delta_io.delta_schema(data_schema)
         minimum = TimeFrontier.minimum()
         table = open_or_create(
@@ -147,6 +147,7 @@ class ShardHandle:
 def stored_upper(path: str) -> TimeFrontier:
     """The upper committed at ``path``, read from its Delta log alone: no Spark, nothing
     created (a sensor's look must change nothing). ``[0]`` where no shard exists yet."""
-    if not DeltaTable.is_deltatable(path):
+    options = delta_options(path)
+    if not DeltaTable.is_deltatable(path, storage_options=options):
         return TimeFrontier.at(0)
-    return read_frontier(DeltaTable(path), UPPER)
+    return read_frontier(DeltaTable(path, storage_options=options), UPPER)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import posixpath
 import re
 import threading
 import time
@@ -43,6 +43,7 @@ from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import DataFile
 from cdc_core.shard.handle import SINCE
 from cdc_core.shard.log import commit_metadata, commit_once, read_frontier
+from cdc_core.storage import delta_options, files
 
 _log = logging.getLogger(__name__)
 
@@ -213,11 +214,13 @@ def collectable_files(
     writers = holds.live_writers()
     cutoff_ms = int(time.time() * 1000) - retention_ms
     added, removals = delta_io.file_history(table_path, holds.version)
+    listed = delta_io.data_file_entries(table_path)
     keep = {f.path for f in live}
     keep |= {r.path for r in removals if (pinned is not None and r.version > pinned)}
     removed_long_ago = {r.path for r in removals if r.removed_ms <= cutoff_ms}
     collectable = []
-    for path in delta_io.data_files(table_path):
+    for entry in listed:
+        path = entry.path
         if path in keep:
             continue
         if path in added:
@@ -228,7 +231,7 @@ def collectable_files(
         if writer is not None:
             if writer not in writers:
                 collectable.append(path)
-        elif os.path.getmtime(os.path.join(table_path, path)) * 1000 <= cutoff_ms:
+        elif entry.mtime_ms <= cutoff_ms:
             collectable.append(path)
     return collectable
 
@@ -251,9 +254,9 @@ class LeaseBook:
     ``shard``: a handle to refresh after each lease commit, and to stage as a writer."""
 
     def __init__(self, path: str, shard: Shard | None = None) -> None:
-        self.path = os.path.abspath(path)
+        self.path = files.normalize(path)
         self.shard = shard
-        self._table = DeltaTable(self.path)
+        self._table = DeltaTable(self.path, storage_options=delta_options(self.path))
 
     @classmethod
     def of(cls, shard: Shard) -> LeaseBook:
@@ -530,13 +533,14 @@ class Hold:
 
 def holds(table_path: str) -> list[Hold]:
     """Every registration of the shard at ``table_path`` and what it keeps (log only)."""
-    table = DeltaTable(table_path)
+    table = DeltaTable(table_path, storage_options=delta_options(table_path))
     leases = read_leases(table_path, table)
     if not leases.registrations:
         return []
     _, removals = delta_io.file_history(table_path, leases.version)
-    on_disk = set(delta_io.data_files(table_path))
-    name = os.path.basename(os.path.normpath(table_path))
+    sizes = {entry.path: entry.size for entry in delta_io.data_file_entries(table_path)}
+    on_disk = set(sizes)
+    name = posixpath.basename(posixpath.normpath(table_path.rstrip("/")))
     live = leases.live()
     found = []
     for r in sorted(leases.registrations.values(), key=lambda r: (r.kind, r.holder)):
@@ -548,7 +552,7 @@ def holds(table_path: str) -> list[Hold]:
         else:
             staged = [p for p in on_disk if delta_io.batch_writer(p) == r.holder]
             versions = 0
-            size = sum(os.path.getsize(os.path.join(table_path, p)) for p in staged)
+            size = sum(sizes[p] for p in staged)
             age_ms = leases.log_ms - r.renewed_ms
         found.append(Hold(name, r, r in live, versions, size, max(age_ms, 0)))
     return found
@@ -556,11 +560,11 @@ def holds(table_path: str) -> list[Hold]:
 
 def holds_under(root: str) -> list[Hold]:
     """The holds on every Delta table directly under ``root`` (a source's folder)."""
-    if not os.path.isdir(root):
+    if not files.is_folder(root):
         return []
     tables = sorted(
-        os.path.join(root, name)
-        for name in os.listdir(root)
-        if os.path.isdir(os.path.join(root, name, "_delta_log"))
+        files.join(root, name)
+        for name in files.list_folders(root)
+        if files.is_folder(files.join(root, name, delta_io.LOG_DIR))
     )
     return [hold for table in tables for hold in holds(table)]

@@ -8,7 +8,6 @@ no live writer is staging.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 
@@ -26,6 +25,7 @@ from cdc_core.shard.log import (
     frontier_transactions,
     location_failure,
 )
+from cdc_core.storage import delta_options
 from cdc_core.updates import TIME, consolidate
 
 # Physical compaction aims at files of about this size; files under half of it are small.
@@ -134,9 +134,7 @@ def collect_garbage(path: str, table: DeltaTable, retention_ms: int) -> list[str
     """Delete the files of the Delta table at ``path`` (at ``table``'s loaded version)
     that ``leases.collectable_files`` allows, without a commit; returns them sorted."""
     removed = leases.collectable_files(path, table, delta_io.live_files(table), retention_ms)
-    for name in removed:
-        os.remove(os.path.join(path, name))
-    delta_io.remove_empty_folders(path)
+    delta_io.remove_files(path, removed)
     return sorted(removed)
 
 
@@ -147,7 +145,7 @@ def tidy_table(path: str, keep_ms: int) -> tuple[list[str], list[str]]:
     published ``state`` stays the table's newest commit). Returns the data files and the
     log files deleted."""
     with location_failure(f"tidying {path}"):
-        table = DeltaTable(path)
+        table = DeltaTable(path, storage_options=delta_options(path))
         collected = collect_garbage(path, table, keep_ms)
         table.create_checkpoint()
         trimmed = delta_io.trim_log(path, table.version(), int(time.time() * 1000) - keep_ms)

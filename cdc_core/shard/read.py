@@ -6,11 +6,9 @@ never changes a snapshot at or after since) and final (no later append writes at
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -18,6 +16,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard.handle import ShardHandle, ShardUsageError
 from cdc_core.shard.log import PROGRESS_KEY, location_failure
+from cdc_core.storage import files
 from cdc_core.updates import DIFF, TIME
 
 # How many commits a bounded progress read looks at first (then four times more each step).
@@ -87,11 +86,11 @@ class ShardReader(ShardHandle):
         self._check_since(until, "until")
         self._check_complete(until, "until")
         schema = to_arrow_schema(self._schema, timezone="UTC")
-        files = self._files_holding(None, until)
+        holding = self._files_holding(None, until)
         with location_failure(f"reading {self.path}"):
             tables = [
-                pq.read_table(os.path.join(self.path, f.path), filters=[(TIME, "<=", until)])
-                for f in files
+                files.read_parquet(files.join(self.path, f.path), filters=[(TIME, "<=", until)])
+                for f in holding
             ]
         return pa.concat_tables(
             [schema.empty_table(), *(t.select(schema.names).cast(schema) for t in tables)]

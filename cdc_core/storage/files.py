@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from cdc_core.storage import settings
 from cdc_core.storage.location import Location
@@ -179,3 +184,106 @@ def copy_file(source: str, target: str) -> None:
         fs.create_dir(posixpath.dirname(target_path), recursive=True)
     fs.copy_file(source_path, target_path)
 
+
+
+def normalize(text: str) -> str:
+    """A table's location as the storage layer names it: a local path made absolute
+    (never resolved further), a URL as given without a trailing slash."""
+    if "://" in text:
+        return text.rstrip("/")
+    return posixpath.abspath(text)
+
+
+def list_relative(text: str, *, recursive: bool = True) -> list[FileEntry]:
+    """``list_files``, each path relative to the folder ``text``."""
+    _, root_path, location = resolve(text)
+    prefix = _text(location, root_path).rstrip("/") + "/"
+    return [
+        FileEntry(entry.path[len(prefix):], entry.size, entry.mtime_ms)
+        for entry in list_files(text, recursive=recursive)
+    ]
+
+
+def list_folders(text: str) -> list[str]:
+    """The names of the folders (on S3: the prefixes) directly in the folder ``text``."""
+    fs, path, _ = resolve(text)
+    found = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    return sorted(posixpath.basename(f.path) for f in found if f.type == pafs.FileType.Directory)
+
+
+def is_folder(text: str) -> bool:
+    """Whether ``text`` is a folder (on S3: a prefix some object lies under)."""
+    fs, path, location = resolve(text)
+    if location.is_local:
+        return fs.get_file_info(path).type == pafs.FileType.Directory
+    return exists(text) and fs.get_file_info(path).type != pafs.FileType.File
+
+
+def open_file(text: str) -> pafs.NativeFile:
+    """A raw random-access file (Parquet footers): reads only the ranges asked for."""
+    fs, path, _ = resolve(text)
+    return fs.open_input_file(path)
+
+
+def parquet_metadata(text: str) -> tuple[pq.FileMetaData, int]:
+    """A Parquet file's footer (never its rows) and the file's size in bytes."""
+    with open_file(text) as source:
+        return pq.read_metadata(source), source.size()
+
+
+def read_parquet(text: str, **options: Any) -> pa.Table:
+    """A Parquet file's rows on the driver (``options`` as ``pyarrow.parquet.read_table``'s)."""
+    fs, path, _ = resolve(text)
+    return pq.read_table(path, filesystem=fs, **options)
+
+
+def write_parquet(text: str, table: pa.Table) -> None:
+    """Write ``table`` as one Parquet file, creating its local folder (on S3 one upload)."""
+    fs, path, location = resolve(text)
+    if location.is_local:
+        fs.create_dir(posixpath.dirname(path), recursive=True)
+    pq.write_table(table, path, filesystem=fs)
+
+
+def mtime_ms(text: str) -> int:
+    """A file's modification time (epoch ms; on S3 the object's, to the second)."""
+    found = info(text)
+    if found.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(text)
+    return found.mtime_ns // 1_000_000 if found.mtime_ns else 0
+
+
+def delete_files(root: str, names: Iterable[str]) -> None:
+    """Delete the files ``names`` (relative to the folder ``root``) and then the folders
+    under ``root`` they leave empty; files already gone are no error.
+
+    Locally a folder is removed only while empty, so a folder another process has just
+    started to fill stays. On S3 a folder whose every listed file goes is deleted as a
+    whole (the S3 filesystem would otherwise keep an empty marker object in its place):
+    only collectable folders are emptied that way, and nobody writes to those any more."""
+    names = sorted(set(names))
+    fs, root_path, location = resolve(root)
+    if location.is_local:
+        for name in names:
+            delete_file(join(root, name))
+        _remove_empty_local_folders(root_path)
+        return
+    listed: dict[str, set[str]] = {}
+    for entry in list_relative(root):
+        listed.setdefault(posixpath.dirname(entry.path), set()).add(entry.path)
+    going = set(names)
+    for folder, held in sorted(listed.items()):
+        if folder and held <= going:
+            delete_tree(join(root, folder))
+            going -= held
+    for name in sorted(going):
+        delete_file(join(root, name))
+
+
+def _remove_empty_local_folders(root_path: str) -> None:
+    """Remove the empty folders under ``root_path`` (not itself), deepest first."""
+    if not os.path.isdir(root_path):
+        return
+    for current, _dirs, _files in os.walk(root_path, topdown=False):
+        if current != root_path and not os.listdir(current):
+            os.rmdir(current)
