@@ -53,6 +53,14 @@ EXPORT_READER = "cdcv2-export-"
 PUBLISH_ATTEMPTS = 20
 
 
+def work_folder(root: Path) -> Path:
+    """Where exports into ``root`` stage their windows and retire replaced ones: a hidden
+    sibling of ``root`` (same filesystem, so publishing is a rename), so that ``root``
+    holds only window folders and finding a window's leftovers looks at the few there
+    are, not at the folder per window ever exported."""
+    return root.parent / f".{root.name}.work"
+
+
 def exportable(source: SourceConfig) -> bool:
     """Whether the CDCv2 encodings carry every output column of ``source`` (scalars: a
     source that includes ``headers``, a list column, has no export asset)."""
@@ -123,10 +131,12 @@ def export_windows(
     upper = TimeFrontier.at(ordered[-1].end + 1)
     stream = export_shard(shard.refresh(), ordered[0].start + 1, upper)
     live = {r.holder for r in read_leases(shard.path, DeltaTable(shard.path)).live()}
+    work = work_folder(root)
+    work.mkdir(parents=True, exist_ok=True)
     staging = {}
     for window in ordered:
-        _discard_abandoned(root, window.key, live)
-        staging[window.key] = root / f".{window.key}.{holder or uuid.uuid4().hex}.staging"
+        _discard_abandoned(work, window.key, live)
+        staging[window.key] = work / f".{window.key}.{holder or uuid.uuid4().hex}.staging"
     try:
         parts = [(w.start + 1, TimeFrontier.at(w.end + 1), staging[w.key]) for w in ordered]
         written = write_parts(stream, parts, EXPORT_ENCODING)
@@ -146,15 +156,14 @@ def export_windows(
             shutil.rmtree(folder, ignore_errors=True)  # gone already once published
 
 
-def _discard_abandoned(root: Path, key: str, live_holders: set[str]) -> None:
-    """Hidden staging or retired folders of this window that an interrupted export left
-    behind. A folder of a registered export goes once its registration is no longer live
-    (released, or its lease ran out); any other only when untouched for
-    ``ABANDONED_AFTER_S``: a younger one may be a concurrent export's live staging."""
-    if not root.is_dir():
-        return
+def _discard_abandoned(work: Path, key: str, live_holders: set[str]) -> None:
+    """Staging or retired folders of this window (in the export's ``work`` folder) that
+    an interrupted export left behind. A folder of a registered export goes once its
+    registration is no longer live (released, or its lease ran out); any other only when
+    untouched for ``ABANDONED_AFTER_S``: a younger one may be a concurrent export's live
+    staging."""
     oldest = time.time() - ABANDONED_AFTER_S
-    for leftover in root.glob(f".{key}.*"):
+    for leftover in work.glob(f".{key}.*"):
         owner = leftover.name[len(key) + 2 :].rsplit(".", 1)[0]
         if owner in live_holders:
             continue
@@ -177,7 +186,7 @@ def _publish(staging: Path, target: Path) -> None:
     Another export of the window may rename the folder away, or publish its own, between
     these steps: both are retried; ``ExportConflict`` after ``PUBLISH_ATTEMPTS`` tries."""
     for _ in range(PUBLISH_ATTEMPTS):
-        retired = target.with_name(f".{target.name}.{uuid.uuid4().hex}.retired")
+        retired = staging.parent / f".{target.name}.{uuid.uuid4().hex}.retired"
         # No earlier export, or another export moved it away just now: nothing to move.
         with contextlib.suppress(FileNotFoundError):
             os.rename(target, retired)

@@ -28,7 +28,7 @@ from dagster import (
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import Window, export_key, export_windows
+from assets.cdcv2_export import Window, export_key, export_windows, work_folder
 from assets.partitions import range_tags
 from assets.source_assets import output_key
 from cdc_core.cdcv2 import DataColumns, codec_json
@@ -320,9 +320,10 @@ def test_an_export_leaves_a_live_exports_staging_and_removes_one_whose_hold_ende
     copied = write_config(tmp_path, lake, config.landing)
     changes = SourcePipeline.from_config(spark, copied, copied.source("users")).changes
     root = lake / "users" / "cdcv2"
-    live = root / f".{KEY_1}.cdcv2-export-running.staging"  # its run holds changes
-    ended = root / f".{KEY_1}.cdcv2-export-crashed.staging"  # its hold is gone
-    unowned = root / f".{KEY_1}.another-run.staging"  # young, owner unknown: kept
+    work = work_folder(root)
+    live = work / f".{KEY_1}.cdcv2-export-running.staging"  # its run holds changes
+    ended = work / f".{KEY_1}.cdcv2-export-crashed.staging"  # its hold is gone
+    unowned = work / f".{KEY_1}.another-run.staging"  # young, owner unknown: kept
     for folder in (live, ended, unowned):
         folder.mkdir(parents=True)
     LeaseBook.of(changes).register("cdcv2-export-running", since=T0, lease_ms=3_600_000)
@@ -330,6 +331,7 @@ def test_an_export_leaves_a_live_exports_staging_and_removes_one_whose_hold_ende
     export_windows(changes, root, [Window(KEY_1, T0, END_1)], "cdcv2-export-this")
 
     assert live.is_dir() and unowned.is_dir() and not ended.exists()
-    assert not (root / f".{KEY_1}.cdcv2-export-this.staging").exists()
+    assert not (work / f".{KEY_1}.cdcv2-export-this.staging").exists()
+    assert sorted(p.name for p in work.iterdir()) == sorted([live.name, unowned.name])
     facts, _ = read_exports(copied, [KEY_1], T0 + 1)
     assert facts == {fact: d for fact, d in EXPECTED.items() if fact[1] == END_1}

@@ -26,7 +26,7 @@ from dagster import DagsterInstance, ExecuteInProcessResult
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import ABANDONED_AFTER_S, Window, export_windows
+from assets.cdcv2_export import ABANDONED_AFTER_S, Window, export_windows, work_folder
 from assets.partitions import range_tags
 from cdc_core.cdcv2 import DataColumns, codec_json
 from cdc_core.cdcv2.reference import read_all
@@ -163,8 +163,9 @@ def test_concurrent_exports_of_one_window_all_succeed_and_publish_one_stream(
     pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
     root = config.lake / "users" / "cdcv2"
     key, start, end = KEYS[2], T0 + 2 * WINDOW, T0 + 3 * WINDOW
-    live = root / f".{key}.another-run.staging"
-    abandoned = root / f".{key}.crashed-run.staging"
+    work = work_folder(root)
+    live = work / f".{key}.another-run.staging"
+    abandoned = work / f".{key}.crashed-run.staging"
     for folder in (live, abandoned):
         folder.mkdir(parents=True)
     old = time.time() - ABANDONED_AFTER_S - 60
@@ -190,7 +191,8 @@ def test_concurrent_exports_of_one_window_all_succeed_and_publish_one_stream(
     assert failures == []
     assert live.is_dir() and not abandoned.exists()
     assert (root / key).is_dir()
-    assert [p.name for p in root.iterdir() if p.name.startswith(f".{key}.")] == [live.name]
+    assert [p.name for p in work.iterdir() if p.name.startswith(f".{key}.")] == [live.name]
+    assert not any(p.name.startswith(".") for p in root.iterdir()), "root holds windows only"
     columns = DataColumns(config.source("users").output_schema)
     folder = root / key
     messages = [
