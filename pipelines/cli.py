@@ -51,33 +51,42 @@ from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.sample import write_sample
 
 
-def _complete(
+def _first_needed(
     config: Config, source: SourceConfig, closed: list[tuple[str, int]], *, exports: bool
-) -> bool:
-    """Whether a run would write nothing for ``source``: its outputs hold every closed
-    window, ``state`` (and ``history``, when kept) is published as of them, and
-    (``exports``) every window's CDCv2 folder exists; judged from the Delta logs and the
-    folders alone."""
+) -> int:
+    """The index in ``closed`` of the first window a run must cover for ``source``
+    (``len(closed)``: none, a run would write nothing): the first window its outputs do
+    not hold; the last one when ``state`` (or ``history``, when kept) is not published as
+    of them; with ``exports``, the first window after the last exported one. Judged from
+    the Delta logs and the folders alone, never by listing the windows already done."""
     root = Path(config.lake) / source.name
-    if stored_outputs_upper(config.lake, source).less_equal(closed[-1][1]):
-        return False
+    upper = stored_outputs_upper(config.lake, source).time
+    needed = next((i for i, (_, end) in enumerate(closed) if upper is not None and end >= upper),
+                  len(closed))  # fmt: skip
     changes = stored_upper(str(root / "changes")).time
-    if changes is not None and published_as_of(str(root / "state")) != changes - 1:
-        return False
+    published = changes is None or published_as_of(str(root / "state")) == changes - 1
     if source.history and history_upper(str(root / "history")).time != changes:
-        return False
-    return not exports or all((root / EXPORT_FOLDER / key).is_dir() for key, _ in closed)
+        published = False
+    if not published:
+        needed = min(needed, len(closed) - 1)
+    if exports:
+        exported = next((i for i in range(len(closed) - 1, -1, -1)
+                         if (root / EXPORT_FOLDER / closed[i][0]).is_dir()), -1)  # fmt: skip
+        needed = min(needed, exported + 1)
+    return needed
 
 
 def materialize(config: Config, through_ms: int | None = None, *, exports: bool = True) -> bool:
     """Every closed window of every source, in order, in one in-process Dagster run, with
     the asset checks; ``exports=False`` leaves out the CDCv2 export of each source.
 
-    When every source's outputs already hold the last closed window, it says so in one
-    line and runs nothing (a rerun would write nothing either); that look reads the Delta
-    logs only, without starting Spark. Windows before the retention horizon are no
-    partitions any more: asking only for them is refused; the run starts at the horizon.
-    One window runs as that partition (its checks' results attach to it), more as a range.
+    The run starts at the first window some source still needs (its outputs do not hold
+    it, or its export is missing), never earlier: a deployment that has run for months
+    adds one window, not every window since the horizon. When no source needs any, it
+    says so in one line and runs nothing; that look reads the Delta logs only, without
+    starting Spark. Windows before the retention horizon are no partitions any more:
+    asking only for them is refused. One window runs as that partition (its checks'
+    results attach to it), more as a range.
     """
     now_ms = int(time.time() * 1000)
     first_start = config.first_window_start(now_ms)
@@ -92,10 +101,11 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
         print("Nothing to materialize: no window has closed yet.")
         return True
     last_end = closed[-1][1]
-    if all(_complete(config, source, closed, exports=exports) for source in config.sources):
+    first = min(_first_needed(config, source, closed, exports=exports) for source in config.sources)
+    if first == len(closed):
         print(f"Nothing to materialize: every source is complete through {iso(last_end)}.")
         return True
-    keys = [key for key, _ in closed]
+    keys = [key for key, _ in closed[first:]]
     job = build_definitions(config, now_ms).resolve_job_def(ALL_WINDOWS_JOB)
     one = len(keys) == 1
     with _instance() as instance, progress_bar(config, len(keys)):

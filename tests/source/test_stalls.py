@@ -112,7 +112,9 @@ def test_a_damaged_line_between_good_records_does_not_stall(
     assert {(r["id"], r["name"]) for r in table(config, "state")} == {(1, "first"), (2, "after")}
 
 
-def test_a_damaged_last_line_is_bound_and_the_next_dump_goes_on(tmp_path: Path, spark) -> None:
+def test_a_damaged_last_line_is_bound_and_the_next_dump_goes_on(
+    tmp_path: Path, spark, capsys: pytest.CaptureFixture[str]
+) -> None:
     landing = tmp_path / "landing" / "users"
     landing.mkdir(parents=True)
     (landing / "a.json").write_bytes(line(0, 1, "first") + bad_payload(1))
@@ -122,7 +124,11 @@ def test_a_damaged_last_line_is_bound_and_the_next_dump_goes_on(tmp_path: Path, 
     errors = [(e["partition"], e["offset"], e["time"]) for e in table(config, "errors")]
     assert errors == [(PARTITION, 1, T0 + MINUTE)]
     (landing / "b.json").write_bytes(line(2, 2, "later", ts=T0 + MINUTE + 1))
+    capsys.readouterr()
     assert materialize(config, T0 + 3 * MINUTE, exports=False)
+    assert "Materialized windows 2026-01-01T00:01:00 .. 2026-01-01T00:02:00 (2 windows)" in (
+        capsys.readouterr().out
+    ), "the run starts at the first window the outputs do not hold"
     assert remap_top(config) == 3
     assert {(r["id"], r["name"]) for r in table(config, "state")} == {(1, "first"), (2, "later")}
     assert len(table(config, "errors")) == 1, "the damaged line is reported once"
