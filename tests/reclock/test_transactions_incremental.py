@@ -74,6 +74,20 @@ def test_a_redelivered_end_in_a_later_run_holds_nothing_back(
     assert sorted(admitted) == ["T0", "T1"]
 
 
+def land_open_transaction(root: Path) -> Path:
+    """Two dumps in the landing zone under ``root``: first.json, T0 whole (BEGIN, its one
+    record of a, END); second.json, T1 open (BEGIN at offset 2, one of the two records of
+    a its END announces, END at offset 3). Returns the landing zone."""
+    landing = root / "landing"
+    write_log(landing, [Rec(TXN, 0, 0, T0 + 1_000, "T0"),
+                        Rec(TXN, 0, 1, T0 + 20_000, "T0", (("a", 1),)),
+                        Rec("a", 0, 0, T0 + 10_000, "T0")], name="first.json")  # fmt: skip
+    write_log(landing, [Rec(TXN, 0, 2, T0 + 25_000, "T1"),
+                        Rec(TXN, 0, 3, T0 + 30_000, "T1", (("a", 2),)),
+                        Rec("a", 0, 1, T0 + 26_000, "T1")], name="second.json")  # fmt: skip
+    return landing
+
+
 def test_waiting_transactions_are_read_from_the_open_mark(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -81,13 +95,7 @@ def test_waiting_transactions_are_read_from_the_open_mark(
     report of waiting transactions still dates T1 from its BEGIN, and reads the topic
     from T1's BEGIN on, never the dump below it (deleted here: a read of it would fail).
     Once T1 is admitted, nothing waits."""
-    landing = tmp_path / "landing"
-    write_log(landing, [Rec(TXN, 0, 0, T0 + 1_000, "T0"),
-                        Rec(TXN, 0, 1, T0 + 20_000, "T0", (("a", 1),)),
-                        Rec("a", 0, 0, T0 + 10_000, "T0")], name="first.json")  # fmt: skip
-    write_log(landing, [Rec(TXN, 0, 2, T0 + 25_000, "T1"),
-                        Rec(TXN, 0, 3, T0 + 30_000, "T1", (("a", 2),)),
-                        Rec("a", 0, 1, T0 + 26_000, "T1")], name="second.json")  # fmt: skip
+    landing = land_open_transaction(tmp_path)
     config = config_for(tmp_path)
     binder = transaction_binder(spark, config, config.lake, "a")
     register(spark, binder, landing)
@@ -121,13 +129,7 @@ def test_maintenance_keeps_the_group_from_its_slowest_member(
     (T1 complete), a's maintenance retires the transaction dumps wholly below T1's BEGIN
     and keeps the rest; the group's sinces stop at b's last binding, so b's second window
     still copies the group's bindings, and a's state holds T1 whole."""
-    landing = tmp_path / "landing"
-    write_log(landing, [Rec(TXN, 0, 0, T0 + 1_000, "T0"),
-                        Rec(TXN, 0, 1, T0 + 20_000, "T0", (("a", 1),)),
-                        Rec("a", 0, 0, T0 + 10_000, "T0")], name="first.json")  # fmt: skip
-    write_log(landing, [Rec(TXN, 0, 2, T0 + 25_000, "T1"),
-                        Rec(TXN, 0, 3, T0 + 30_000, "T1", (("a", 2),)),
-                        Rec("a", 0, 1, T0 + 26_000, "T1")], name="second.json")  # fmt: skip
+    landing = land_open_transaction(tmp_path)
     config = config_for(tmp_path)
     a, b = (SourcePipeline.from_config(spark, config, config.source(n)) for n in "ab")
     for pipeline in (a, b):
