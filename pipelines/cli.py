@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from assets.cdcv2_export import EXPORT_FOLDER
+from assets.cdcv2_export import EXPORT_FOLDER, exportable
 from assets.partitions import closed_windows, range_tags, to_ms
 from assets.source_assets import source_output_keys
 from cdc_core.config import (
@@ -58,7 +58,8 @@ def _first_needed(
     (``len(closed)``: none, a run would write nothing): the first window its outputs do
     not hold; the last one when ``state`` (or ``history``, when kept) is not published as
     of them; with ``exports``, the first window after the last exported one. Judged from
-    the Delta logs and the folders alone, never by listing the windows already done."""
+    the Delta logs and the folders alone, never by listing the windows already done. A
+    source that has no export asset (``exportable``) needs no export folder."""
     root = Path(config.lake) / source.name
     upper = stored_outputs_upper(config.lake, source).time
     needed = next((i for i, (_, end) in enumerate(closed) if upper is not None and end >= upper),
@@ -69,7 +70,7 @@ def _first_needed(
         published = False
     if not published:
         needed = min(needed, len(closed) - 1)
-    if exports:
+    if exports and exportable(source):
         exported = next((i for i in range(len(closed) - 1, -1, -1)
                          if (root / EXPORT_FOLDER / closed[i][0]).is_dir()), -1)  # fmt: skip
         needed = min(needed, exported + 1)
