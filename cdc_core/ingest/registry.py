@@ -12,6 +12,7 @@ dump could silently change records already bound to a window).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,9 +171,14 @@ class Registry:
         tables = self._tables()
         return _registered(tables.live_rows, tables.retired)
 
-    def paths(self) -> set[str]:
-        """Every registered path (retired ones included)."""
-        return set(self._tables().rows["path"].to_pylist())
+    def unregistered(self, paths: Iterable[str]) -> list[str]:
+        """Those of ``paths`` this registry does not hold (retired files count as held).
+
+        Looks through the process's ``RegisteredPaths`` of the table, so a long-lived
+        process (the sensor's code server, which asks every tick) reads only what was
+        registered since it last asked, never the year of paths before."""
+        known = _registered_paths(self.files_path)
+        return known.missing(paths)
 
     def newest_ts(self) -> int | None:
         """The newest registered record's Kafka timestamp (None before any)."""
@@ -239,6 +245,56 @@ class Registry:
             p: o + 1 for p, o in zip(tops["partition"].to_pylist(),
                                      tops["max_offset_max"].to_pylist(), strict=True)
         })  # fmt: skip
+
+
+class RegisteredPaths:
+    """Every path a registry's ``files`` table holds, kept up to date incrementally.
+
+    A look loads the table's snapshot (its log is checkpointed and trimmed by
+    maintenance, so that stays small) and reads, of its data files, only the path column
+    of those added since the last look; a table created anew (another table id) or a
+    rewrite that removed files it had read (compaction) is read again whole.
+    Invariant: after a look, ``_paths`` is exactly the set of paths in the table at the
+    version looked at."""
+
+    def __init__(self, files_path: str) -> None:
+        self._files_path = files_path
+        self._seen: tuple[str, int] | None = None  # (table id, version) of the last look
+        self._read: frozenset[str] = frozenset()  # data files whose paths are in _paths
+        self._paths: set[str] = set()
+        self._lock = threading.Lock()  # sensors of one code server may tick at once
+
+    def missing(self, paths: Iterable[str]) -> list[str]:
+        """Those of ``paths`` the table does not hold now, in their order."""
+        with self._lock:
+            self._look()
+            return [path for path in paths if path not in self._paths]
+
+    def _look(self) -> None:
+        """Bring ``_paths`` to the table's latest version."""
+        if not DeltaTable.is_deltatable(self._files_path):
+            self._seen, self._read, self._paths = None, frozenset(), set()
+            return
+        table = DeltaTable(self._files_path)
+        seen = (table.metadata().id, table.version())
+        if seen == self._seen:
+            return
+        fragments = {f.path: f for f in table.to_pyarrow_dataset().get_fragments()}
+        if self._seen is None or seen[0] != self._seen[0] or not self._read <= fragments.keys():
+            self._read, self._paths = frozenset(), set()  # new table or files removed
+        for name in fragments.keys() - self._read:
+            self._paths.update(fragments[name].to_table(columns=["path"])["path"].to_pylist())
+        self._seen, self._read = seen, frozenset(fragments)
+
+
+_REGISTERED_PATHS: dict[str, RegisteredPaths] = {}
+_REGISTERED_PATHS_LOCK = threading.Lock()
+
+
+def _registered_paths(files_path: str) -> RegisteredPaths:
+    """The process's one ``RegisteredPaths`` of the table at ``files_path``."""
+    with _REGISTERED_PATHS_LOCK:
+        return _REGISTERED_PATHS.setdefault(files_path, RegisteredPaths(files_path))
 
 
 def _version(path: str) -> int:

@@ -114,9 +114,8 @@ def unregistered_dumps(config: Config, lake: Path, landing: Path | Location) -> 
     ]
     waiting = []
     for registry in registries:
-        known = registry.paths()
         landed = list_dump_files(landing, registry.topic)
-        waiting += [dump.path for dump in landed if dump.path not in known]
+        waiting += registry.unregistered(dump.path for dump in landed)
     return waiting
 
 

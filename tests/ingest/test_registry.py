@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,48 @@ def test_a_run_reads_the_files_it_reaches_and_the_live_ones_with_errors(
     ]
     assert [f.path for f in registry.live_files()] == [str(bad), str(live)]
     assert {f.path for f in registry.files()} == {str(old), str(bad), str(needed), str(live)}
-    assert registry.paths() == {str(old), str(bad), str(needed), str(live)}
+    other = str(landing / "t" / "other.json")
+    paths = [str(old), other, str(bad), str(needed), str(live)]
+    assert registry.unregistered(paths) == [other]
     assert registry.newest_ts() == 3
+
+
+def test_a_look_for_unregistered_paths_reads_only_the_files_registered_since(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The sensor asks every tick which landed paths are not registered, through a new
+    handle each time; a year of registrations must not be read again per tick. Proved
+    by damaging every data file read by the first look: the second look must not touch
+    them, yet still see them registered and see the registration made since."""
+    landing = tmp_path / "landing"
+    a = write_dump(landing, "t", "a.json", [Rec(0, 0, 1)])
+    root = tmp_path / "registry"
+    register_new(spark, Registry(root, "t"), landing, arrival_ms=1)
+    b = write_dump(landing, "t", "b.json", [Rec(0, 1, 2)])
+    assert Registry(root, "t").unregistered([str(a), str(b)]) == [str(b)]
+    read_before = list((root / "files").rglob("*.parquet"))
+    register_new(spark, Registry(root, "t"), landing, arrival_ms=2)
+    for data_file in read_before:
+        data_file.write_bytes(b"not parquet")
+    c = str(landing / "t" / "c.json")
+    assert Registry(root, "t").unregistered([str(a), c, str(b)]) == [c]
+
+
+def test_a_registry_created_anew_is_looked_at_anew(spark: SparkSession, tmp_path: Path) -> None:
+    """A lake deleted and rebuilt under a running code server: paths of the old registry
+    are not taken for registered (a new table id, other files)."""
+    landing = tmp_path / "landing"
+    a = write_dump(landing, "t", "a.json", [Rec(0, 0, 1)])
+    b = write_dump(landing, "t", "b.json", [Rec(0, 1, 2)])
+    root = tmp_path / "registry"
+    assert Registry(root, "t").unregistered([str(a), str(b)]) == [str(a), str(b)]
+    register_new(spark, Registry(root, "t"), landing, arrival_ms=1)
+    register_new(spark, Registry(root, "t"), landing, arrival_ms=2)
+    assert Registry(root, "t").unregistered([str(a), str(b)]) == []
+    shutil.rmtree(root)
+    a.unlink()
+    register_new(spark, Registry(root, "t"), landing, arrival_ms=3)
+    assert Registry(root, "t").unregistered([str(a), str(b)]) == [str(a)]
 
 
 def test_file_without_valid_records_is_registered(spark: SparkSession, tmp_path: Path) -> None:
