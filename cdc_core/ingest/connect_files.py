@@ -23,7 +23,6 @@ import re
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import fastavro
 import pyarrow as pa
@@ -31,6 +30,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from cdc_core.envelopes.encodings import json_value
 from cdc_core.spark import lines_by_path, path_frame
+from cdc_core.storage import files as storage_files
+from cdc_core.storage import on_workers
 from cdc_core.vocabulary import DumpLayout
 
 _NAME = re.compile(
@@ -69,7 +70,8 @@ def layout_of(path: str) -> DumpLayout:
 def connect_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """``value`` (a kcat line per record), ``file``: the records of sink files, read on the
     executors (one task per batch of files)."""
-    return path_frame(spark, paths).mapInArrow(_sink_lines, "value string, file string")
+    return path_frame(spark, paths).mapInArrow(on_workers(_sink_lines, paths),
+                                               "value string, file string")  # fmt: skip
 
 
 def _sink_lines(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -84,10 +86,10 @@ def kcat_lines(path: str) -> Iterator[str]:
     name = connect_name(path)
     if name is None:
         raise ValueError(f"not a Kafka Connect sink file name: {path}")
-    ts = os.stat(path).st_mtime_ns // 1_000_000
+    ts = storage_files.mtime_ms(path)
     index = 0
     try:
-        for payload in _values(Path(path), name):
+        for payload in _values(path, name):
             offset = name.start + index
             record = {"topic": name.topic, "partition": name.partition, "offset": offset,
                       "ts": ts, "key": None, "payload": payload}  # fmt: skip
@@ -97,9 +99,9 @@ def kcat_lines(path: str) -> Iterator[str]:
         yield f"{READ_FAILURE} after {index} record(s): {error}"
 
 
-def _values(path: Path, name: ConnectName) -> Iterator[str | None]:
+def _values(path: str, name: ConnectName) -> Iterator[str | None]:
     """Each record's value as JSON text (None for a null value)."""
-    with open(path, "rb") as raw:
+    with storage_files.open_input(path) as raw:
         stream = gzip.GzipFile(fileobj=raw) if name.gzip else raw
         if name.avro:
             for value in fastavro.reader(stream):

@@ -26,7 +26,7 @@ import os
 import posixpath
 import stat
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,7 +41,7 @@ from pyspark.sql.window import Window
 from cdc_core.ingest.connect_files import connect_lines, layout_of
 from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import lines_by_path, local_frame, path_frame
-from cdc_core.storage import Location, is_remote, settings
+from cdc_core.storage import Location, is_remote, on_workers, spark_path
 from cdc_core.storage import files as storage_files
 from cdc_core.vocabulary import DumpLayout
 
@@ -319,10 +319,10 @@ def scan_dump_files(
         frames.append(_position_stats(_parse(lines, _SCAN_LINE, topic)))
     if kcat:
         uri = F.col("_metadata.file_path").alias("file")
-        text = _nonblank(spark.read.text(kcat).select("value", uri))
+        text = _nonblank(spark.read.text([spark_path(p) for p in kcat]).select("value", uri))
         # Paths decoded once per group, not once per line.
         by_uri = _position_stats(_parse(text, _SCAN_LINE, topic))
-        frames.append(by_uri.withColumn("file", _local_path(F.col("file"))))
+        frames.append(by_uri.withColumn("file", _dump_path(F.col("file"))))
     if not frames:
         return DumpScan(SCAN_SCHEMA.empty_table(), {}, reasons)
     stats = functools.reduce(DataFrame.unionByName, frames)
@@ -389,7 +389,7 @@ def _readable(
     them; checked now unless ``known``). Files that do not exist raise
     ``FileNotFoundError``."""
     paths = [os.fspath(file) for file in files]
-    missing = [path for path in paths if "://" not in path and not os.path.exists(path)]
+    missing = [path for path in paths if not storage_files.exists(path)]
     if missing:
         raise FileNotFoundError(f"dump files not found: {', '.join(missing)}")
     if known is None:  # a sink file reports its own damage, where it is
@@ -407,7 +407,7 @@ def find_damaged_gzip_files(spark: SparkSession, paths: Sequence[str]) -> dict[s
     checked on an executor (only the damaged files' verdicts reach the driver)."""
     if not paths:
         return {}
-    verdicts = path_frame(spark, paths).mapInArrow(_on_workers(_gzip_verdicts, paths),
+    verdicts = path_frame(spark, paths).mapInArrow(on_workers(_gzip_verdicts, paths),
                                                    _GZIP_VERDICT)  # fmt: skip
     return {row.path: GzipDamage(row.reason, row.truncated) for row in verdicts.collect()}
 
@@ -429,27 +429,6 @@ def _gzip_verdicts(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
             schema=pa.schema([("path", pa.string()), ("reason", pa.string()),
                               ("truncated", pa.bool_())]),  # fmt: skip
         )
-
-
-def _on_workers(
-    function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], paths: Sequence[str]
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """``function`` for ``mapInArrow`` over ``paths``, carrying the storage settings when
-    a path is on an object store: a Python worker has no loaded config, and its
-    environment is the one its JVM started with, so it would not know the endpoint or keys."""
-    if not any(is_remote(path) for path in paths):
-        return function
-    return functools.partial(_with_settings, settings.current(), function)
-
-
-def _with_settings(
-    shipped: settings.S3Settings,
-    function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
-    batches: Iterator[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    """On a worker: make the driver's settings the process's, then run ``function``."""
-    settings.use(shipped)
-    return function(batches)
 
 
 @contextlib.contextmanager
@@ -498,8 +477,8 @@ def _read_lines(
     frames = []
     kcat = [path for path in paths if layout_of(path) is DumpLayout.KCAT]
     if kcat:
-        text = spark.read.text(kcat)
-        frames.append(text.select("value", _local_path(F.col("_metadata.file_path")).alias("file")))
+        text = spark.read.text([spark_path(p) for p in kcat])
+        frames.append(text.select("value", _dump_path(F.col("_metadata.file_path")).alias("file")))
     connect = [path for path in paths if layout_of(path) is DumpLayout.CONNECT]
     if connect:
         frames.append(connect_lines(spark, connect))
@@ -519,7 +498,7 @@ def _nonblank(lines: DataFrame) -> DataFrame:
 def _salvaged_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """``value``, ``file``: the complete lines of truncated gzip files, decompressed on the
     executors; bytes become text unchanged (invalid UTF-8 stays invalid, to be judged)."""
-    salvaged = path_frame(spark, paths).mapInArrow(_on_workers(_salvage, paths),
+    salvaged = path_frame(spark, paths).mapInArrow(on_workers(_salvage, paths),
                                                    "value binary, file string")  # fmt: skip
     return salvaged.select(F.col("value").cast("string").alias("value"), "file")
 
@@ -529,13 +508,15 @@ def _salvage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     return lines_by_path(batches, truncated_gzip_lines, pa.binary())
 
 
-def _local_path(uri: Column) -> Column:
-    """Spark's URL-encoded file URI back to the path: ``file:/a%20b+c`` -> ``/a b+c``.
+def _dump_path(uri: Column) -> Column:
+    """Spark's URL-encoded file URI back to the dump's path as listed:
+    ``file:/a%20b+c`` -> ``/a b+c``, ``s3a://b/k%20x`` -> ``s3://b/k x``.
 
     Hadoop leaves ``+`` unescaped, so it is protected from ``url_decode``'s form decoding.
     """
     without_scheme = F.regexp_replace(uri, r"^file:(//)?(?=/)", "")
-    return F.url_decode(F.replace(without_scheme, F.lit("+"), F.lit("%2B")))
+    named = F.regexp_replace(without_scheme, r"^s3a://", "s3://")
+    return F.url_decode(F.replace(named, F.lit("+"), F.lit("%2B")))
 
 
 def _snippet() -> Column:
@@ -726,7 +707,7 @@ def starts_column(spark: SparkSession, starts: Mapping[int, int]) -> Column:
 
 def require_present(files: Iterable[RegisteredFile]) -> None:
     """Fail loudly, naming each file and its offsets, when a needed dump file is gone."""
-    missing = [f for f in files if f.retired or not Path(f.path).exists()]
+    missing = [f for f in files if f.retired or not storage_files.exists(f.path)]
     if missing:
         described = "; ".join(
             f.describe() + (f" retired to {f.archived_to}" if f.archived_to else "")

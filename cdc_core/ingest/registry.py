@@ -12,10 +12,10 @@ dump could silently change records already bound to a window).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,6 +29,8 @@ from cdc_core.ingest.dumps import (
     scan_dump_files,
 )
 from cdc_core.shard.log import append_rows
+from cdc_core.storage import delta_options
+from cdc_core.storage import files as storage_files
 
 FILES_SCHEMA = pa.schema(
     [
@@ -140,11 +142,10 @@ class RegisteredFile:
 class Registry:
     """The registry of one topic's dumps: ``files`` and ``retired`` Delta tables under ``root``."""
 
-    def __init__(self, root: Path | str, topic: str) -> None:
-        self.root = Path(root)
+    def __init__(self, root: os.PathLike[str] | str, topic: str) -> None:
         self.topic = topic
-        self.files_path = str(self.root / "files")
-        self.retired_path = str(self.root / "retired")
+        self.files_path = storage_files.join(os.fspath(root), "files")
+        self.retired_path = storage_files.join(os.fspath(root), "retired")
         self._cached: _Tables | None = None
 
     def files(self, reaching: Mapping[int, int] | None = None) -> list[RegisteredFile]:
@@ -272,10 +273,11 @@ class RegisteredPaths:
 
     def _look(self) -> None:
         """Bring ``_paths`` to the table's latest version."""
-        if not DeltaTable.is_deltatable(self._files_path):
+        options = delta_options(self._files_path)
+        if not DeltaTable.is_deltatable(self._files_path, storage_options=options):
             self._seen, self._read, self._paths = None, frozenset(), set()
             return
-        table = DeltaTable(self._files_path)
+        table = DeltaTable(self._files_path, storage_options=options)
         seen = (table.metadata().id, table.version())
         if seen == self._seen:
             return
@@ -299,7 +301,10 @@ def _registered_paths(files_path: str) -> RegisteredPaths:
 
 def _version(path: str) -> int:
     """A Delta table's version (-1 before it exists)."""
-    return DeltaTable(path).version() if DeltaTable.is_deltatable(path) else -1
+    options = delta_options(path)
+    if not DeltaTable.is_deltatable(path, storage_options=options):
+        return -1
+    return DeltaTable(path, storage_options=options).version()
 
 
 def _read_table(path: str, schema: pa.Schema, version: int) -> pa.Table:
@@ -307,7 +312,8 @@ def _read_table(path: str, schema: pa.Schema, version: int) -> pa.Table:
     columns a registry written by an older reclock lacks read as nulls)."""
     if version < 0:
         return schema.empty_table()
-    table = DeltaTable(path, version=version).to_pyarrow_table()
+    options = delta_options(path)
+    table = DeltaTable(path, version=version, storage_options=options).to_pyarrow_table()
     return pa.table({
         f.name: table[f.name].cast(f.type) if f.name in table.column_names
         else pa.nulls(table.num_rows, f.type)

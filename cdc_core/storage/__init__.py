@@ -6,10 +6,14 @@ locations are reached (the same settings reach pyarrow, delta-rs and Spark's s3a
 
 Public names: Location, is_remote, spark_path, from_spark_path, UnsupportedScheme, NotLocal,
 S3Settings, InsecureEndpoint, UnsafeCommits, LocationUnreachable, FileEntry,
-delta_options, spark_conf.
+delta_options, on_workers, spark_conf.
 """
 
+import functools
 import os
+from collections.abc import Callable, Iterator, Sequence
+
+import pyarrow as pa
 
 from cdc_core.storage import files, settings
 from cdc_core.storage.files import FileEntry, LocationUnreachable
@@ -27,6 +31,27 @@ from cdc_core.storage.settings import InsecureEndpoint, S3Settings, UnsafeCommit
 def delta_options(path: str) -> dict[str, str] | None:
     """delta-rs ``storage_options`` for a table at ``path`` (None for a local table)."""
     return settings.current().delta_options() if "://" in path else None
+
+
+def on_workers(
+    function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], paths: Sequence[str]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``function`` for ``mapInArrow`` over ``paths``, carrying the storage settings when
+    a path is on an object store: a Python worker has no loaded config, and its
+    environment is the one its JVM started with, so it would not know the endpoint or keys."""
+    if not any(is_remote(path) for path in paths):
+        return function
+    return functools.partial(_with_settings, settings.current(), function)
+
+
+def _with_settings(
+    shipped: S3Settings,
+    function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """On a worker: make the driver's settings the process's, then run ``function``."""
+    settings.use(shipped)
+    return function(batches)
 
 
 def spark_conf(*places: os.PathLike[str] | str) -> dict[str, str]:
@@ -49,6 +74,7 @@ __all__ = [
     "files",
     "from_spark_path",
     "is_remote",
+    "on_workers",
     "settings",
     "spark_conf",
     "spark_path",
