@@ -31,7 +31,6 @@ from dagster import (
     asset,
 )
 from dagster_pyspark import PySparkResource
-from deltalake import DeltaTable
 
 from assets.partitions import to_datetime, window_bounds
 from assets.source_assets import output_key, source_tags
@@ -39,7 +38,7 @@ from cdc_core.cdcv2 import DataColumns, Encoding, export_shard, write_parts
 from cdc_core.cdcv2.data_columns import UnsupportedColumnType
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier, iso
-from cdc_core.shard import Shard
+from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.leases import read_leases, reading
 from resources.lake import LakeResource
 
@@ -130,7 +129,7 @@ def export_windows(
     ordered = sorted(windows, key=lambda w: w.start)
     upper = TimeFrontier.at(ordered[-1].end + 1)
     stream = export_shard(shard.refresh(), ordered[0].start + 1, upper)
-    live = {r.holder for r in read_leases(shard.path, DeltaTable(shard.path)).live()}
+    live = {r.holder for r in read_leases(shard.path, existing_table(shard.path)).live()}
     work = work_folder(root)
     work.mkdir(parents=True, exist_ok=True)
     staging = {}
@@ -249,7 +248,7 @@ def cdcv2_export_asset(
         while the export runs, and released at the end, also on failure.
         """
         pipeline = lake.open(pyspark.spark_session, config, source)
-        root = pipeline.root / EXPORT_FOLDER
+        root = Path(pipeline.root) / EXPORT_FOLDER  # local only: NotLocal on object storage
         root.mkdir(parents=True, exist_ok=True)
         keys = sorted(context.partition_keys)
         windows = [window_bounds(partitions.time_window_for_partition_key(k)) for k in keys]

@@ -6,15 +6,13 @@ deployment uses are configured in one place and nothing in the Dagster layer bui
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from dagster import ConfigurableResource
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier
 from cdc_core.source import SourcePipeline, stored_outputs_upper, unregistered_dumps
-from cdc_core.storage import Location
+from cdc_core.storage import Location, located
 
 
 class LakeResource(ConfigurableResource):
@@ -26,25 +24,25 @@ class LakeResource(ConfigurableResource):
 
     @property
     def _lake(self) -> Location:
-        return Location.parse(self.root)
+        return located(self.root)
 
     @property
     def _landing(self) -> Location:
-        return Location.parse(self.landing)
+        return located(self.landing)
 
-    def source_root(self, source: SourceConfig) -> Path:
-        """The folder holding the source's tables."""
-        return Path(self._lake / source.name)
+    def source_root(self, source: SourceConfig) -> Location:
+        """The folder (or object-store prefix) holding the source's tables."""
+        return self._lake / source.name
 
     def open(self, spark: SparkSession, config: Config, source: SourceConfig) -> SourcePipeline:
         """The source's pipeline on this lake: its shards opened (created when missing)."""
-        return SourcePipeline(spark, config, source, Path(self._lake), Path(self._landing))
+        return SourcePipeline(spark, config, source, self._lake, self._landing)
 
     def outputs_upper(self, source: SourceConfig) -> TimeFrontier:
         """Where the source's outputs stand, from the Delta logs alone (no Spark)."""
-        return stored_outputs_upper(Path(self._lake), source)
+        return stored_outputs_upper(self._lake, source)
 
     def unregistered(self, config: Config) -> list[str]:
         """Paths of dump files landed but not registered yet: every source's, and every
         transaction group's transaction topic's."""
-        return unregistered_dumps(config, Path(self._lake), self._landing)
+        return unregistered_dumps(config, self._lake, self._landing)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -18,7 +17,7 @@ from pyspark.sql.types import StructType
 from cdc_core.checks.invariants import CheckOutcome, fingerprint
 from cdc_core.frontier import iso
 from cdc_core.schemas import VALID_FROM, VALID_TO, history_schema
-from cdc_core.shard import Shard
+from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.delta_io import live_files, read_files
 from cdc_core.shard.handle import UPPER
 from cdc_core.shard.log import read_frontier
@@ -31,9 +30,9 @@ def history_versions(
 ) -> CheckOutcome:
     """The history at ``path`` holds well-formed versions, is published through ``through``
     (its upper is beyond it), and its open versions are the rows of ``changes`` then."""
-    if not DeltaTable.is_deltatable(path):
+    table = existing_table(path)
+    if table is None:
         return CheckOutcome(False, f"no history table at {path}", {"published": False})
-    table = DeltaTable(path)
     upper = read_frontier(table, UPPER)
     if upper.time is None or upper.time <= through:
         return CheckOutcome(

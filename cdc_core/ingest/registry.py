@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.frontier import OffsetFrontier
@@ -28,8 +27,7 @@ from cdc_core.ingest.dumps import (
     DumpFile,
     scan_dump_files,
 )
-from cdc_core.shard.log import append_rows
-from cdc_core.storage import delta_options
+from cdc_core.shard.log import append_rows, existing_table
 from cdc_core.storage import files as storage_files
 
 FILES_SCHEMA = pa.schema(
@@ -144,8 +142,8 @@ class Registry:
 
     def __init__(self, root: os.PathLike[str] | str, topic: str) -> None:
         self.topic = topic
-        self.files_path = storage_files.join(os.fspath(root), "files")
-        self.retired_path = storage_files.join(os.fspath(root), "retired")
+        self.files_path = storage_files.join(str(root), "files")
+        self.retired_path = storage_files.join(str(root), "retired")
         self._cached: _Tables | None = None
 
     def files(self, reaching: Mapping[int, int] | None = None) -> list[RegisteredFile]:
@@ -273,11 +271,10 @@ class RegisteredPaths:
 
     def _look(self) -> None:
         """Bring ``_paths`` to the table's latest version."""
-        options = delta_options(self._files_path)
-        if not DeltaTable.is_deltatable(self._files_path, storage_options=options):
+        table = existing_table(self._files_path)
+        if table is None:
             self._seen, self._read, self._paths = None, frozenset(), set()
             return
-        table = DeltaTable(self._files_path, storage_options=options)
         seen = (table.metadata().id, table.version())
         if seen == self._seen:
             return
@@ -301,10 +298,8 @@ def _registered_paths(files_path: str) -> RegisteredPaths:
 
 def _version(path: str) -> int:
     """A Delta table's version (-1 before it exists)."""
-    options = delta_options(path)
-    if not DeltaTable.is_deltatable(path, storage_options=options):
-        return -1
-    return DeltaTable(path, storage_options=options).version()
+    table = existing_table(path)
+    return -1 if table is None else table.version()
 
 
 def _read_table(path: str, schema: pa.Schema, version: int) -> pa.Table:
@@ -312,8 +307,7 @@ def _read_table(path: str, schema: pa.Schema, version: int) -> pa.Table:
     columns a registry written by an older reclock lacks read as nulls)."""
     if version < 0:
         return schema.empty_table()
-    options = delta_options(path)
-    table = DeltaTable(path, version=version, storage_options=options).to_pyarrow_table()
+    table = existing_table(path, version).to_pyarrow_table()
     return pa.table({
         f.name: table[f.name].cast(f.type) if f.name in table.column_names
         else pa.nulls(table.num_rows, f.type)

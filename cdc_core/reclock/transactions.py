@@ -42,7 +42,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -72,6 +71,7 @@ from cdc_core.reclock.remap import (
     propose_frontiers,
 )
 from cdc_core.shard import Shard
+from cdc_core.storage import LocationLike, located
 from cdc_core.vocabulary import ReclockPolicy
 
 # A group binding element: member source -> partition -> next offset. The transaction
@@ -109,9 +109,9 @@ TRANSACTION_EVENT = StructType(
 )
 
 
-def transaction_registry(root: Path, topic: str) -> Registry:
+def transaction_registry(root: LocationLike, topic: str) -> Registry:
     """Where the group rooted at ``root`` registers its transaction topic's dumps."""
-    return Registry(Path(root) / "dumps", topic)
+    return Registry(located(root) / "dumps", topic)
 
 
 # How many overdue transaction ids a report names (the count is always exact).
@@ -165,7 +165,7 @@ class TransactionGroupBinder:
     def __init__(
         self,
         spark: SparkSession,
-        root: Path,
+        root: LocationLike,
         topic: str,
         members: Sequence[Member],
         timeout_ms: int,
@@ -174,10 +174,10 @@ class TransactionGroupBinder:
         self.topic = topic
         self.timeout_ms = timeout_ms
         self.members = {m.name: m for m in members}
-        self.root = Path(root)
+        self.root = located(root)
         self.registry = transaction_registry(root, topic)
-        self.bindings = Shard.open(spark, str(Path(root) / "bindings"), GROUP_BINDING)
-        self.admitted = Shard.open(spark, str(Path(root) / "admitted"), ADMITTED)
+        self.bindings = Shard.open(spark, str(self.root / "bindings"), GROUP_BINDING)
+        self.admitted = Shard.open(spark, str(self.root / "admitted"), ADMITTED)
 
     def member_bindings(
         self, member: str, previous: OffsetFrontier, bound: int, windows: Windows

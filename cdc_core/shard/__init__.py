@@ -11,7 +11,7 @@ reclock writes), ``leases`` (reader and writer registrations in the log), ``delt
 """
 
 from cdc_core.shard.handle import ShardUsageError, stored_upper
-from cdc_core.shard.log import ShardStorageError
+from cdc_core.shard.log import ShardStorageError, existing_table
 from cdc_core.shard.read import ProgressStatement
 from cdc_core.shard.shard import Shard
 from cdc_core.shard.write import StagedBatch, UpperMismatch
@@ -23,5 +23,6 @@ __all__ = [
     "ShardUsageError",
     "StagedBatch",
     "UpperMismatch",
+    "existing_table",
     "stored_upper",
 ]

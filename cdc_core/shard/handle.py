@@ -19,12 +19,13 @@ from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import DataFile
 from cdc_core.shard.log import (
     commit_once,
+    existing_table,
     frontier_transactions,
     location_failure,
     open_or_create,
     read_frontier,
 )
-from cdc_core.storage import delta_options, files
+from cdc_core.storage import files
 from cdc_core.updates import DIFF, TIME
 
 UPPER = "reclock.upper"
@@ -129,13 +130,14 @@ class ShardHandle:
         self._table.update_incremental()
         self._load_state()
 
-    def _files(self) -> list[DataFile]:
+    def live_files(self) -> list[DataFile]:
+        """The data files of the version this handle last loaded."""
         with location_failure(f"listing the files of {self.path}"):
             return delta_io.live_files(self._table)
 
     def _files_holding(self, low: int | None, high: int | None) -> list[DataFile]:
         """The files whose ``time`` statistics may hold times in [low, high]."""
-        return [f for f in self._files() if f.may_hold_times(low, high)]
+        return [f for f in self.live_files() if f.may_hold_times(low, high)]
 
     def _read(self, low: int | None, high: int | None) -> DataFrame:
         """The rows of the files that may hold times in [low, high], read by Spark."""
@@ -147,7 +149,5 @@ class ShardHandle:
 def stored_upper(path: str) -> TimeFrontier:
     """The upper committed at ``path``, read from its Delta log alone: no Spark, nothing
     created (a sensor's look must change nothing). ``[0]`` where no shard exists yet."""
-    options = delta_options(path)
-    if not DeltaTable.is_deltatable(path, storage_options=options):
-        return TimeFrontier.at(0)
-    return read_frontier(DeltaTable(path, storage_options=options), UPPER)
+    table = existing_table(path)
+    return TimeFrontier.at(0) if table is None else read_frontier(table, UPPER)

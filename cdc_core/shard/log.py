@@ -170,6 +170,15 @@ def _landed(
     return any(entry.get(COMMIT_ID_KEY) == commit_id for entry in history)
 
 
+def existing_table(location: str, version: int | None = None) -> DeltaTable | None:
+    """The Delta table at ``location`` (at ``version``, else its latest), opened with the
+    storage settings; None where there is none. Creates nothing: a look changes nothing."""
+    options = delta_options(location)
+    if not DeltaTable.is_deltatable(location, storage_options=options):
+        return None
+    return DeltaTable(location, version=version, storage_options=options)
+
+
 def open_or_create(
     location: str,
     schema: DeltaSchema,

@@ -64,7 +64,7 @@ class ShardMaintainer(ShardHandle):
         (fewer, larger files) compaction; changes no snapshot at or after since."""
         self.refresh()
         since = self._since
-        inputs = _compaction_inputs(self._files(), since)
+        inputs = _compaction_inputs(self.live_files(), since)
         if not inputs:
             return
         batch_id = delta_io.new_batch_id(self.writer)
@@ -78,7 +78,7 @@ class ShardMaintainer(ShardHandle):
             actions,
             [],
             commit_metadata("compact", f"{len(inputs)} file(s) -> {len(outputs)}, since {since}"),
-            still_valid=lambda: replaced <= {f.path for f in self._files()},
+            still_valid=lambda: replaced <= {f.path for f in self.live_files()},
         )
         if not committed:
             delta_io.delete_batches(self.path, [batch_id])

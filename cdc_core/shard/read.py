@@ -99,7 +99,7 @@ class ShardReader(ShardHandle):
     def holds_updates(self) -> bool:
         """Whether any live file holds updates, from the log alone: a reader of a shard
         that never received any can skip reading (and joining against) it altogether."""
-        return bool(self._files())
+        return bool(self.live_files())
 
     def progress(self, from_time: int | None = None) -> list[ProgressStatement]:
         """The progress statements recorded by the commits, oldest first; ``from_time``:

@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import functools
 import operator
-import os
 import uuid
-from urllib.parse import unquote, urlparse
 
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -35,7 +32,7 @@ from pyspark.sql.types import StructType
 from cdc_core.envelopes.upsert import with_key
 from cdc_core.frontier import TimeFrontier
 from cdc_core.schemas import VALID_FROM, VALID_TO, history_schema
-from cdc_core.shard import Shard, ShardUsageError
+from cdc_core.shard import Shard, ShardUsageError, existing_table
 from cdc_core.shard.delta_io import (
     DataFile,
     add_action,
@@ -54,14 +51,15 @@ from cdc_core.shard.log import (
     open_or_create,
     read_frontier,
 )
+from cdc_core.storage import files as storage_files
+from cdc_core.storage import from_spark_path
 from cdc_core.updates import DIFF, TIME, consolidate
 
 
 def history_upper(path: str) -> TimeFrontier:
     """Where the history at ``path`` stands (``[0]``: nothing yet), from its Delta log alone."""
-    if not DeltaTable.is_deltatable(path):
-        return TimeFrontier.minimum()
-    return read_frontier(DeltaTable(path), UPPER)
+    table = existing_table(path)
+    return TimeFrontier.minimum() if table is None else read_frontier(table, UPPER)
 
 
 def refresh_history(
@@ -194,7 +192,7 @@ def _files_with_open_versions_of(
     the key and ``valid_to`` columns; only file names reach the driver."""
     if not files:
         return []
-    by_location = {os.path.abspath(os.path.join(path, f.path)): f for f in files}
+    by_location = {storage_files.join(path, f.path): f for f in files}
     open_versions = read_files(closings.sparkSession, path, files, schema).where(
         F.col(VALID_TO).isNull()
     )
@@ -205,7 +203,7 @@ def _files_with_open_versions_of(
         .distinct()
         .collect()
     )
-    return [by_location[os.path.abspath(unquote(urlparse(row["_file"]).path))] for row in located]
+    return [by_location[from_spark_path(row["_file"])] for row in located]
 
 
 def _join_on_keys(left: DataFrame, right: DataFrame, keys: list[str], how: str) -> DataFrame:

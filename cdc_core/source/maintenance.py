@@ -17,11 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deltalake import DeltaTable
-
 from cdc_core.frontier import TimeFrontier
 from cdc_core.reclock.transactions import TransactionGroupBinder
-from cdc_core.shard import Shard
+from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.maintenance import tidy_table
 from cdc_core.source.resumption import (
@@ -79,7 +77,7 @@ def maintain_shard(shard: Shard, horizon_ms: int | None, log_keep_ms: int) -> Ta
     time, nor a live reader's hold), compact it, collect the files removed more than
     ``log_keep_ms`` ago and trim its log to that much."""
     shard.refresh()
-    before = len(live_files(DeltaTable(shard.path)))
+    before = len(shard.live_files())
     upper = shard.upper.time
     if horizon_ms is not None and upper is not None and upper > 0:
         target = TimeFrontier.at(min(horizon_ms, upper - 1))
@@ -88,7 +86,7 @@ def maintain_shard(shard: Shard, horizon_ms: int | None, log_keep_ms: int) -> Ta
     shard.compact()
     collected = shard.gc(retention_hours=log_keep_ms / 3_600_000)
     trimmed = shard.trim_log(log_keep_ms)
-    after = len(live_files(DeltaTable(shard.refresh().path)))
+    after = len(shard.refresh().live_files())
     return TableUpkeep(before, after, len(collected), len(trimmed), shard.since)
 
 
@@ -98,14 +96,14 @@ def maintain_table(
     """Collect and trim a table that is no shard (None when it does not exist yet);
     ``compact``: first merge its small files (an append-only registry gains one per
     registration; ``state`` is rewritten whole by every publish and is not compacted)."""
-    if not DeltaTable.is_deltatable(str(path)):
+    table = existing_table(str(path))
+    if table is None:
         return None
-    table = DeltaTable(str(path))
     before = len(live_files(table))
     if compact and before >= SMALL_FILES:
         table.optimize.compact()
     collected, trimmed = tidy_table(str(path), log_keep_ms)
-    after = len(live_files(DeltaTable(str(path))))
+    after = len(live_files(existing_table(str(path))))
     return TableUpkeep(before, after, len(collected), len(trimmed))
 
 

@@ -20,9 +20,7 @@ import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -47,7 +45,7 @@ from cdc_core.reclock.transactions import (
     transaction_registry,
 )
 from cdc_core.schemas import ERROR, REMAP, history_schema
-from cdc_core.shard import Shard, ShardUsageError, stored_upper
+from cdc_core.shard import Shard, ShardUsageError, existing_table, stored_upper
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
 from cdc_core.source.evolution import settle_schema
@@ -67,7 +65,7 @@ from cdc_core.source.resumption import (
 )
 from cdc_core.source.state import current_rows, published_updates, refresh_state
 from cdc_core.source.swap import check_not_mid_swap
-from cdc_core.storage import Location
+from cdc_core.storage import Location, LocationLike, located
 from cdc_core.vocabulary import Envelope, RetirePolicy
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
@@ -86,26 +84,26 @@ def output_tables(source: SourceConfig) -> list[str]:
     return tables + (["dedup"] if source.envelope == Envelope.DEBEZIUM else [])
 
 
-def stored_outputs_upper(lake: Path, source: SourceConfig) -> TimeFrontier:
+def stored_outputs_upper(lake: LocationLike, source: SourceConfig) -> TimeFrontier:
     """Where the source's outputs stand (the meet of their uppers), read from the Delta
     logs alone: no Spark, nothing created, so a sensor's look changes nothing."""
     meet = TimeFrontier.empty()
     for table in output_tables(source):
-        meet = meet.meet(stored_upper(str(Path(lake) / source.name / table)))
+        meet = meet.meet(stored_upper(str(located(lake) / source.name / table)))
     return meet
 
 
-def source_registry(lake: Path, source: SourceConfig) -> Registry:
+def source_registry(lake: LocationLike, source: SourceConfig) -> Registry:
     """The registry of ``source``'s dumps in ``lake``."""
-    return Registry(Path(lake) / source.name / "dumps", source.topic)
+    return Registry(located(lake) / source.name / "dumps", source.topic)
 
 
-def group_root(lake: Path, group: TransactionGroup) -> Path:
+def group_root(lake: LocationLike, group: TransactionGroup) -> Location:
     """The folder of ``group``'s bindings and transaction dumps in ``lake``."""
-    return Path(lake) / TRANSACTIONS_FOLDER / group.name
+    return located(lake) / TRANSACTIONS_FOLDER / group.name
 
 
-def unregistered_dumps(config: Config, lake: Path, landing: Path | Location) -> list[str]:
+def unregistered_dumps(config: Config, lake: LocationLike, landing: LocationLike) -> list[str]:
     """Paths of landed dump files no registry of ``lake`` holds yet: each source's topic,
     and each transaction group's transaction topic (a member's run registers those)."""
     registries = [source_registry(lake, source) for source in config.sources]
@@ -120,7 +118,7 @@ def unregistered_dumps(config: Config, lake: Path, landing: Path | Location) -> 
 
 
 def transaction_binder(
-    spark: SparkSession, config: Config, lake: Path, source: str
+    spark: SparkSession, config: Config, lake: LocationLike, source: str
 ) -> TransactionGroupBinder | None:
     """The binder of ``source``'s transaction group (None when it belongs to none): the
     group's bindings and transaction dumps under ``<lake>/_transactions/<group>``, and
@@ -169,7 +167,7 @@ class WindowReport:
 @dataclass(frozen=True)
 class TableStatus:
     """One table of a source, as ``reclock inspect`` shows it."""
-    path: Path
+    path: str
     schema: StructType
     version: int
     rows: int
@@ -231,23 +229,23 @@ class SourcePipeline:
         spark: SparkSession,
         config: Config,
         source: SourceConfig,
-        lake: Path,
-        landing: Path,
+        lake: LocationLike,
+        landing: LocationLike,
         *,
-        group_lake: Path | None = None,
+        group_lake: LocationLike | None = None,
     ) -> None:
         """``group_lake``: the lake of the source's transaction group (``lake`` unless the
         tables are built elsewhere, as a rebuild does, binding with the group in place)."""
         self.spark = spark
         self.config = config
         self.source = source
-        self.root = Path(lake) / source.name
-        self.landing = Path(landing)
+        self.root = located(lake) / source.name
+        self.landing = located(landing)
         # Before any table is opened: never create tables where a rebuilt source is about
         # to move in, and evolve what a config change reshapes (or refuse the change).
-        check_not_mid_swap(Path(lake), source.name)
+        check_not_mid_swap(located(lake), source.name)
         settle_schema(self.root, source)
-        self.registry = source_registry(Path(lake), source)
+        self.registry = source_registry(lake, source)
         self.remap = Shard.open(spark, str(self.root / "remap"), REMAP)
         self.reclocked = Shard.open(spark, str(self.root / "reclocked"), source.reclocked_schema)
         self.changes = Shard.open(spark, str(self.root / "changes"), source.output_schema)
@@ -258,7 +256,7 @@ class SourcePipeline:
             else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
-        self.group = transaction_binder(spark, config, Path(group_lake or lake), source.name)
+        self.group = transaction_binder(spark, config, group_lake or lake, source.name)
         self.encodings = {
             part: PartEncoding(
                 source.key_encoding if part == "key" else source.value_encoding,
@@ -626,7 +624,7 @@ class SourcePipeline:
         tables = {"remap": maintain_shard(self.remap, None, keep_ms)}
         for name in output_tables(self.source):
             tables[name] = maintain_shard(getattr(self, name), horizon, keep_ms)
-        plain = {"state": self.root / "state", "history": self.root / "history",
+        plain = {"state": str(self.root / "state"), "history": str(self.root / "history"),
                  "upstream": self.upstream.path}
         registries = {"dumps/files": self.registry.files_path,
                       "dumps/retired": self.registry.retired_path}
@@ -687,9 +685,9 @@ def _committed_counts(shard: Shard, from_time: int) -> dict[int, int]:
 
 def _table_status(shard: Shard) -> TableStatus:
     shard.refresh()
-    files = live_files(DeltaTable(shard.path))
+    files = shard.live_files()
     return TableStatus(
-        path=Path(shard.path),
+        path=shard.path,
         schema=shard.data_schema,
         version=shard.version,
         rows=sum(f.num_records for f in files),
@@ -698,10 +696,11 @@ def _table_status(shard: Shard) -> TableStatus:
     )
 
 
-def _plain_table_status(path: Path, schema: StructType) -> TableStatus:
-    if not DeltaTable.is_deltatable(str(path)):
+def _plain_table_status(place: Location, schema: StructType) -> TableStatus:
+    path = str(place)
+    table = existing_table(path)
+    if table is None:
         return TableStatus(path, schema, -1, 0, None, None)
-    table = DeltaTable(str(path))
     files = live_files(table)
     return TableStatus(
         path, schema, table.version(), sum(f.num_records for f in files), None, None

@@ -11,8 +11,7 @@ are then retired (archived or deleted), and the remap's since advances to ``T - 
 
 from __future__ import annotations
 
-import os
-import shutil
+import posixpath
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.ingest import RegisteredFile, Registry
 from cdc_core.reclock import HeldPartition, held_partitions, offsets_for
 from cdc_core.reclock.remap import ReclockSource
-from cdc_core.shard import Shard, ShardStorageError
+from cdc_core.shard import Shard, ShardStorageError, existing_table
 from cdc_core.shard.delta_io import (
     add_action,
     delete_batches,
@@ -35,6 +34,8 @@ from cdc_core.shard.delta_io import (
     write_arrow,
 )
 from cdc_core.shard.log import commit_metadata, commit_once, open_or_create
+from cdc_core.storage import LocationLike, located
+from cdc_core.storage import files as storage_files
 from cdc_core.vocabulary import RetirePolicy
 
 COMMIT_APP_ID = "upstream-commit"
@@ -84,10 +85,8 @@ class UpstreamCommit:
 
     def read(self) -> ResumptionFrontiers | None:
         """The committed frontiers, or None before the first commit."""
-        if not DeltaTable.is_deltatable(self.path):
-            return None
-        table = DeltaTable(self.path)
-        return self._frontiers(table)
+        table = existing_table(self.path)
+        return None if table is None else self._frontiers(table)
 
     @staticmethod
     def _frontiers(table: DeltaTable) -> ResumptionFrontiers | None:
@@ -179,8 +178,8 @@ def retire(
     upstream: UpstreamCommit,
     *,
     mode: RetirePolicy | str,
-    landing: Path | str,
-    archive: Path | str,
+    landing: LocationLike,
+    archive: LocationLike,
     now_ms: int,
 ) -> RetireReport:
     """Commit the resumption frontiers upstream, retire the dumps below them (moved under
@@ -206,8 +205,8 @@ def retire_files(
     files: Sequence[RegisteredFile],
     *,
     mode: RetirePolicy | str,
-    landing: Path | str,
-    archive: Path | str,
+    landing: LocationLike,
+    archive: LocationLike,
     now_ms: int,
 ) -> tuple[dict[str, str], list[str]]:
     """Move ``files`` under ``archive`` (keeping their path relative to ``landing``) or
@@ -216,24 +215,22 @@ def retire_files(
     archived: dict[str, str] = {}
     deleted: list[str] = []
     for registered in files:
-        registry_path = registered.path
-        source = Path(registry_path)
+        source = registered.path
         if mode == RetirePolicy.DELETE:
-            source.unlink(missing_ok=True)
-            deleted.append(registry_path)
+            storage_files.delete_file(source)
+            deleted.append(source)
             continue
-        target = Path(archive) / _relative_to(source, Path(landing))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if os.path.lexists(source):  # a dangling or looping link moves as a link
-            shutil.move(source, target)
-        archived[registry_path] = str(target)
+        target = storage_files.join(str(located(archive)), _relative_to(source, landing))
+        storage_files.move_file(source, target)
+        archived[source] = target
     registry.mark_retired({**archived, **dict.fromkeys(deleted)}, now_ms)
     return archived, deleted
 
 
-def _relative_to(path: Path, root: Path) -> Path:
-    relative = os.path.relpath(path, root)
-    return Path(path.name) if relative.startswith("..") else Path(relative)
+def _relative_to(path: str, root: LocationLike) -> str:
+    """``path`` relative to the folder ``root``; its name alone when it lies elsewhere."""
+    prefix = str(located(root)).rstrip("/") + "/"
+    return path.removeprefix(prefix) if path.startswith(prefix) else posixpath.basename(path)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from cdc_core.shard import Shard
+from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.delta_io import (
     DataFile,
     add_action,
@@ -37,9 +37,8 @@ ROWS_KEY = "reclock.state_rows"
 def published_as_of(path: str) -> int | None:
     """The time ``state`` at ``path`` was last published as of (None: never), from its
     Delta log alone."""
-    if not DeltaTable.is_deltatable(path):
-        return None
-    return DeltaTable(path).transaction_version(STATE_AS_OF)
+    table = existing_table(path)
+    return None if table is None else table.transaction_version(STATE_AS_OF)
 
 
 def current_rows(snapshot: DataFrame, schema: StructType) -> DataFrame:
@@ -98,9 +97,9 @@ def published_updates(
     newest commit is that publish); None otherwise. An envelope reads the prior contents
     of its keys here instead of the history of ``changes``, which grows with every window
     while ``state`` grows only with the keys."""
-    if not DeltaTable.is_deltatable(path):
+    table = existing_table(path)
+    if table is None:
         return None
-    table = DeltaTable(path)
     files = live_files(table)
     if table.transaction_version(STATE_AS_OF) != as_of or not _untouched_since_published(
         table, files

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cdc_core.phases import phase
+from cdc_core.storage import LocationLike, files, located
 
 STAGING = ".rebuild"
 REPLACED = ".replaced"
@@ -32,12 +33,13 @@ def staging_lake(lake: Path) -> Path:
     return Path(lake) / STAGING
 
 
-def check_not_mid_swap(lake: Path, name: str) -> None:
+def check_not_mid_swap(lake: LocationLike, name: str) -> None:
     """Refuse to open a source caught between the two renames of its swap."""
-    if not (Path(lake) / name).exists() and (staging_lake(lake) / name).exists():
+    waiting = files.join(str(located(lake)), STAGING, name)
+    if not files.exists(files.join(str(located(lake)), name)) and files.exists(waiting):
         raise RebuildUnfinished(
             f"source {name!r} is being rebuilt: its new tables wait in "
-            f"{staging_lake(lake) / name}; run `reclock rebuild --source {name}` to finish"
+            f"{waiting}; run `reclock rebuild --source {name}` to finish"
         )
 
 

@@ -4,9 +4,9 @@
 locations are reached (the same settings reach pyarrow, delta-rs and Spark's s3a);
 ``files`` holds the driver's file operations on both.
 
-Public names: Location, is_remote, spark_path, from_spark_path, UnsupportedScheme, NotLocal,
-S3Settings, InsecureEndpoint, UnsafeCommits, LocationUnreachable, FileEntry,
-delta_options, on_workers, spark_conf.
+Public names: Location, LocationLike, located, is_remote, spark_path, from_spark_path,
+UnsupportedScheme, NotLocal, S3Settings, InsecureEndpoint, UnsafeCommits,
+LocationUnreachable, FileEntry, delta_options, on_workers, spark_conf.
 """
 
 import functools
@@ -19,10 +19,12 @@ from cdc_core.storage import files, settings
 from cdc_core.storage.files import FileEntry, LocationUnreachable
 from cdc_core.storage.location import (
     Location,
+    LocationLike,
     NotLocal,
     UnsupportedScheme,
     from_spark_path,
     is_remote,
+    located,
     spark_path,
 )
 from cdc_core.storage.settings import InsecureEndpoint, S3Settings, UnsafeCommits
@@ -65,6 +67,7 @@ __all__ = [
     "FileEntry",
     "InsecureEndpoint",
     "Location",
+    "LocationLike",
     "LocationUnreachable",
     "NotLocal",
     "S3Settings",
@@ -74,6 +77,7 @@ __all__ = [
     "files",
     "from_spark_path",
     "is_remote",
+    "located",
     "on_workers",
     "settings",
     "spark_conf",

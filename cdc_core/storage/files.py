@@ -19,6 +19,8 @@ import contextlib
 import functools
 import os
 import posixpath
+import shutil
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -153,6 +155,20 @@ def write_bytes(text: str, data: bytes) -> None:
         out.write(data)
 
 
+def replace_file(text: str, data: bytes) -> None:
+    """Write a whole file that others may read meanwhile, never seen half-written: locally
+    a temporary of its own then a rename, on S3 one PUT (an object is visible whole)."""
+    fs, path, location = resolve(text)
+    if not location.is_local:
+        write_bytes(text, data)
+        return
+    temporary = posixpath.join(
+        posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp"
+    )
+    write_bytes(temporary, data)
+    fs.move(temporary, path)
+
+
 def make_folder(text: str) -> None:
     """Create a local folder (with its parents); nothing to do on an object store."""
     fs, path, location = resolve(text)
@@ -184,6 +200,29 @@ def copy_file(source: str, target: str) -> None:
         fs.create_dir(posixpath.dirname(target_path), recursive=True)
     fs.copy_file(source_path, target_path)
 
+
+
+def move_file(source: str, target: str) -> None:
+    """Move one file, creating the target's local folder; a source already gone is no
+    error (a retire that crashed after moving it is repeated). Between local folders a
+    rename (a link moves as a link; across devices a copy, then a delete); otherwise a
+    copy (server-side within one store), then a delete of the source."""
+    source_fs, source_path, source_location = resolve(source)
+    target_fs, target_path, target_location = resolve(target)
+    if source_location.is_local and target_location.is_local:
+        if os.path.lexists(source_path):
+            os.makedirs(posixpath.dirname(target_path), exist_ok=True)
+            shutil.move(source_path, target_path)
+        return
+    if source_fs.get_file_info(source_path).type == pafs.FileType.NotFound:
+        return
+    if source_fs is target_fs:
+        copy_file(source, target)
+    else:
+        if target_location.is_local:
+            target_fs.create_dir(posixpath.dirname(target_path), recursive=True)
+        pafs.copy_files(source_path, target_path, source_fs, target_fs)
+    delete_file(source)
 
 
 def normalize(text: str) -> str:

@@ -111,6 +111,16 @@ class Location:
         return spark_path(str(self))
 
 
+# What names a lake or landing zone in code: a local path (a Path or its text), an
+# object-store URL's text, or a Location.
+LocationLike = os.PathLike[str] | str
+
+
+def located(place: LocationLike) -> Location:
+    """``place`` as a Location (a relative path from the working folder, as a Path is)."""
+    return Location.parse(place, base_dir=Path.cwd())
+
+
 def is_remote(place: os.PathLike[str] | str) -> bool:
     """Whether ``place`` (a Path, a path's text or a Location) is on an object store."""
     return isinstance(place, Location) and not place.is_local or (

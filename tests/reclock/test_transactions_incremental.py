@@ -142,7 +142,7 @@ def test_maintenance_keeps_the_group_from_its_slowest_member(
 
     report = a.maintain(T0 + 32 * 86_400_000)  # the retention horizon lies past every window
     assert report.transaction_dumps_retired == 2
-    archive = a.group.root / "archive" / TXN
+    archive = Path(a.group.root) / "archive" / TXN
     assert sorted(p.name for p in archive.iterdir()) == ["again-first.json", "first.json"]
     assert sorted(p.name for p in (landing / TXN).iterdir()) == [
         "again-second.json", "again-third.json", "second.json", "third.json"
