@@ -47,6 +47,7 @@ from cdc_core.source import (
 )
 from cdc_core.spark import get_spark
 from cdc_core.spark_server import DEFAULT_PORT, serve
+from cdc_core.storage import files, located
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.sample import write_sample
 
@@ -60,7 +61,7 @@ def _first_needed(
     of them; with ``exports``, the first window after the last exported one. Judged from
     the Delta logs and the folders alone, never by listing the windows already done. A
     source that has no export asset (``exportable``) needs no export folder."""
-    root = Path(config.lake) / source.name
+    root = located(config.lake) / source.name
     upper = stored_outputs_upper(config.lake, source).time
     needed = next((i for i, (_, end) in enumerate(closed) if upper is not None and end >= upper),
                   len(closed))  # fmt: skip
@@ -72,7 +73,8 @@ def _first_needed(
         needed = min(needed, len(closed) - 1)
     if exports and exportable(source):
         exported = next((i for i in range(len(closed) - 1, -1, -1)
-                         if (root / EXPORT_FOLDER / closed[i][0]).is_dir()), -1)  # fmt: skip
+                         if files.is_folder(str(root / EXPORT_FOLDER / closed[i][0]))),
+                        -1)  # fmt: skip
         needed = min(needed, exported + 1)
     return needed
 
@@ -222,7 +224,7 @@ def print_readers(config: Config, only: str | None) -> None:
         if only not in (None, source.name):
             continue
         print(f"source {source.name}:")
-        found = holds_under(str(Path(config.lake) / source.name))
+        found = holds_under(str(located(config.lake) / source.name))
         for hold in found:
             print(hold.describe())
         if not found:
@@ -232,8 +234,8 @@ def print_readers(config: Config, only: str | None) -> None:
 def manage_reader(config: Config, args: argparse.Namespace) -> None:
     """``reclock readers register|heartbeat|release`` on one shard of one source."""
     source = config.source(args.source).name
-    path = Path(config.lake) / source / args.table
-    if not (path / "_delta_log").is_dir():
+    path = located(config.lake) / source / args.table
+    if not files.is_folder(str(path / "_delta_log")):
         raise LeaseUsageError(f"{source} has no {args.table} table yet ({path})")
     book = LeaseBook(str(path))
     lease_ms = args.lease or config.readers.lease_ms
