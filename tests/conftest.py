@@ -19,9 +19,24 @@ from tests.source import test_bad_inputs as bad_inputs
 SAMPLE_FIRST_RUN_WINDOWS = 3  # of the sample's eight: the first run's slice
 
 
+# Delta's Spark connector rebuilds a table's state from its log in this many partitions
+# for every version it reads that it has not cached (each time-travel read): 50 by
+# default, tasks that cost seconds per read on the few commits of a test's table. Only the
+# tests read through delta-spark (reclock reads its logs with deltalake), so what they
+# read is the same; the time-travel tests of tests/shard/test_delta_spark.py run several
+# times faster.
+DELTA_SNAPSHOT_PARTITIONS = "1"
+
+
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
-    return get_spark("local[2]", {"spark.sql.shuffle.partitions": "4"})
+    return get_spark(
+        "local[2]",
+        {
+            "spark.sql.shuffle.partitions": "4",
+            "spark.databricks.delta.snapshotPartitions": DELTA_SNAPSHOT_PARTITIONS,
+        },
+    )
 
 
 @pytest.fixture(scope="session")
