@@ -15,6 +15,8 @@ default, one Kafka partition, a dump of 12 records a minute). Per age:
 - (b) one tick of the ``new_dumps`` sensor, evaluated in this process through Dagster's
   ``build_sensor_context`` on the history's instance (definitions loaded beforehand, as
   the code server holds them): the process's first tick apart from the ticks after it;
+  ``python -m benchmarks.age ticks --workdir DIR`` takes the ticks of the ages kept
+  there in turn, in one process, so that the machine's load weighs on every age alike;
 - (c) ``reclock inspect`` in a fresh process (its Spark session included);
 - (d) the UI: a ``dagster-webserver`` on 127.0.0.1 serving the history's instance, timed
   per GraphQL query the asset page sends for ``users/changes``: ``partition status``
@@ -434,32 +436,44 @@ def inspect(history: History) -> Sample:
     return run_process(command, history.env(), history.root / "inspect.log")
 
 
-def sensor_ticks(history: History, repeat: int) -> dict[str, list[Sample]]:
-    """(b) sensor ticks on the history's instance, the definitions loaded once: the
-    first tick of the process (a code server just started reads every registry whole)
-    apart from the ``repeat`` ticks after it (the daemon's steady state)."""
+def sensor_ticks(histories: Sequence[History], repeat: int) -> dict[int, list[Sample]]:
+    """(b) ``repeat + 1`` sensor ticks per history, taken in turn across ``histories`` in
+    this one process (so that the machine's load weighs on every age alike), each on its
+    history's instance with its definitions loaded once, as a code server holds them. The
+    first tick of each (the code server's first, which reads every registry whole) comes
+    first in its list."""
     from cdc_core.config import load_config
     from pipelines.build import build_definitions
     from resources.lake import LakeResource
 
-    os.environ["DAGSTER_HOME"] = str(history.home)
-    config = load_config(history.config)
-    definitions = build_definitions(config)
-    sensor = definitions.resolve_sensor_def("new_dumps")
-    resources = {"lake": LakeResource(root=str(config.lake), landing=str(config.landing))}
-    samples = []
-    cursor = None
-    with DagsterInstance.from_config(str(history.home)) as instance:
-        for _ in range(repeat + 1):
-            context = build_sensor_context(
-                instance=instance, cursor=cursor, resources=resources,
-                repository_def=definitions.get_repository_def(),
-            )  # fmt: skip
-            began, cpu = time.perf_counter(), time.process_time()
-            result = sensor.evaluate_tick(context)
-            samples.append(Sample(time.perf_counter() - began, time.process_time() - cpu,
-                                  f"{len(result.run_requests or [])} request(s)"))  # fmt: skip
-            cursor = result.cursor
+    loaded = []
+    for history in histories:
+        config = load_config(history.config)
+        definitions = build_definitions(config)
+        lake = LakeResource(root=str(config.lake), landing=str(config.landing))
+        loaded.append((history, definitions, {"lake": lake}))
+    samples: dict[int, list[Sample]] = {history.days: [] for history in histories}
+    cursors: dict[int, str | None] = dict.fromkeys(samples)
+    for _ in range(repeat + 1):
+        for history, definitions, resources in loaded:
+            os.environ["DAGSTER_HOME"] = str(history.home)
+            with DagsterInstance.from_config(str(history.home)) as instance:
+                context = build_sensor_context(
+                    instance=instance, cursor=cursors[history.days], resources=resources,
+                    repository_def=definitions.get_repository_def(),
+                )  # fmt: skip
+                began, cpu = time.perf_counter(), time.process_time()
+                result = definitions.resolve_sensor_def("new_dumps").evaluate_tick(context)
+                samples[history.days].append(Sample(
+                    time.perf_counter() - began, time.process_time() - cpu,
+                    f"{len(result.run_requests or [])} request(s)",
+                ))  # fmt: skip
+                cursors[history.days] = result.cursor
+    return samples
+
+
+def tick_measures(samples: list[Sample]) -> dict[str, list[Sample]]:
+    """A history's ticks as two measures: the process's first tick, and the ticks after."""
     return {"(b) sensor tick, first": samples[:1], "(b) sensor tick, later": samples[1:]}
 
 
@@ -532,7 +546,7 @@ def measure(
     """Every measure of one age, in an order that lets each find what it needs;
     ``cli_runs``: also one window through ``reclock materialize --through`` (once)."""
     results: dict[str, list[Sample]] = {}
-    results.update(sensor_ticks(history, repeat))
+    results.update(tick_measures(sensor_ticks([history], repeat)[history.days]))
     log("  (b) done")
     results["(c) reclock inspect"] = [inspect(history) for _ in range(repeat)]
     log("  (c) done")
@@ -634,6 +648,12 @@ def main(argv: list[str] | None = None) -> int:
     window.add_argument("--config", type=Path, required=True)
     window.add_argument("--key", required=True, help="the (last) window's partition key")
     window.add_argument("--first", help="the first window's key, for a range")
+    ticks = commands.add_parser(
+        "ticks", help="(b) alone, the ages' ticks taken in turn, on histories kept in --workdir"
+    )
+    ticks.add_argument("--workdir", type=Path, required=True)
+    ticks.add_argument("--days", type=int, nargs="+", default=[1, 365])
+    ticks.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--days", type=int, nargs="+", default=[1, 30, 365])
     parser.add_argument("--repeat", type=int, default=2, help="samples per measure")
     parser.add_argument(
@@ -652,6 +672,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "window":
         return run_window(args.config, args.key, args.first)
+    if args.command == "ticks":
+        kept = [History(days, args.workdir / f"{days}d", 0, 0) for days in args.days]
+        by_age = {days: tick_measures(samples)
+                  for days, samples in sensor_ticks(kept, args.repeat).items()}  # fmt: skip
+        for days, measures in by_age.items():
+            for name, samples in measures.items():
+                print(f"{days:>4}d {name:<28} {summary(samples)}")
+        print_ratios(by_age)
+        return 0
     base = args.workdir or Path(tempfile.mkdtemp(prefix="reclock-age-"))
     base.mkdir(parents=True, exist_ok=True)
 
