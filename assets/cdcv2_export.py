@@ -36,10 +36,18 @@ from assets.partitions import to_datetime, window_bounds
 from assets.source_assets import output_key, source_tags
 from cdc_core.cdcv2 import DataColumns, Encoding, export_shard, write_parts
 from cdc_core.cdcv2.data_columns import UnsupportedColumnType
+from cdc_core.cdcv2.export import CdcStream
+from cdc_core.cdcv2.stream_files import (
+    file_owner,
+    is_progress_file,
+    write_progress,
+    write_updates,
+)
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier, iso
 from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.leases import read_leases, reading
+from cdc_core.storage import LocationLike, files, located
 from resources.lake import LakeResource
 
 EXPORT_ENCODING = Encoding.JSON
@@ -82,7 +90,7 @@ class WindowExport:
     key: str
     start: int
     end: int
-    folder: Path
+    folder: str
     updates: int
     progress_statements: int
 
@@ -110,26 +118,51 @@ class Window:
 
 
 def export_windows(
-    shard: Shard, root: Path, windows: Sequence[Window], holder: str | None = None
+    shard: Shard, root: LocationLike, windows: Sequence[Window], holder: str | None = None
 ) -> list[WindowExport]:
     """Write the stream of each window ``[start, end)`` (times ``[start + 1, end + 1)``)
-    into ``root/<key>``, replacing any earlier export of it as a whole folder. The windows
-    are read, consolidated, counted and written together: one pass over the shard for
-    the run, however many windows it exports.
+    into ``root/<key>``, replacing any earlier export of it. The windows are read,
+    consolidated, counted and written together: one pass over the shard for the run,
+    however many windows it exports.
 
-    Each window's stream is written into a hidden staging folder owned by this export and
-    renamed into place, so a reader never sees a half-written stream, nor the files of two
-    exports of the window side by side (``write_stream`` alone would add a second,
-    differently named copy). Concurrent exports of one window (two runs of one config)
-    each publish a complete folder; the stream is a function of the committed shard, so
-    whichever lands last holds the same updates. ``holder``, the export's reader
-    registration on ``shard``, names the staging folders: other exports leave them alone
-    while that registration is live, and remove them once it is not.
+    A reader never sees a half-written stream, nor a progress file beside updates of
+    another export of the window (``write_stream`` alone would add a second copy).
+    Concurrent exports of one window (two runs of one config) each leave a complete
+    stream; the stream is a function of the committed shard, and both hold a reader
+    registration on it, so both write the same updates. ``holder``, the export's
+    registration on ``shard``, marks what it writes: other exports leave it alone while
+    that registration is live, and remove it once it is not.
     """
     ordered = sorted(windows, key=lambda w: w.start)
     upper = TimeFrontier.at(ordered[-1].end + 1)
     stream = export_shard(shard.refresh(), ordered[0].start + 1, upper)
-    live = {r.holder for r in read_leases(shard.path, existing_table(shard.path)).live()}
+    place = located(root)
+    if place.is_local:
+        written = _export_renaming(shard, stream, Path(place.path), ordered, holder)
+    else:
+        written = _export_in_place(shard, stream, str(place), ordered, holder)
+    return [
+        WindowExport(w.key, w.start, w.end, folder, updates, statements)
+        for w, (folder, updates, statements) in zip(ordered, written, strict=True)
+    ]
+
+
+# What one window's export wrote: its folder, how many updates and progress statements.
+_Written = tuple[str, int, int]
+
+
+def _live_exports(shard: Shard) -> set[str]:
+    """The holders of the shard's live reader registrations."""
+    return {r.holder for r in read_leases(shard.path, existing_table(shard.path)).live()}
+
+
+def _export_renaming(
+    shard: Shard, stream: CdcStream, root: Path, ordered: Sequence[Window], holder: str | None
+) -> list[_Written]:
+    """A local export: each window's stream is written into a hidden staging folder of
+    this export (named after ``holder``) and renamed into place as a whole folder."""
+    live = _live_exports(shard)
+    root.mkdir(parents=True, exist_ok=True)
     work = work_folder(root)
     work.mkdir(parents=True, exist_ok=True)
     staging = {}
@@ -138,21 +171,50 @@ def export_windows(
         staging[window.key] = work / f".{window.key}.{holder or uuid.uuid4().hex}.staging"
     try:
         parts = [(w.start + 1, TimeFrontier.at(w.end + 1), staging[w.key]) for w in ordered]
-        written = write_parts(stream, parts, EXPORT_ENCODING)
-        exports = []
-        for window, files in zip(ordered, written, strict=True):
+        streams = write_parts(stream, parts, EXPORT_ENCODING)
+        written = []
+        for window, stream_files in zip(ordered, streams, strict=True):
             target = root / window.key
             _publish(staging[window.key], target)
-            exports.append(
-                WindowExport(
-                    window.key, window.start, window.end, target, files.updates,
-                    files.progress_statements,
-                )
-            )
-        return exports
+            written.append((str(target), stream_files.updates, stream_files.progress_statements))
+        return written
     finally:
         for folder in staging.values():
             shutil.rmtree(folder, ignore_errors=True)  # gone already once published
+
+
+def _export_in_place(
+    shard: Shard, stream: CdcStream, root: str, ordered: Sequence[Window], holder: str | None
+) -> list[_Written]:
+    """An export to an object store, which has no rename: files are written into the
+    window's folder itself, each named after its export (``holder``), and files of
+    exports no longer live are deleted in an order that keeps every state a reader can
+    list correct. Their progress files go first (the window then reads as not yet
+    complete), then the new updates are written, then the old updates are deleted, and
+    only then is this export's progress file written: a progress file is only ever
+    listed beside every update it counts and none of another stream's.
+
+    The folders are listed before the live registrations are read, so every file listed
+    belongs to an export registered by then: a live one is never taken for a dead one."""
+    owner = holder or f"unregistered-{uuid.uuid4().hex}"
+    folders = {w.key: files.join(root, w.key) for w in ordered}
+    listed = {key: files.list_names(folder) for key, folder in folders.items()}
+    live = _live_exports(shard) | {owner}
+    stale = {
+        key: [name for name in names if file_owner(name) not in live]
+        for key, names in listed.items()
+    }
+    for key, names in stale.items():
+        files.delete_files(folders[key], [name for name in names if is_progress_file(name)])
+    parts = [(w.start + 1, TimeFrontier.at(w.end + 1), folders[w.key]) for w in ordered]
+    updates = write_updates(stream, parts, EXPORT_ENCODING, owner=owner)
+    written = []
+    for window, part, update_files in zip(ordered, parts, updates, strict=True):
+        folder = folders[window.key]
+        files.delete_files(folder, [n for n in stale[window.key] if not is_progress_file(n)])
+        _, statements = write_progress(stream, part, EXPORT_ENCODING, owner)
+        written.append((folder, update_files.updates, statements))
+    return written
 
 
 def _discard_abandoned(work: Path, key: str, live_holders: set[str]) -> None:
@@ -248,8 +310,7 @@ def cdcv2_export_asset(
         while the export runs, and released at the end, also on failure.
         """
         pipeline = lake.open(pyspark.spark_session, config, source)
-        root = Path(pipeline.root) / EXPORT_FOLDER  # local only: NotLocal on object storage
-        root.mkdir(parents=True, exist_ok=True)
+        root = pipeline.root / EXPORT_FOLDER
         keys = sorted(context.partition_keys)
         windows = [window_bounds(partitions.time_window_for_partition_key(k)) for k in keys]
         reader = f"{EXPORT_READER}{context.run_id}"

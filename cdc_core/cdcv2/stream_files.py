@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from cdc_core.cdcv2.export import CdcStream, progress_within
 from cdc_core.cdcv2.model import Message, Updates
 from cdc_core.cdcv2.spark_decode import DecodedStream, Packing, decode_messages
 from cdc_core.frontier import TimeFrontier
+from cdc_core.storage import files, on_workers
 
 DEFAULT_BATCH_SIZE = 1000
 
@@ -41,6 +41,15 @@ class Encoding(Enum):
     """How a stream's files are encoded; the value is the files' suffix."""
     JSON = ".jsonl"
     AVRO = ".avro"
+
+
+@dataclass(frozen=True)
+class UpdateFiles:
+    """The update files ``write_updates`` wrote for one part, with their counts."""
+
+    paths: tuple[str, ...]
+    messages: int
+    updates: int
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,8 @@ def write_stream(
     return write_parts(stream, [(stream.lower, stream.upper, directory)], encoding, batch_size)[0]
 
 
-# A part of a stream: the times [lower, upper) it holds and the folder it goes to.
+# A part of a stream: the times [lower, upper) it holds and the folder it goes to (a
+# local path or an object-store URL, as the storage layer takes it).
 StreamPart = tuple[int, TimeFrontier, str | Path]
 
 
@@ -80,34 +90,73 @@ def write_parts(
 ) -> list[StreamFiles]:
     """Write each part of ``stream`` (disjoint time ranges within its interval, e.g. its
     windows) into its own folder, as a stream of its own: its updates and progress
-    statements tiling its range, so the parts chain back into the stream. One Spark job
-    writes every part's updates (each task routes its rows by time); updates at times
-    outside every part are not written."""
+    statements tiling its range, so the parts chain back into the stream."""
+    written = write_updates(stream, parts, encoding, batch_size)
+    files = []
+    for part, updates in zip(parts, written, strict=True):
+        progress_file, statements = write_progress(stream, part, encoding)
+        files.append(
+            StreamFiles(updates.paths, progress_file, updates.messages, updates.updates, statements)
+        )
+    return files
+
+
+def write_updates(
+    stream: CdcStream,
+    parts: Sequence[StreamPart],
+    encoding: Encoding,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    owner: str | None = None,
+) -> list[UpdateFiles]:
+    """Write the updates of each part into its folder (``owner``, if given, in every file
+    name: see ``file_owner``). One Spark job writes every part's updates (each task
+    routes its rows by time); updates at times outside every part are not written."""
     bounds = []
     for lower, upper, directory in parts:
-        os.makedirs(directory, exist_ok=True)
+        files.make_folder(str(directory))
         bounds.append((lower, upper.time, str(directory)))
     columns = DataColumns(stream.data_schema)
-    writer = _partition_writer(bounds, encoding, columns, batch_size)
+    writer = _partition_writer(bounds, encoding, columns, batch_size, owner)
     # Sorted by time within each task, a part's rows arrive together: a task streams them
     # into one file per part instead of holding its rows until the last one is seen.
     ordered = stream.updates.sortWithinPartitions("time")
-    written = ordered.mapInArrow(writer, _SUMMARY).collect()
-    files = []
-    for index, (lower, upper, directory) in enumerate(parts):
+    folders = [folder for _, _, folder in bounds]
+    written = ordered.mapInArrow(on_workers(writer, folders), _SUMMARY).collect()
+    found = []
+    for index in range(len(parts)):
         mine = [row for row in written if row["part"] == index]
-        progress = progress_within(stream, lower, upper)
-        progress_file, _ = _write_file(str(directory), "progress", encoding, columns, progress)
-        files.append(
-            StreamFiles(
-                update_files=tuple(sorted(row["path"] for row in mine)),
-                progress_file=progress_file,
-                update_messages=sum(row["messages"] for row in mine),
-                updates=sum(row["updates"] for row in mine),
-                progress_statements=len(progress),
+        found.append(
+            UpdateFiles(
+                tuple(sorted(row["path"] for row in mine)),
+                sum(row["messages"] for row in mine),
+                sum(row["updates"] for row in mine),
             )
         )
-    return files
+    return found
+
+
+def write_progress(
+    stream: CdcStream, part: StreamPart, encoding: Encoding, owner: str | None = None
+) -> tuple[str, int]:
+    """Write the progress statements of ``part`` (the stream's own counts in its range)
+    into its folder; returns the file's path and how many statements it holds."""
+    lower, upper, directory = part
+    progress = progress_within(stream, lower, upper)
+    columns = DataColumns(stream.data_schema)
+    path, _ = _write_file(str(directory), "progress", encoding, columns, owner, progress)
+    return path, len(progress)
+
+
+def file_owner(name: str) -> str | None:
+    """The owner a stream file's name carries (``<kind>.<owner>.<id><suffix>``), or None
+    for a file written without one (``<kind>-<id><suffix>``)."""
+    pieces = name.split(".")
+    return pieces[1] if len(pieces) == 4 else None
+
+
+def is_progress_file(name: str) -> bool:
+    """Whether a stream file's name is a progress file's (updates otherwise)."""
+    return name.startswith("progress")
 
 
 def read_stream_files(
@@ -143,13 +192,16 @@ def _partition_writer(
     encoding: Encoding,
     columns: DataColumns,
     batch_size: int,
+    owner: str | None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         routed = (item for batch in batches for item in _route(batch, bounds))
         # A file per run of one part's rows: one per part when the rows come time-ordered.
         for index, run in itertools.groupby(routed, key=operator.itemgetter(0)):
             messages = _update_messages((part for _, part in run), columns, batch_size)
-            path, counts = _write_file(bounds[index][2], "updates", encoding, columns, messages)
+            path, counts = _write_file(
+                bounds[index][2], "updates", encoding, columns, owner, messages
+            )
             yield pa.RecordBatch.from_pylist([{"part": index, "path": path, **counts}])
 
     return write_partition
@@ -195,11 +247,15 @@ def _write_file(
     prefix: str,
     encoding: Encoding,
     columns: DataColumns,
+    owner: str | None,
     *message_groups: Iterable[Message],
 ) -> tuple[str, dict[str, int]]:
-    """Write the messages to a new file, atomically; returns its path and counts."""
-    name = f"{prefix}-{uuid.uuid4().hex}{encoding.value}"
-    final, hidden = os.path.join(directory, name), os.path.join(directory, f".{name}.tmp")
+    """Write the messages to a new file, published whole; returns its path and counts."""
+    if owner is not None and ("." in owner or "/" in owner):
+        raise ValueError(f"a stream file's owner has no dots or slashes: {owner!r}")
+    unique = uuid.uuid4().hex
+    name = f"{prefix}-{unique}" if owner is None else f"{prefix}.{owner}.{unique}"
+    path = files.join(directory, f"{name}{encoding.value}")
     counts = {"messages": 0, "updates": 0}
 
     def counted() -> Iterator[Message]:
@@ -209,10 +265,9 @@ def _write_file(
                 counts["updates"] += len(message.updates) if isinstance(message, Updates) else 0
                 yield message
 
-    with open(hidden, "wb") as out:
+    with files.published_output(path) as out:
         if encoding is Encoding.JSON:
             out.writelines((codec_json.encode(m, columns) + "\n").encode() for m in counted())
         else:
             AvroCodec(columns.schema).write_container(out, counted())
-    os.replace(hidden, final)
-    return final, counts
+    return path, counts

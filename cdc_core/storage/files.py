@@ -21,7 +21,7 @@ import os
 import posixpath
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,18 +155,31 @@ def write_bytes(text: str, data: bytes) -> None:
         out.write(data)
 
 
-def replace_file(text: str, data: bytes) -> None:
-    """Write a whole file that others may read meanwhile, never seen half-written: locally
-    a temporary of its own then a rename, on S3 one PUT (an object is visible whole)."""
+@contextlib.contextmanager
+def published_output(text: str) -> Iterator[pa.NativeOutputStream]:
+    """A stream writing a whole file that others may list meanwhile, never seen
+    half-written: it goes to a hidden temporary beside ``text`` (a dot name, which
+    listings by suffix and Spark skip) and moves into place only on a clean exit; on an
+    error the temporary is removed. The move is a rename locally, a server-side copy
+    and a delete on S3 (where closing an upload, even on an error, would publish it)."""
     fs, path, location = resolve(text)
-    if not location.is_local:
-        write_bytes(text, data)
-        return
-    temporary = posixpath.join(
-        posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp"
-    )
-    write_bytes(temporary, data)
-    fs.move(temporary, path)
+    folder = posixpath.dirname(path)
+    if location.is_local:
+        fs.create_dir(folder, recursive=True)
+    temporary = posixpath.join(folder, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+    try:
+        with fs.open_output_stream(temporary, compression=None) as out:
+            yield out
+        fs.move(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_file(temporary)
+
+
+def replace_file(text: str, data: bytes) -> None:
+    """Write a whole file that others may read meanwhile, never seen half-written."""
+    with published_output(text) as out:
+        out.write(data)
 
 
 def make_folder(text: str) -> None:

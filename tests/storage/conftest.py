@@ -16,8 +16,10 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
+from pyspark.sql import SparkSession
 
-from cdc_core.storage import S3Settings, settings
+from cdc_core.spark import get_spark
+from cdc_core.storage import Location, S3Settings, settings
 
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1"}  # fmt: skip
@@ -58,3 +60,10 @@ def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     bucket = f"b{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
     return bucket
+
+
+@pytest.fixture
+def s3_spark(s3_bucket: str) -> SparkSession:
+    """The suite's session, with the s3a settings of the test's server."""
+    return get_spark("local[2]", {"spark.sql.shuffle.partitions": "4"},
+                     places=[Location.parse(f"s3://{s3_bucket}/lake")])  # fmt: skip

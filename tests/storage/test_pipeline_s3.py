@@ -9,27 +9,18 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
-from cdc_core.spark import get_spark
 from cdc_core.storage import Location, delta_options, files
 from tests.lake_rows import SampleLake
 
 # users: upsert; orders: a member of the transaction group (its run binds the group).
 SOURCES = ("users", "orders")
 TABLES = ("remap", "reclocked", "changes", "errors", "state")
-
-
-@pytest.fixture
-def s3_spark(s3_bucket: str) -> SparkSession:
-    """The suite's session, with the s3a settings of the test's server."""
-    return get_spark("local[2]", {"spark.sql.shuffle.partitions": "4"},
-                     places=[Location.parse(f"s3://{s3_bucket}/lake")])  # fmt: skip
 
 
 def upload(folder: Path, target: str) -> None:
