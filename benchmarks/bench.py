@@ -23,6 +23,9 @@ Contenders, all in one process on one Spark session, run in a rotating order per
   without the CDCv2 export, which no other contender produces), one run that reclocks
   every window in one pass, timed per engine phase (as the engine announces them through
   ``cdc_core.phases``; the checks and Dagster itself are the rest);
+* RECLOCK (Dagster, S3): the same backfill with its lake and landing zone on S3 (with
+  ``--s3 s3://bucket/prefix``; endpoint and keys from the AWS environment): the dumps are
+  uploaded once under ``<prefix>/dumps/``, each run's lake goes under ``<prefix>/scratch/``;
 * RECLOCK (per window): the windows one run each, as a schedule produces them, through
   ``SourcePipeline`` directly, timed per window: the per-window cost against the history
   length.
@@ -44,6 +47,7 @@ import shutil
 import statistics
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -69,6 +73,8 @@ from cdc_core.schemas import DUMP_RECORD
 from cdc_core.shard.delta_io import live_files
 from cdc_core.source import SourcePipeline
 from cdc_core.spark import DEFAULT_CONF, get_spark
+from cdc_core.storage import Location, delta_options
+from cdc_core.storage import files as storage_files
 from pipelines.cli import materialize
 from pipelines.sample import UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, generate_dumps
 
@@ -90,6 +96,7 @@ FLOOR_TABLES = "FLOOR-TABLES"
 MERGE_SPARK, MERGE_POLARS = "MERGE (Spark)", "MERGE (Polars)"
 MERGE_DELTA_SPARK = "MERGE (delta-spark)"
 RECLOCK_DAGSTER, RECLOCK_WINDOWS = "RECLOCK (Dagster)", "RECLOCK (per window)"
+RECLOCK_S3 = "RECLOCK (Dagster, S3)"
 MIB = 1 << 20
 
 
@@ -137,13 +144,26 @@ class Dataset:
     window_files: tuple[tuple[str, ...], ...]  # per window: the dumps that landed in it
     lines: int
     size_bytes: int
+    s3: str | None = None  # ``--s3``: the prefix the dumps are uploaded below
 
     def windows(self) -> list[tuple[int, int]]:
         width, start = self.config.window_ms, self.config.start_ms
         return [(start + i * width, start + (i + 1) * width) for i in range(self.workload.windows)]
 
-    def config_for(self, lake: Path) -> Config:
+    def config_for(self, lake: Path | Location) -> Config:
         return self.config.model_copy(update={"lake": lake})
+
+    @property
+    def remote_landing(self) -> str:
+        """Where the dumps are uploaded (``--s3``)."""
+        if self.s3 is None:
+            raise SystemExit(f"{RECLOCK_S3} needs --s3 s3://bucket/prefix")
+        return f"{self.s3}/dumps/{self.workload.name}"
+
+    def remote_config(self, lake: str) -> Config:
+        """The config with its lake at ``lake`` and its landing zone the uploaded dumps."""
+        places = {"lake": Location.parse(lake), "landing": Location.parse(self.remote_landing)}
+        return self.config.model_copy(update=places)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,8 +199,11 @@ Contender = Callable[[SparkSession, Dataset, Path], Outcome]
 # ---- the dumps ---------------------------------------------------------------------------
 
 
-def prepare_dataset(spark: SparkSession, workload: Workload, workdir: Path) -> Dataset:
-    """Generate the dumps once per workload (a marker file says they are complete)."""
+def prepare_dataset(
+    spark: SparkSession, workload: Workload, workdir: Path, s3: str | None = None
+) -> Dataset:
+    """Generate the dumps once per workload (a marker file says they are complete); with
+    ``s3``, upload them once below it too."""
     landing = Path(workdir).absolute() / "dumps" / workload.name
     config = _config(workload, landing)
     marker = landing / "_complete"
@@ -208,7 +231,7 @@ def prepare_dataset(spark: SparkSession, workload: Workload, workdir: Path) -> D
         index = (dump.mtime_ms - config.start_ms) // config.window_ms
         by_window[min(max(index, 0), workload.windows - 1)].append(dump.path)
     lines = spark.read.schema(LINE).json(list(files)).count()
-    return Dataset(
+    dataset = Dataset(
         workload=workload,
         landing=landing,
         config=config,
@@ -216,7 +239,23 @@ def prepare_dataset(spark: SparkSession, workload: Workload, workdir: Path) -> D
         window_files=tuple(tuple(paths) for paths in by_window),
         lines=lines,
         size_bytes=sum(dump.size for dump in dumps),
+        s3=None if s3 is None else s3.rstrip("/"),
     )
+    if s3 is not None:
+        upload_dumps(landing, dataset.remote_landing)
+    return dataset
+
+
+def upload_dumps(landing: Path, target: str) -> None:
+    """Copy the dumps to ``target`` once (a marker object says the upload is complete).
+    The objects' times are the upload's, not the files': the config binds by event
+    time, so arrival times do not change what is bound."""
+    marker = storage_files.join(target, "_complete")
+    if not storage_files.exists(marker):
+        for path in sorted(p for p in landing.rglob("*") if p.is_file() and p.name != "_complete"):
+            relative = str(path.relative_to(landing))
+            storage_files.write_bytes(storage_files.join(target, relative), path.read_bytes())
+        storage_files.write_bytes(marker, b"")
 
 
 def _config(workload: Workload, landing: Path) -> Config:
@@ -345,7 +384,21 @@ def merge_delta_spark(spark: SparkSession, dataset: Dataset, scratch: Path) -> O
 
 
 def reclock_dagster(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
-    config = dataset.config_for(scratch / "lake")
+    return reclock_backfill(spark, dataset.config_for(scratch / "lake"))
+
+
+def reclock_dagster_s3(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
+    if dataset.s3 is None:
+        raise SystemExit(f"{RECLOCK_S3} needs --s3 s3://bucket/prefix")
+    lake = f"{dataset.s3}/scratch/{scratch.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        return reclock_backfill(spark, dataset.remote_config(lake))
+    finally:
+        storage_files.delete_tree(lake)
+
+
+def reclock_backfill(spark: SparkSession, config: Config) -> Outcome:
+    """RECLOCK's backfill of ``config``, timed per engine step."""
     steps: Counter[str] = Counter()
     jobs: Counter[str] = Counter()
     with timed_engine_steps(spark, steps, jobs):
@@ -390,6 +443,7 @@ CONTENDERS: dict[str, Contender] = {
     MERGE_POLARS: merge_polars,
     MERGE_DELTA_SPARK: merge_delta_spark,
     RECLOCK_DAGSTER: reclock_dagster,
+    RECLOCK_S3: reclock_dagster_s3,
     RECLOCK_WINDOWS: reclock_per_window,
 }
 
@@ -487,7 +541,8 @@ def state_rows(config: Config) -> int:
 
 
 def _delta_rows(path: str) -> int:
-    return sum(file.num_records for file in live_files(DeltaTable(path)))
+    table = DeltaTable(path, storage_options=delta_options(path))
+    return sum(file.num_records for file in live_files(table))
 
 
 def _polars_schema(schema: StructType) -> pl.Schema:
@@ -496,7 +551,7 @@ def _polars_schema(schema: StructType) -> pl.Schema:
 
 def slug(name: str) -> str:
     """A contender's name for the command line and its scratch folder: ``merge-spark``."""
-    return "-".join(re.findall(r"[a-z]+", name.lower()))
+    return "-".join(re.findall(r"[a-z0-9]+", name.lower()))
 
 
 # ---- timing and memory -------------------------------------------------------------------
@@ -607,11 +662,15 @@ def run_benchmark(
     workdir: Path,
     *,
     repeats: int,
-    contenders: Sequence[str] = tuple(CONTENDERS),
+    contenders: Sequence[str] | None = None,
+    s3: str | None = None,
 ) -> BenchResult:
-    """Every contender ``repeats`` times; repeat ``r`` starts ``r`` places further down
-    the list, so no contender always runs first (cold) or right after the same one."""
-    dataset = prepare_dataset(spark, workload, workdir)
+    """Every contender (by default all; RECLOCK (Dagster, S3) only with ``s3``) ``repeats``
+    times; repeat ``r`` starts ``r`` places further down the list, so no contender always
+    runs first (cold) or right after the same one."""
+    if contenders is None:
+        contenders = [name for name in CONTENDERS if s3 is not None or name != RECLOCK_S3]
+    dataset = prepare_dataset(spark, workload, workdir, s3)
     floor_parse(spark, dataset, Path(workdir))  # warm up the JVM and the page cache
     runs: dict[str, list[Run]] = {name: [] for name in contenders}
     for repeat in range(repeats):
@@ -816,7 +875,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--repeats", type=int, default=3)
     by_slug = {slug(name): name for name in CONTENDERS}
-    parser.add_argument("--contenders", nargs="+", choices=by_slug, default=list(by_slug))
+    parser.add_argument("--contenders", nargs="+", choices=by_slug)
+    parser.add_argument("--s3", help=f"s3://bucket/prefix for {RECLOCK_S3} (AWS environment)")
     parser.add_argument("--workdir", type=Path, default=Path("bench-out"))
     parser.add_argument("--out", type=Path, help="report file (default bench-out/<time>.md)")
     parser.add_argument("--master", help="Spark master (default local[2])")
@@ -828,13 +888,14 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, field.name, None) is not None
     }
     workload = dataclasses.replace(SIZES[args.size], **overrides)
-    spark = get_spark(args.master)
+    spark = get_spark(args.master, places=[args.s3] if args.s3 else ())
     result = run_benchmark(
         spark,
         workload,
         args.workdir,
         repeats=args.repeats,
-        contenders=[by_slug[name] for name in args.contenders],
+        contenders=[by_slug[name] for name in args.contenders] if args.contenders else None,
+        s3=args.s3,
     )
     report = render(result)
     out = args.out or args.workdir / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}.md"
