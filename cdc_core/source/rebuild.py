@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -24,7 +23,8 @@ from cdc_core.reclock import Windows
 from cdc_core.schemas import REMAP
 from cdc_core.shard import Shard
 from cdc_core.source.pipeline import SourcePipeline, source_registry
-from cdc_core.source.swap import staging_lake, swap_in
+from cdc_core.source.swap import mid_swap, staging_lake, swap_in
+from cdc_core.storage import Location, files, located
 
 
 class RebuildRefused(RuntimeError):
@@ -37,22 +37,23 @@ class RebuildReport:
 
     source: str
     windows: int
-    kept: Path | None
+    kept: str | None
 
 
 def rebuild(
     spark: SparkSession, config: Config, source: SourceConfig, windows: Windows
 ) -> RebuildReport:
-    """Build ``source``'s tables anew through ``windows`` beside the old ones, then swap."""
-    lake = Path(config.lake)
-    staging = staging_lake(lake)
+    """Build ``source``'s tables anew through ``windows`` beside the old ones, then swap
+    (or only finish a swap cut short)."""
+    lake = located(config.lake)
     old_root = lake / source.name
-    if old_root.exists() or not (staging / source.name).exists():  # else: a swap cut short
-        arrivals = _old_arrivals(lake, source) if old_root.exists() else {}
+    if not mid_swap(lake, source.name):
+        had_tables = files.exists(str(old_root))
+        arrivals = _old_arrivals(lake, source) if had_tables else {}
         pipeline = SourcePipeline(
-            spark, config, source, staging, Path(config.landing), group_lake=lake
+            spark, config, source, staging_lake(lake), config.landing, group_lake=lake
         )
-        if old_root.exists():
+        if had_tables:
             old_remap = Shard.open(spark, str(old_root / "remap"), REMAP)
             _copy_bindings(old_remap, pipeline.remap)
         pipeline.register_dumps(arrival_ms=int(time.time() * 1000), arrived=arrivals)
@@ -62,18 +63,18 @@ def rebuild(
     return RebuildReport(source.name, len(windows.ends), kept)
 
 
-def _old_arrivals(lake: Path, source: SourceConfig) -> dict[str, int]:
+def _old_arrivals(lake: Location, source: SourceConfig) -> dict[str, int]:
     """When each dump registered with the old tables arrived; refused when a dump was
     retired (archived or deleted), since the rebuild reads the landing zone."""
-    files = source_registry(lake, source).files()
-    retired = [f.path for f in files if f.retired]
+    registered = source_registry(lake, source).files()
+    retired = [f.path for f in registered if f.retired]
     if retired:
         raise RebuildRefused(
             f"{source.name}: {len(retired)} dump(s) were retired (e.g. {retired[0]}), so its "
             "tables cannot be rebuilt from the landing zone; put the archived dumps back "
             "under the landing zone as they were, or give the source a new name"
         )
-    return {f.path: f.arrival_ms for f in files}
+    return {f.path: f.arrival_ms for f in registered}
 
 
 def _copy_bindings(old: Shard, new: Shard) -> None:

@@ -3,68 +3,77 @@
 A rebuild builds a source's tables under ``<lake>/.rebuild/<source>`` while the old ones
 stay in ``<lake>/<source>``, untouched and readable. Once the new ones are complete, the
 swap moves the old folder to ``<lake>/.replaced/<source>-<time>`` (kept until the user
-removes it) and the new one into its place: two renames.
+removes it) and the new one into its place. Each move is a rename in a local lake; on an
+object store, which has no rename, a copy of every object and then a delete of the
+originals, ordered so that a Delta reader of either folder meanwhile finds a complete
+version or no table (``files.move_folder``).
 
-Invariant: ``<lake>/<source>`` holds complete tables of one configuration, except between
-the two renames, when it is missing while the rebuilt tables wait under ``.rebuild``; every
-open of the source then refuses (RebuildUnfinished), so no run creates empty tables there,
-until ``reclock rebuild`` is run again and finishes the swap.
+Invariant: a swap marker (``<lake>/.rebuild/<source>.swap``) names the step under way
+from before the first move until after the last. While it exists every open of the
+source refuses (RebuildUnfinished), so no run writes to a folder half moved or creates
+empty tables in its place, until ``reclock rebuild`` is run again and finishes the swap
+from the step the marker names (each move is repeated safely).
 """
 
 from __future__ import annotations
 
-import os
+import json
 from datetime import UTC, datetime
-from pathlib import Path
 
 from cdc_core.phases import phase
-from cdc_core.storage import LocationLike, files, located
+from cdc_core.storage import Location, LocationLike, files, located
 
 STAGING = ".rebuild"
 REPLACED = ".replaced"
+ASIDE, IN = "move old tables aside", "move rebuilt tables in"
 
 
 class RebuildUnfinished(RuntimeError):
-    """A source's folder is missing while its rebuilt tables wait to be swapped in."""
+    """A source's swap was cut short: its folder may be missing or half moved."""
 
 
-def staging_lake(lake: Path) -> Path:
+def staging_lake(lake: LocationLike) -> Location:
     """The lake in which rebuilt sources are built (``<lake>/.rebuild``)."""
-    return Path(lake) / STAGING
+    return located(lake) / STAGING
+
+
+def _marker(lake: LocationLike, name: str) -> str:
+    return str(staging_lake(lake) / f"{name}.swap")
+
+
+def mid_swap(lake: LocationLike, name: str) -> bool:
+    """Whether a swap of ``name`` was started and has not finished."""
+    return files.exists(_marker(lake, name))
 
 
 def check_not_mid_swap(lake: LocationLike, name: str) -> None:
-    """Refuse to open a source caught between the two renames of its swap."""
-    waiting = files.join(str(located(lake)), STAGING, name)
-    if not files.exists(files.join(str(located(lake)), name)) and files.exists(waiting):
+    """Refuse to open a source whose swap was cut short."""
+    if mid_swap(lake, name):
         raise RebuildUnfinished(
             f"source {name!r} is being rebuilt: its new tables wait in "
-            f"{waiting}; run `reclock rebuild --source {name}` to finish"
+            f"{staging_lake(lake) / name}; run `reclock rebuild --source {name}` to finish"
         )
 
 
-def swap_in(lake: Path, name: str, now_ms: int) -> Path | None:
-    """Move the old tables of ``name`` aside (if any) and the rebuilt ones into place;
-    returns where the old ones are kept. Each rename is atomic and durable."""
-    live, rebuilt = Path(lake) / name, staging_lake(lake) / name
-    kept = None
-    if live.exists():
+def swap_in(lake: LocationLike, name: str, now_ms: int) -> str | None:
+    """Move the old tables of ``name`` aside (if any) and the rebuilt ones into place, or
+    finish a swap cut short; returns where the old ones are kept."""
+    lake = located(lake)
+    live, rebuilt, marker = str(lake / name), str(staging_lake(lake) / name), _marker(lake, name)
+    if files.exists(marker):
+        step = json.loads(files.read_bytes(marker))
+    else:
         stamp = datetime.fromtimestamp(now_ms / 1000, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
-        kept = Path(lake) / REPLACED / f"{name}-{stamp}"
-        with phase(name, "move old tables aside"):
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(live, kept)
-            _sync(kept.parent)
-    with phase(name, "move rebuilt tables in"):
-        os.rename(rebuilt, live)
-        _sync(Path(lake))
-    return kept
-
-
-def _sync(folder: Path) -> None:
-    """Make a rename in ``folder`` durable."""
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+        kept = str(lake / REPLACED / f"{name}-{stamp}") if files.exists(live) else None
+        step = {"step": ASIDE, "kept": kept}
+        files.replace_file(marker, json.dumps(step).encode())
+    if step["step"] == ASIDE:
+        if step["kept"] is not None:
+            with phase(name, ASIDE):
+                files.move_folder(live, step["kept"])
+        step = {**step, "step": IN}
+        files.replace_file(marker, json.dumps(step).encode())
+    with phase(name, IN):
+        files.move_folder(rebuilt, live)
+    files.delete_file(marker)
+    return step["kept"]

@@ -238,6 +238,46 @@ def move_file(source: str, target: str) -> None:
     delete_file(source)
 
 
+def move_folder(source: str, target: str) -> None:
+    """Move the folder ``source`` to ``target`` (which must not hold another folder); a
+    source already gone is no error, so a move cut short is finished by repeating it.
+
+    Locally one rename, made durable. On S3 every object is copied (server-side), then the
+    originals deleted, in an order that keeps each Delta table readable: data files are
+    copied before log files, and log files in version order (``_last_checkpoint`` last);
+    log files are deleted first, newest first. A Delta reader of either folder meanwhile
+    finds no table or a complete version of it, never a commit whose files are missing."""
+    fs, source_path, location = resolve(source)
+    _, target_path, _ = resolve(target)
+    if location.is_local:
+        if os.path.lexists(source_path):
+            os.makedirs(posixpath.dirname(target_path), exist_ok=True)
+            os.rename(source_path, target_path)
+            for folder in {posixpath.dirname(source_path), posixpath.dirname(target_path)}:
+                _sync_folder(folder)
+        return
+    names = [entry.path for entry in list_relative(source)]
+    for name in sorted(names, key=_copy_order):
+        copy_file(join(source, name), join(target, name))
+    for name in sorted(names, key=_copy_order, reverse=True):
+        delete_file(join(source, name))
+    delete_tree(source)  # the empty folder marker pyarrow may leave
+
+
+def _copy_order(name: str) -> tuple[bool, str]:
+    """Files outside a Delta log first, then log files by name (versions ascending)."""
+    return ("_delta_log/" in f"/{name}", name)
+
+
+def _sync_folder(folder: str) -> None:
+    """Make a rename in ``folder`` durable."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def normalize(text: str) -> str:
     """A table's location as the storage layer names it: a local path made absolute
     (never resolved further), a URL as given without a trailing slash."""

@@ -19,6 +19,7 @@ from cdc_core.config import load_config
 from cdc_core.envelopes import ConfigDriftError
 from cdc_core.reclock import Windows
 from cdc_core.source import RebuildUnfinished, SourcePipeline
+from cdc_core.storage import files
 from pipelines.cli import main
 from tests.source.test_evolution import BASE, DUMP, rows
 from tests.source.test_history import T0, WINDOW, run
@@ -28,32 +29,42 @@ THROUGH = "2026-01-01T00:02:00Z"  # two windows
 RETYPED = {"name": "string", "n": "string"}  # not an evolution: needs a rebuild
 
 
-def write_config(root: Path, value: dict[str, str]) -> Path:
+def write_config(root: Path, value: dict[str, str], **places: str) -> Path:
+    """The config of ``users`` with value columns ``value``; ``places``: ``lake`` and
+    ``landing`` elsewhere than in ``root``."""
     data = {
         "lake": "lake", "landing": "landing", "window": "1m", "start": "2026-01-01T00:00:00Z",
         "sources": [{"name": "users", "topic": "users", "key": {"id": "bigint"},
                      "value": value, "envelope": "upsert", "reclock": "arrival",
                      "history": True}],
+        **places,
     }  # fmt: skip
+    if "landing" not in places:
+        (root / "landing" / "users").mkdir(parents=True, exist_ok=True)
     (root / "reclock.yaml").write_text(yaml.safe_dump(data))
     return root / "reclock.yaml"
 
 
-@pytest.fixture
-def old_source(spark: SparkSession, tmp_path: Path) -> Path:
+def build_old_source(spark: SparkSession, root: Path, **places: str) -> Path:
     """Two windows built with the old config (arrival reclocking: bindings depend on when
-    each dump arrived, so a rebuild that re-bound them would differ)."""
-    config = load_config(write_config(tmp_path, BASE))
-    (config.landing / "users").mkdir(parents=True)
-    (config.landing / "users" / "dump.json").write_text("".join(DUMP[:3]))
+    each dump arrived, so a rebuild that re-bound them would differ); returns the path of
+    the new config, which needs a rebuild."""
+    config = load_config(write_config(root, BASE, **places))
+    landing = config.landing / "users"
+    files.write_bytes(str(landing / "dump.json"), "".join(DUMP[:3]).encode())
     pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
     for window, dump in enumerate(("dump.json", "late.json")):
         if window:
-            (config.landing / "users" / dump).write_text("".join(DUMP[3:]))
+            files.write_bytes(str(landing / dump), "".join(DUMP[3:]).encode())
         pipeline.register_dumps(arrival_ms=T0 + window * WINDOW + 1)
         pipeline.run_windows(Windows.one(T0 + window * WINDOW, T0 + (window + 1) * WINDOW))
         pipeline.finish()
-    return write_config(tmp_path, RETYPED)
+    return write_config(root, RETYPED, **places)
+
+
+@pytest.fixture
+def old_source(spark: SparkSession, tmp_path: Path) -> Path:
+    return build_old_source(spark, tmp_path)
 
 
 def rebuild_killed_after(config_file: Path, phase: str) -> None:
