@@ -214,23 +214,25 @@ def retire_files(
     where, and what was deleted. A file already gone is recorded all the same."""
     archived: dict[str, str] = {}
     deleted: list[str] = []
+    archive_root = str(located(archive))
+    landing_prefix = str(located(landing)).rstrip("/") + "/"
     for registered in files:
         source = registered.path
         if mode == RetirePolicy.DELETE:
             storage_files.delete_file(source)
             deleted.append(source)
             continue
-        target = storage_files.join(str(located(archive)), _relative_to(source, landing))
+        # Kept at its path relative to the landing zone; by its name alone if elsewhere.
+        relative = (
+            source.removeprefix(landing_prefix)
+            if source.startswith(landing_prefix)
+            else posixpath.basename(source)
+        )
+        target = storage_files.join(archive_root, relative)
         storage_files.move_file(source, target)
         archived[source] = target
     registry.mark_retired({**archived, **dict.fromkeys(deleted)}, now_ms)
     return archived, deleted
-
-
-def _relative_to(path: str, root: LocationLike) -> str:
-    """``path`` relative to the folder ``root``; its name alone when it lies elsewhere."""
-    prefix = str(located(root)).rstrip("/") + "/"
-    return path.removeprefix(prefix) if path.startswith(prefix) else posixpath.basename(path)
 
 
 @dataclass(frozen=True)
