@@ -13,6 +13,7 @@ window folders as one stream with one decoder, so every folder must share an enc
 import contextlib
 import errno
 import os
+import posixpath
 import shutil
 import time
 import uuid
@@ -195,23 +196,28 @@ def _export_in_place(
     listed beside every update it counts and none of another stream's.
 
     The folders are listed before the live registrations are read, so every file listed
-    belongs to an export registered by then: a live one is never taken for a dead one."""
+    belongs to an export registered by then: a live one is never taken for a dead one.
+    Hidden names (another export's upload not yet moved into place) are never stale."""
     owner = holder or f"unregistered-{uuid.uuid4().hex}"
     folders = {w.key: files.join(root, w.key) for w in ordered}
     listed = {key: files.list_names(folder) for key, folder in folders.items()}
     live = _live_exports(shard) | {owner}
     stale = {
-        key: [name for name in names if file_owner(name) not in live]
+        key: [files.join(folders[key], name) for name in names
+              if not name.startswith(".") and file_owner(name) not in live]
         for key, names in listed.items()
-    }
-    for key, names in stale.items():
-        files.delete_files(folders[key], [name for name in names if is_progress_file(name)])
+    }  # fmt: skip
+    for path in (p for paths in stale.values() for p in paths):
+        if is_progress_file(posixpath.basename(path)):
+            files.delete_file(path)
     parts = [(w.start + 1, TimeFrontier.at(w.end + 1), folders[w.key]) for w in ordered]
     updates = write_updates(stream, parts, EXPORT_ENCODING, owner=owner)
     written = []
     for window, part, update_files in zip(ordered, parts, updates, strict=True):
         folder = folders[window.key]
-        files.delete_files(folder, [n for n in stale[window.key] if not is_progress_file(n)])
+        for path in stale[window.key]:
+            if not is_progress_file(posixpath.basename(path)):
+                files.delete_file(path)
         _, statements = write_progress(stream, part, EXPORT_ENCODING, owner)
         written.append((folder, update_files.updates, statements))
     return written

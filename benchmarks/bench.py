@@ -155,9 +155,7 @@ class Dataset:
 
     @property
     def remote_landing(self) -> str:
-        """Where the dumps are uploaded (``--s3``)."""
-        if self.s3 is None:
-            raise SystemExit(f"{RECLOCK_S3} needs --s3 s3://bucket/prefix")
+        """Where the dumps are uploaded (``--s3``, which RECLOCK (Dagster, S3) needs)."""
         return f"{self.s3}/dumps/{self.workload.name}"
 
     def remote_config(self, lake: str) -> Config:
@@ -388,8 +386,6 @@ def reclock_dagster(spark: SparkSession, dataset: Dataset, scratch: Path) -> Out
 
 
 def reclock_dagster_s3(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
-    if dataset.s3 is None:
-        raise SystemExit(f"{RECLOCK_S3} needs --s3 s3://bucket/prefix")
     lake = f"{dataset.s3}/scratch/{scratch.name}-{uuid.uuid4().hex[:8]}"
     try:
         return reclock_backfill(spark, dataset.remote_config(lake))
@@ -670,6 +666,8 @@ def run_benchmark(
     runs first (cold) or right after the same one."""
     if contenders is None:
         contenders = [name for name in CONTENDERS if s3 is not None or name != RECLOCK_S3]
+    if RECLOCK_S3 in contenders and s3 is None:
+        raise ValueError(f"{RECLOCK_S3} needs s3 (--s3 s3://bucket/prefix)")
     dataset = prepare_dataset(spark, workload, workdir, s3)
     floor_parse(spark, dataset, Path(workdir))  # warm up the JVM and the page cache
     runs: dict[str, list[Run]] = {name: [] for name in contenders}

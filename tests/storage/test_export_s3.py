@@ -42,6 +42,7 @@ def owners(folder: str) -> Counter:
     return Counter(
         (file_owner(name), "progress" if is_progress_file(name) else "updates")
         for name in files.list_names(folder)
+        if not name.startswith(".")
     )
 
 
@@ -84,6 +85,9 @@ def test_an_export_to_s3_writes_each_window_as_to_a_folder_and_replaces_only_dea
     [its_updates] = [n for n in files.list_names(first_folder) if not is_progress_file(n)]
     live_copy = files.join(first_folder, "updates.cdcv2-export-live.0.jsonl")
     files.write_bytes(live_copy, files.read_bytes(files.join(first_folder, its_updates)))
+    # Another export's upload, not yet moved into place under its published name.
+    uploading = files.join(first_folder, ".updates.cdcv2-export-other.1.jsonl.2.tmp")
+    files.write_bytes(uploading, b"")
 
     second = export_windows(on_s3, f"{remote}/cdcv2", windows, "cdcv2-export-next")
     assert [e.updates for e in second] == [e.updates for e in first]
@@ -95,3 +99,4 @@ def test_an_export_to_s3_writes_each_window_as_to_a_folder_and_replaces_only_dea
         assert ("cdcv2-export-ended", "updates") not in held
         assert held[("cdcv2-export-next", "progress")] == 1
     assert files.exists(live_copy), "the live export's file was removed"
+    assert files.exists(uploading), "an upload in flight was removed"
