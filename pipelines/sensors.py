@@ -6,7 +6,9 @@ requests nothing more.
 
 The sensor only looks: it lists dump files not registered yet (transaction groups'
 transaction topics included) and reads where each source's outputs stand from the Delta
-logs, writing nothing, so a preview or a dry run changes nothing durable. Each new
+logs, writing nothing, so a preview or a dry run changes nothing durable. On an object
+store it lists incrementally: the cursor keeps where each folder's listing stands (see
+``cdc_core.ingest.landing_watch``). Each new
 file's first sighting (its arrival time, which the ``arrival`` reclock policy binds by)
 is kept in the cursor and handed to the run in a tag; the run registers the files with
 those times. A new file asks only for windows it can still change: the closed windows
@@ -35,6 +37,7 @@ from assets.partitions import closed_span, closed_windows, range_tags, to_ms
 from assets.source_assets import ARRIVALS_TAG
 from cdc_core.config import Config
 from cdc_core.frontier import TimeFrontier, iso
+from cdc_core.ingest.landing_watch import LandingWatch
 from resources.lake import LakeResource
 
 
@@ -63,7 +66,8 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
         cursor = json.loads(context.cursor) if context.cursor else {}
         requested_through = int(cursor.get("requested_through_ms", config.start_ms))
         seen: dict[str, int] = cursor.get("seen", {})
-        waiting = lake.unregistered(config)
+        watch = LandingWatch(cursor.get("listing"), now_ms)
+        waiting = lake.unregistered(config, watch, seen)
         arrivals = {path: seen.get(path, now_ms) for path in waiting}
         new_files = [path for path in waiting if path not in seen]
         upper = TimeFrontier.empty()
@@ -80,6 +84,7 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
             {
                 "requested_through_ms": max(requested_through, wanted[1][1] if wanted else 0),
                 "seen": arrivals,  # registered files drop out: the run stamped them
+                "listing": watch.state(),
             }
         )
         if wanted is None:

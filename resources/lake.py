@@ -6,11 +6,14 @@ deployment uses are configured in one place and nothing in the Dagster layer bui
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from dagster import ConfigurableResource
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier
+from cdc_core.ingest.landing_watch import LandingWatch
 from cdc_core.source import SourcePipeline, stored_outputs_upper, unregistered_dumps
 from cdc_core.storage import Location, located
 
@@ -42,7 +45,9 @@ class LakeResource(ConfigurableResource):
         """Where the source's outputs stand, from the Delta logs alone (no Spark)."""
         return stored_outputs_upper(self._lake, source)
 
-    def unregistered(self, config: Config) -> list[str]:
+    def unregistered(
+        self, config: Config, watch: LandingWatch | None = None, pending: Iterable[str] = ()
+    ) -> list[str]:
         """Paths of dump files landed but not registered yet: every source's, and every
-        transaction group's transaction topic's."""
-        return unregistered_dumps(config, self._lake, self._landing)
+        transaction group's transaction topic's (listed as ``watch`` lists, when given)."""
+        return unregistered_dumps(config, self._lake, self._landing, watch, pending)

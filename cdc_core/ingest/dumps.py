@@ -41,7 +41,7 @@ from pyspark.sql.window import Window
 from cdc_core.ingest.connect_files import connect_lines, layout_of
 from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import lines_by_path, local_frame, path_frame
-from cdc_core.storage import Location, is_remote, on_workers, spark_path
+from cdc_core.storage import FileEntry, Location, is_remote, on_workers, spark_path
 from cdc_core.storage import files as storage_files
 from cdc_core.vocabulary import DumpLayout
 
@@ -207,10 +207,16 @@ def list_dump_files(landing: Path | Location, topic: str) -> list[DumpFile]:
 
 
 def _listed_objects(root: str) -> list[DumpFile]:
-    """The dumps among the objects under the prefix ``root``: names hidden or in progress,
-    or under a hidden "folder" (a key part starting ``.`` or ``_``), are left out."""
+    """The dumps among the objects under the prefix ``root``."""
+    return dump_objects(root, storage_files.list_files(root))
+
+
+def dump_objects(root: str, entries: Iterable[FileEntry]) -> list[DumpFile]:
+    """The dumps among ``entries``, objects listed under the prefix ``root``: names hidden
+    or in progress, or under a hidden "folder" (a key part starting ``.`` or ``_``), are
+    left out."""
     found = []
-    for entry in storage_files.list_files(root):
+    for entry in entries:
         *folders, name = posixpath.relpath(entry.path, root).split("/")
         if is_dump_name(name) and not any(part.startswith((".", "_")) for part in folders):
             found.append(DumpFile(entry.path, entry.size, entry.mtime_ms))

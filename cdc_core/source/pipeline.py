@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -35,6 +35,7 @@ from cdc_core.envelopes import (
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
+from cdc_core.ingest.landing_watch import LandingWatch
 from cdc_core.phases import phase
 from cdc_core.reclock import HeldPartition, Windows, frontier_at, held_partitions, reclock_windows
 from cdc_core.reclock.remap import ImposedBindings
@@ -103,17 +104,29 @@ def group_root(lake: LocationLike, group: TransactionGroup) -> Location:
     return located(lake) / TRANSACTIONS_FOLDER / group.name
 
 
-def unregistered_dumps(config: Config, lake: LocationLike, landing: LocationLike) -> list[str]:
+def unregistered_dumps(
+    config: Config,
+    lake: LocationLike,
+    landing: LocationLike,
+    watch: LandingWatch | None = None,
+    pending: Iterable[str] = (),
+) -> list[str]:
     """Paths of landed dump files no registry of ``lake`` holds yet: each source's topic,
-    and each transaction group's transaction topic (a member's run registers those)."""
+    and each transaction group's transaction topic (a member's run registers those).
+    Without ``watch`` every topic is listed whole; with it, as the watch lists them
+    (``pending``: paths earlier looks found unregistered)."""
     registries = [source_registry(lake, source) for source in config.sources]
     registries += [
         transaction_registry(group_root(lake, group), group.topic) for group in config.transactions
     ]
+    pending = list(pending)
     waiting = []
     for registry in registries:
-        landed = list_dump_files(landing, registry.topic)
-        waiting += registry.unregistered(dump.path for dump in landed)
+        if watch is None:
+            landed = [dump.path for dump in list_dump_files(landing, registry.topic)]
+        else:
+            landed = watch.landed(landing, registry.topic, pending)
+        waiting += registry.unregistered(landed)
     return waiting
 
 

@@ -109,6 +109,34 @@ def list_files(text: str, *, recursive: bool = True) -> list[FileEntry]:
     return sorted(entries, key=lambda entry: entry.path)
 
 
+def list_after(text: str, after: str | None, *, recursive: bool = True) -> list[FileEntry]:
+    """The files under the folder ``text`` whose location sorts after ``after`` (every
+    file when None), sorted by path. On S3 one listing that starts there (``StartAfter``),
+    so the objects sorting before it cost no request; locally the folder's listing, cut."""
+    fs, path, location = resolve(text)
+    if location.is_local:
+        return [e for e in list_files(text, recursive=recursive) if after is None or e.path > after]
+    prefix = f"{location.path}/" if location.path else ""
+    request = {"Bucket": location.bucket, "Prefix": prefix}
+    if not recursive:
+        request["Delimiter"] = "/"
+    if after is not None:
+        request["StartAfter"] = Location.parse(after).path
+    pages = _s3_client(settings.current()).get_paginator("list_objects_v2").paginate(**request)
+    return [
+        FileEntry(f"{location.scheme}://{location.bucket}/{listed['Key']}", listed["Size"],
+                  int(listed["LastModified"].timestamp() * 1000))
+        for page in pages
+        for listed in page.get("Contents", [])
+        if not listed["Key"].endswith("/")  # an empty folder's marker object
+    ]  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4)
+def _s3_client(resolved: settings.S3Settings) -> Any:
+    return resolved.client()
+
+
 def list_names(text: str) -> list[str]:
     """The names of the files directly in the folder ``text``."""
     return [posixpath.basename(entry.path) for entry in list_files(text, recursive=False)]

@@ -19,6 +19,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
@@ -141,6 +142,23 @@ class S3Settings:
             scheme=endpoint.scheme if endpoint else "https",
             allow_bucket_creation=False,
             allow_bucket_deletion=False,
+        )
+
+    def client(self) -> Any:
+        """A boto3 S3 client, for what pyarrow's filesystem cannot ask (a listing that
+        starts after a key). boto3 is imported here: only object-store listings need it."""
+        import boto3
+        from botocore.config import Config as BotoConfig
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=self.region or DEFAULT_REGION,
+            aws_access_key_id=self.access_key_id if self.secret_access_key else None,
+            aws_secret_access_key=self.secret_access_key if self.access_key_id else None,
+            aws_session_token=self.session_token,
+            # A custom endpoint (a store other than AWS's) addresses buckets by path.
+            config=BotoConfig(s3={"addressing_style": "path" if self.endpoint else "auto"}),
         )
 
 
