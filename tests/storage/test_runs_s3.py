@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
@@ -21,6 +22,7 @@ from cdc_core.cdcv2.stream_files import is_progress_file
 from cdc_core.config import Config, load_config
 from cdc_core.frontier import TimeFrontier
 from cdc_core.storage import delta_options, files
+from pipelines.cli import main
 from tests.source.test_reliability import (
     EARLY,
     FINAL_STATE,
@@ -89,7 +91,7 @@ def assert_tables_equal(config: Config, reference: Config) -> None:
 
 
 def test_two_runs_of_one_config_on_s3_at_once_both_succeed_with_exact_outputs(
-    reference: Config, s3_bucket: str, tmp_path: Path
+    reference: Config, s3_bucket: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bucket = f"s3://{s3_bucket}"
     config_path = s3_config(bucket, tmp_path)
@@ -114,6 +116,33 @@ def test_two_runs_of_one_config_on_s3_at_once_both_succeed_with_exact_outputs(
         assert facts == Counter({f: n for f, n in changes.items() if lower < f[1] <= upper}), key
         # One progress file per export still live when the other published.
         assert sum(is_progress_file(name) for name in files.list_names(folder)) in (1, 2)
+    assert_commands_read_the_store(config_path, reference, tmp_path, capsys)
+
+
+def assert_commands_read_the_store(
+    config_path: Path, reference: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``reclock snapshot --as-of`` of the S3 lake writes the rows the local lake's gives;
+    ``reclock readers`` registers, lists and releases a reader on the store."""
+    as_of = "2026-01-01T00:02:00Z"
+    reference_path = Path(str(reference.lake)).parent / "reclock.yaml"
+    for name, config in (("s3", config_path), ("local", reference_path)):
+        out = tmp_path / f"snapshot-{name}"
+        argv = ["snapshot", "--config", str(config), "--source", "users", "--as-of", as_of]
+        assert main([*argv, "--out", str(out)]) == 0
+    on_s3, local = (sorted(pq.read_table(tmp_path / f"snapshot-{n}").to_pylist(),
+                           key=lambda row: row["id"]) for n in ("s3", "local"))  # fmt: skip
+    assert on_s3 == local and on_s3  # the state through 00:02, not empty
+
+    reader = ["--config", str(config_path), "--source", "users", "--reader", "audit-1"]
+    assert main(["readers", "register", *reader, "--since", as_of]) == 0
+    capsys.readouterr()
+    assert main(["readers", "--config", str(config_path)]) == 0
+    assert "audit-1" in capsys.readouterr().out
+    assert main(["readers", "release", *reader]) == 0
+    capsys.readouterr()
+    assert main(["readers", "--config", str(config_path)]) == 0
+    assert "audit-1" not in capsys.readouterr().out
 
 
 def test_a_run_on_s3_killed_after_appending_changes_then_rerun_equals_a_clean_run(
