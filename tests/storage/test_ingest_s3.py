@@ -1,7 +1,8 @@
 """Dumps landed on S3 and a registry kept on S3 behave as the same dumps and registry in
 local folders: registration (statistics, damage, bad lines), the sensor's look for
 unregistered paths, the canonical read (kcat, gzip, Kafka Connect sink files, a
-truncated gzip file's salvaged lines) and the loud failure on a needed file that is gone."""
+truncated gzip file's salvaged lines, an empty object, a line that is not UTF-8) and the
+loud failure on a needed file that is gone."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ DUMPS = {
     "cut.json.gz": gzip.compress(kcat(range(20, 200)), compresslevel=1)[:-30],
     "with space+plus.json": kcat(range(9, 12)),
     f"partition=2/{TOPIC}+2+40.json": sink(range(40, 43)),
+    "empty.json": b"",
+    "undecodable.json": kcat(range(12, 14)) + b'{"topic": "users", "ts": "\xff\xfe"}\n',
 }
 
 
@@ -96,6 +99,9 @@ def test_dumps_on_s3_register_and_read_as_the_same_dumps_in_a_folder(
     by_name = {name: (problem, bad) for name, _, problem, bad in s3_files}
     assert by_name[f"/{TOPIC}/a.json"] == (None, 1)
     assert by_name[f"/{TOPIC}/cut.json.gz"][0].startswith("truncated gzip file")
+    (empty,) = [f for f in on_s3.files() if f.path.endswith("/empty.json")]
+    assert (empty.size, empty.no_record_reason()) == (0, "empty dump file (0 bytes)")
+    assert by_name[f"/{TOPIC}/undecodable.json"] == (None, 1)
     ends = on_s3.end_offsets().offsets  # partition 0: up to the truncated file's cut
     assert (ends[1], ends[2]) == (3, 43) and 20 < ends[0] < 200
 
@@ -122,6 +128,8 @@ def test_dumps_on_s3_register_and_read_as_the_same_dumps_in_a_folder(
     canonical = read_canonical(spark, on_s3, on_s3.files(), F.lit(True))
     errors = {(row.file, row.reason.split(":")[0]) for row in canonical.read_errors.collect()}
     assert (known, "not a JSON object") in errors
+    undecodable = files.join(remote, TOPIC, "undecodable.json")
+    assert (undecodable, "dump line is not valid UTF-8 (bad bytes shown as \ufffd)") in errors
 
 
 def test_a_needed_dump_gone_from_s3_is_named_with_its_offsets(
