@@ -11,10 +11,7 @@ window folders as one stream with one decoder, so every folder must share an enc
 """
 
 import contextlib
-import errno
-import os
 import posixpath
-import shutil
 import time
 import uuid
 from collections.abc import Sequence
@@ -163,9 +160,9 @@ def _export_renaming(
     """A local export: each window's stream is written into a hidden staging folder of
     this export (named after ``holder``) and renamed into place as a whole folder."""
     live = _live_exports(shard)
-    root.mkdir(parents=True, exist_ok=True)
     work = work_folder(root)
-    work.mkdir(parents=True, exist_ok=True)
+    files.make_folder(str(root))
+    files.make_folder(str(work))
     staging = {}
     for window in ordered:
         _discard_abandoned(work, window.key, live)
@@ -181,7 +178,7 @@ def _export_renaming(
         return written
     finally:
         for folder in staging.values():
-            shutil.rmtree(folder, ignore_errors=True)  # gone already once published
+            files.delete_tree(str(folder))  # gone already once published
 
 
 def _export_in_place(
@@ -229,20 +226,23 @@ def _discard_abandoned(work: Path, key: str, live_holders: set[str]) -> None:
     registration is no longer live (released, or its lease ran out); any other only when
     untouched for ``ABANDONED_AFTER_S``: a younger one may be a concurrent export's live
     staging."""
-    oldest = time.time() - ABANDONED_AFTER_S
-    for leftover in work.glob(f".{key}.*"):
-        owner = leftover.name[len(key) + 2 :].rsplit(".", 1)[0]
+    oldest_ms = (time.time() - ABANDONED_AFTER_S) * 1000
+    for name in files.list_folders(str(work)):
+        if not name.startswith(f".{key}."):
+            continue
+        leftover = str(work / name)
+        owner = name[len(key) + 2 :].rsplit(".", 1)[0]
         if owner in live_holders:
             continue
         if owner.startswith(EXPORT_READER):
-            shutil.rmtree(leftover, ignore_errors=True)
+            files.delete_tree(leftover)
             continue
         try:
-            abandoned = leftover.stat().st_mtime < oldest
+            abandoned = files.mtime_ms(leftover) < oldest_ms
         except FileNotFoundError:  # another export removed it meanwhile
             continue
         if abandoned:
-            shutil.rmtree(leftover, ignore_errors=True)
+            files.delete_tree(leftover)
 
 
 def _publish(staging: Path, target: Path) -> None:
@@ -256,15 +256,13 @@ def _publish(staging: Path, target: Path) -> None:
         retired = staging.parent / f".{target.name}.{uuid.uuid4().hex}.retired"
         # No earlier export, or another export moved it away just now: nothing to move.
         with contextlib.suppress(FileNotFoundError):
-            os.rename(target, retired)
+            files.rename_folder(str(target), str(retired))
         try:
-            os.rename(staging, target)
-        except OSError as error:
-            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
+            files.rename_folder(str(staging), str(target))
+        except FileExistsError:
             continue  # another export published in between: replace that one
         finally:
-            shutil.rmtree(retired, ignore_errors=True)  # hidden; the next export retries
+            files.delete_tree(str(retired))  # hidden; the next export retries
         return
     raise ExportConflict(
         f"could not publish {target}: other exports of the window replaced it "

@@ -24,7 +24,6 @@ import gzip
 import operator
 import os
 import posixpath
-import stat
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from pyspark.sql.window import Window
 from cdc_core.ingest.connect_files import connect_lines, layout_of
 from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import lines_by_path, local_frame, path_frame
-from cdc_core.storage import FileEntry, Location, is_remote, on_workers, spark_path
+from cdc_core.storage import FileEntry, Location, on_workers, spark_path
 from cdc_core.storage import files as storage_files
 from cdc_core.vocabulary import DumpLayout
 
@@ -167,77 +166,34 @@ def list_dump_files(landing: Path | Location, topic: str) -> list[DumpFile]:
     """Every dump of ``topic`` under ``<landing>/<topic>/``, recursively, sorted by path.
 
     Hidden folders (``.x``, ``_x``) are skipped along with hidden files, so archives and
-    writers' staging areas can live inside the landing zone. Symlinked folders are
-    followed once; a path that cannot be read (a folder that cannot be listed, a link
-    loop, a dangling link, a folder reached twice, anything but a regular file) is
-    listed with its ``problem`` instead of failing the listing or being skipped. On an
-    object store (``s3://``) the objects under the prefix are listed by the storage
-    layer, with the same rules for hidden and in-progress names; it has no links,
-    permissions per object or special files, so nothing there is listed unreadable.
-    """
-    if is_remote(landing):
-        return _listed_objects(storage_files.join(str(landing), topic))
-    root = os.path.abspath(Path(landing) / topic)
-    found: list[DumpFile] = []
-
-    def unlisted(error: OSError) -> None:
-        if error.filename != root or not isinstance(error, FileNotFoundError):
-            found.append(DumpFile.unreadable(error.filename, _os_problem(error)))
-
-    visited = {os.path.realpath(root)}
-    for folder, subfolders, names in os.walk(root, onerror=unlisted, followlinks=True):
-        kept = []
-        for name in subfolders:
-            if name.startswith((".", "_")):
-                continue
-            path = os.path.join(folder, name)
-            real = os.path.realpath(path)
-            if real in visited:
-                found.append(
-                    DumpFile.unreadable(path, f"folder already listed as {real} (symlink loop)")
-                )
-            else:
-                visited.add(real)
-                kept.append(name)
-        subfolders[:] = kept
-        found.extend(
-            _listed(os.path.join(folder, name)) for name in names if is_dump_name(name)
-        )
-    return sorted(found, key=lambda dump: dump.path)
+    writers' staging areas can live inside the landing zone. A path that cannot be read
+    (see ``walk_files``: a folder that cannot be listed, a link loop, a dangling link,
+    anything but a regular file) is listed with its ``problem`` instead of failing the
+    listing or being skipped. Local folders and ``s3://`` prefixes alike, by the storage
+    layer."""
+    root = storage_files.normalize(storage_files.join(str(landing), topic))
+    return dump_objects(root, storage_files.walk_files(root, enter=is_visible_folder))
 
 
-def _listed_objects(root: str) -> list[DumpFile]:
-    """The dumps among the objects under the prefix ``root``."""
-    return dump_objects(root, storage_files.list_files(root))
+def is_visible_folder(name: str) -> bool:
+    """Folders named ``.x`` or ``_x`` hold no dumps (archives, writers' staging areas)."""
+    return not name.startswith((".", "_"))
 
 
 def dump_objects(root: str, entries: Iterable[FileEntry]) -> list[DumpFile]:
-    """The dumps among ``entries``, objects listed under the prefix ``root``: names hidden
-    or in progress, or under a hidden "folder" (a key part starting ``.`` or ``_``), are
-    left out."""
+    """The dumps among ``entries``, files listed under the folder ``root``: names hidden
+    or in progress, or under a hidden folder, are left out; a dump's path listed
+    unreadable (``problem``) stays, to be reported."""
     found = []
     for entry in entries:
         *folders, name = posixpath.relpath(entry.path, root).split("/")
-        if is_dump_name(name) and not any(part.startswith((".", "_")) for part in folders):
+        if not is_dump_name(name) or not all(is_visible_folder(part) for part in folders):
+            continue
+        if entry.problem is not None:
+            found.append(DumpFile.unreadable(entry.path, entry.problem))
+        else:
             found.append(DumpFile(entry.path, entry.size, entry.mtime_ms))
     return found
-
-
-def _listed(path: str) -> DumpFile:
-    """The listing entry of one file name: its size and mtime, or why it cannot be read."""
-    try:
-        status = os.stat(path)
-    except OSError as error:
-        return DumpFile.unreadable(path, _os_problem(error))
-    if not stat.S_ISREG(status.st_mode):
-        return DumpFile.unreadable(path, "unreadable path: not a regular file")
-    if not os.access(path, os.R_OK):
-        return DumpFile.unreadable(path, "unreadable path: permission denied")
-    return DumpFile(path, status.st_size, status.st_mtime_ns // 1_000_000)
-
-
-def _os_problem(error: OSError) -> str:
-    return f"unreadable path: {error.strerror or error}"
 
 
 def read_dumps(
