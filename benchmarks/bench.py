@@ -72,7 +72,7 @@ from cdc_core.reclock import Windows
 from cdc_core.schemas import DUMP_RECORD
 from cdc_core.shard.delta_io import live_files
 from cdc_core.source import SourcePipeline
-from cdc_core.spark import DEFAULT_CONF, get_spark
+from cdc_core.spark import DEFAULT_CONF, SPARK_REMOTE, get_spark, is_connect
 from cdc_core.storage import Location, delta_options
 from cdc_core.storage import files as storage_files
 from pipelines.cli import materialize
@@ -567,20 +567,21 @@ def timed_engine_steps(
     spark: SparkSession, steps: Counter[str], jobs: Counter[str] | None = None
 ) -> Iterator[None]:
     """Accumulate wall time (and Spark jobs started) per engine phase, as the engine
-    announces its phases (cdc_core.phases); the run's other time is Dagster and checks."""
-    tracker = spark.sparkContext.statusTracker()
+    announces its phases (cdc_core.phases); the run's other time is Dagster and checks.
+    Over Spark Connect the jobs run in the server, out of this process's sight: no counts."""
+    tracker = None if is_connect(spark) else spark.sparkContext.statusTracker()
     started: dict[str, int] = {}
 
     def job_count() -> int:
         """Jobs started so far: ids are sequential, and the newest is always retained."""
-        return max(tracker.getJobIdsForGroup(None), default=-1) + 1
+        return 0 if tracker is None else max(tracker.getJobIdsForGroup(None), default=-1) + 1
 
     def record(event: PhaseEvent) -> None:
         if not event.ended:
             started[event.name] = job_count()
             return
         steps[event.name] += event.seconds or 0.0
-        if jobs is not None:
+        if jobs is not None and tracker is not None:
             jobs[event.name] += job_count() - started.pop(event.name, job_count())
 
     with observing(record):
@@ -688,7 +689,8 @@ def run_benchmark(
             per_window = " ".join(f"{w:.1f}" for w in outcome.window_seconds)
             print(f"[{repeat + 1}/{repeats}] {name:<18} {seconds:9.2f} s  {per_window}", flush=True)
     settings = {key: str(spark.conf.get(key, None)) for key in sorted(DEFAULT_CONF)}
-    return BenchResult(dataset, repeats, spark.sparkContext.master, runs, settings)
+    master = spark.conf.get("spark.master") + (" (over Spark Connect)" if is_connect(spark) else "")
+    return BenchResult(dataset, repeats, master, runs, settings)
 
 
 # ---- the report --------------------------------------------------------------------------
@@ -820,8 +822,10 @@ def _steps_section(result: BenchResult) -> list[str]:
             "| step | seconds | share | Spark jobs |",
             "|---|---:|---:|---:|",
         ]
+        counted = any(r.outcome.jobs for r in runs)  # none over Spark Connect
         for step, seconds in sorted(steps.items(), key=lambda item: -item[1]):
-            lines.append(f"| {step} | {seconds:.2f} | {seconds / total:.0%} | {jobs[step]:.0f} |")
+            count = f"{jobs[step]:.0f}" if counted else "-"
+            lines.append(f"| {step} | {seconds:.2f} | {seconds / total:.0%} | {count} |")
         rest = total - sum(steps.values())
         lines.append(f"| everything else | {rest:.2f} | {rest / total:.0%} | |")
     return lines
@@ -877,7 +881,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--s3", help=f"s3://bucket/prefix for {RECLOCK_S3} (AWS environment)")
     parser.add_argument("--workdir", type=Path, default=Path("bench-out"))
     parser.add_argument("--out", type=Path, help="report file (default bench-out/<time>.md)")
-    parser.add_argument("--master", help="Spark master (default local[2])")
+    parser.add_argument(
+        "--master",
+        help="Spark master (default local[2]); sc://host:port runs every contender attached "
+        "to that Spark Connect server (e.g. one `reclock spark-server` runs)",
+    )
     args = parser.parse_args(argv)
 
     overrides = {
@@ -886,6 +894,8 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, field.name, None) is not None
     }
     workload = dataclasses.replace(SIZES[args.size], **overrides)
+    if args.master and args.master.startswith("sc://"):
+        os.environ[SPARK_REMOTE] = args.master  # the backfill's own sessions attach too
     spark = get_spark(args.master, places=[args.s3] if args.s3 else ())
     result = run_benchmark(
         spark,
