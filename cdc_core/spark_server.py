@@ -22,6 +22,8 @@ from types import FrameType
 
 import pyspark
 
+from cdc_core import storage
+from cdc_core.config import Config
 from cdc_core.spark import delta_jars_conf, server_conf
 
 HOST = "127.0.0.1"
@@ -32,6 +34,13 @@ PYSPARK_HOME = Path(pyspark.__file__).parent
 
 class SparkServerFailed(RuntimeError):
     """The server process ended before it listened, or did not listen in time."""
+
+
+def config_server_conf(config: Config) -> dict[str, str]:
+    """What a server must start with to run ``config``'s runs: the config's Spark settings
+    (a client cannot change its server's) and the s3a settings that reach its lake and
+    landing zone (a Connect client cannot hand its server Hadoop settings)."""
+    return {**storage.spark_conf(config.lake, config.landing), **config.spark.conf}
 
 
 def server_command(

@@ -46,7 +46,7 @@ from cdc_core.source import (
     stored_outputs_upper,
 )
 from cdc_core.spark import get_spark
-from cdc_core.spark_server import DEFAULT_PORT, serve
+from cdc_core.spark_server import DEFAULT_PORT, config_server_conf, serve
 from cdc_core.storage import files, located
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.sample import write_sample
@@ -369,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
         "--conf", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
         help="a Spark setting of the server, e.g. spark.driver.memory=2g (repeatable)",
     )
+    server.add_argument(
+        "--config", type=Path,
+        help="a config the server will run: its Spark settings, and the s3a settings of an "
+        "s3:// lake or landing zone (the --conf settings win)",
+    )  # fmt: skip
     demo = commands.add_parser("demo", help="sample + materialize + summary")
     demo.add_argument("--workdir", type=Path, default=Path("demo"), help=WORKDIR_HELP)
     config_file = commands.add_parser("config", help="the config file: its JSON Schema, checks")
@@ -383,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Sample written; config: {write_sample(args.workdir)}")
             return 0
         if args.command == "spark-server":
-            return serve(args.port, args.master, dict(args.conf))
+            fit = {} if args.config is None else config_server_conf(load_config(args.config))
+            return serve(args.port, args.master, {**fit, **dict(args.conf)})
         if args.command == "config" and args.action == "schema":
             print(config_schema_json(), end="")
             return 0

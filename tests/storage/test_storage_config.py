@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from cdc_core.config import ConfigError, load_config, parse_config
+from cdc_core.spark_server import config_server_conf, server_command
 from cdc_core.storage import Location, delta_options, settings, spark_conf
 
 SOURCE = {"name": "users", "topic": "users", "key": {"id": "bigint"},
@@ -70,6 +71,20 @@ def test_s3_locations_load_and_reach_delta_rs_and_spark_with_the_same_settings(
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     assert conf["spark.hadoop.fs.s3a.access.key"] == "testing"
     assert spark_conf(Location.parse(tmp_path)) == {}
+
+    # A Spark Connect server for this config starts with the same s3a settings (its
+    # clients cannot hand it Hadoop settings), and with the config's own Spark settings.
+    with_memory = {**yaml.safe_load(write(tmp_path).read_text()),
+                   "lake": f"s3://{s3_bucket}/lake", "landing": f"s3://{s3_bucket}/landing",
+                   "spark": {"remote": "sc://127.0.0.1:15002",
+                             "conf": {"spark.driver.memory": "3g"}}}  # fmt: skip
+    command = server_command(conf=config_server_conf(parse_config(with_memory, tmp_path)))
+    settings_given = {command[i + 1] for i, word in enumerate(command) if word == "--conf"}
+    assert {f"{key}={value}" for key, value in conf.items()} <= settings_given
+    assert command[command.index("--driver-memory") + 1] == "3g"
+    assert not any(given.startswith("spark.remote=") for given in settings_given)
+    local = parse_config(yaml.safe_load(write(tmp_path).read_text()), tmp_path)
+    assert not any("fs.s3a" in word for word in server_command(conf=config_server_conf(local)))
 
 
 def test_the_config_block_overrides_the_environment(tmp_path: Path, s3_bucket: str) -> None:
