@@ -194,15 +194,16 @@ def _export_in_place(
 
     The folders are listed before the live registrations are read, so every file listed
     belongs to an export registered by then: a live one is never taken for a dead one.
-    Hidden names (another export's upload not yet moved into place) are never stale."""
+    An upload not yet moved into place is stale as its export is (see ``_stale``)."""
     owner = holder or f"unregistered-{uuid.uuid4().hex}"
     folders = {w.key: files.join(root, w.key) for w in ordered}
-    listed = {key: files.list_names(folder) for key, folder in folders.items()}
+    listed = {key: files.list_files(folder, recursive=False) for key, folder in folders.items()}
     live = _live_exports(shard) | {owner}
+    oldest_ms = (time.time() - ABANDONED_AFTER_S) * 1000
     stale = {
-        key: [files.join(folders[key], name) for name in names
-              if not name.startswith(".") and file_owner(name) not in live]
-        for key, names in listed.items()
+        key: [entry.path for entry in entries
+              if _stale(posixpath.basename(entry.path), entry.mtime_ms, live, oldest_ms)]
+        for key, entries in listed.items()
     }  # fmt: skip
     for path in (p for paths in stale.values() for p in paths):
         if is_progress_file(posixpath.basename(path)):
@@ -218,6 +219,23 @@ def _export_in_place(
         _, statements = write_progress(stream, part, EXPORT_ENCODING, owner)
         written.append((folder, update_files.updates, statements))
     return written
+
+
+def _stale(name: str, mtime_ms: int, live: set[str], oldest_ms: float) -> bool:
+    """Whether a file in a window folder belongs to an export no longer live. A published
+    file by the export its name carries; an upload not yet in place (``published_output``'s
+    hidden temporary) by the export of the name it will take: a registered export's at
+    once (it registered before uploading), any other's once untouched since ``oldest_ms``
+    (younger, it may still be moving into place). Other hidden names are never stale."""
+    if not name.startswith("."):
+        return file_owner(name) not in live
+    published = files.published_name(name)
+    if published is None:
+        return False
+    owner = file_owner(published)
+    if owner in live:
+        return False
+    return (owner or "").startswith(EXPORT_READER) or mtime_ms < oldest_ms
 
 
 def _discard_abandoned(work: Path, key: str, live_holders: set[str]) -> None:

@@ -22,6 +22,7 @@ import errno
 import functools
 import os
 import posixpath
+import re
 import shutil
 import stat
 import uuid
@@ -271,6 +272,13 @@ def published_output(text: str) -> Iterator[pa.NativeOutputStream]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             fs.delete_file(temporary)
+
+
+def published_name(name: str) -> str | None:
+    """The name a ``published_output`` temporary (``.<name>.<32 hex>.tmp``) takes once in
+    place, or None when ``name`` is no such temporary."""
+    match = re.fullmatch(r"\.(.+)\.[0-9a-f]{32}\.tmp", name)
+    return match[1] if match else None
 
 
 def replace_file(text: str, data: bytes) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import Window, export_windows
+from assets.cdcv2_export import Window, _stale, export_windows
 from cdc_core.cdcv2 import DataColumns, codec_json
 from cdc_core.cdcv2.reference import read_all
 from cdc_core.cdcv2.stream_files import file_owner, is_progress_file
@@ -85,9 +85,16 @@ def test_an_export_to_s3_writes_each_window_as_to_a_folder_and_replaces_only_dea
     [its_updates] = [n for n in files.list_names(first_folder) if not is_progress_file(n)]
     live_copy = files.join(first_folder, "updates.cdcv2-export-live.0.jsonl")
     files.write_bytes(live_copy, files.read_bytes(files.join(first_folder, its_updates)))
-    # Another export's upload, not yet moved into place under its published name.
-    uploading = files.join(first_folder, ".updates.cdcv2-export-other.1.jsonl.2.tmp")
-    files.write_bytes(uploading, b"")
+    # Uploads not yet moved into place under their published names: the live export's and
+    # an unregistered export's (young: it may still be moving), and one the ended export
+    # left behind when it died; and a hidden file that is no upload at all.
+    upload_of = "." + "{}.jsonl." + "0" * 32 + ".tmp"
+    uploading = [files.join(first_folder, upload_of.format(name))
+                 for name in ("updates.cdcv2-export-live.1", "updates.unregistered-x.2")]
+    left_behind = files.join(first_folder, upload_of.format("updates.cdcv2-export-ended.7"))
+    unrelated = files.join(first_folder, ".keep")
+    for path in [*uploading, left_behind, unrelated]:
+        files.write_bytes(path, b"")
 
     second = export_windows(on_s3, f"{remote}/cdcv2", windows, "cdcv2-export-next")
     assert [e.updates for e in second] == [e.updates for e in first]
@@ -99,4 +106,15 @@ def test_an_export_to_s3_writes_each_window_as_to_a_folder_and_replaces_only_dea
         assert ("cdcv2-export-ended", "updates") not in held
         assert held[("cdcv2-export-next", "progress")] == 1
     assert files.exists(live_copy), "the live export's file was removed"
-    assert files.exists(uploading), "an upload in flight was removed"
+    assert all(files.exists(path) for path in uploading), "an upload in flight was removed"
+    assert files.exists(unrelated)
+    assert not files.exists(left_behind), "the ended export's upload stays"
+
+
+def test_an_unregistered_exports_upload_is_stale_only_once_abandoned() -> None:
+    name = ".updates.unregistered-x.2.jsonl." + "a" * 32 + ".tmp"
+    now_ms = 10 * 3_600_000
+    assert not _stale(name, now_ms, {"cdcv2-export-live"}, now_ms - 1)  # young: in flight
+    assert _stale(name, 0, {"cdcv2-export-live"}, now_ms - 1)  # untouched for long
+    assert not _stale(name, 0, {"unregistered-x"}, now_ms - 1)  # its own (the export itself)
+    assert not _stale(".updates.x.2.jsonl.2.tmp", 0, set(), now_ms)  # no upload of ours
