@@ -22,7 +22,7 @@ from cdc_core.cdcv2.stream_files import is_progress_file
 from cdc_core.config import Config, load_config
 from cdc_core.frontier import TimeFrontier
 from cdc_core.storage import delta_options, files
-from pipelines.cli import main
+from pipelines.cli import main, materialize
 from tests.source.test_reliability import (
     EARLY,
     FINAL_STATE,
@@ -154,7 +154,7 @@ def test_a_run_on_s3_killed_after_appending_changes_then_rerun_equals_a_clean_ru
     output = killed.communicate(timeout=900)[0].decode(errors="replace")
     assert killed.returncode == -signal.SIGKILL, output[-3000:]
 
-    rerun = start("-m", "pipelines.cli", "materialize", "--config", str(config_path))
-    output = rerun.communicate(timeout=900)[0].decode(errors="replace")
-    assert rerun.returncode == 0, output[-3000:]
-    assert_tables_equal(load_config(config_path), reference)
+    # The re-run in this process: what is tested is that it finds what the kill left.
+    config = load_config(config_path)
+    assert materialize(config)
+    assert_tables_equal(config, reference)
