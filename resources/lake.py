@@ -46,8 +46,8 @@ class LakeResource(ConfigurableResource):
         return stored_outputs_upper(self._lake, source)
 
     def unregistered(
-        self, config: Config, watch: LandingWatch | None = None, pending: Iterable[str] = ()
+        self, config: Config, watch: LandingWatch, pending: Iterable[str]
     ) -> list[str]:
         """Paths of dump files landed but not registered yet: every source's, and every
-        transaction group's transaction topic's (listed as ``watch`` lists, when given)."""
+        transaction group's transaction topic's (listed as ``watch`` lists)."""
         return unregistered_dumps(config, self._lake, self._landing, watch, pending)

@@ -85,24 +85,11 @@ SCAN_SCHEMA = pa.schema(
 )
 
 
-@dataclass(frozen=True)
-class DumpFile:
-    """A dump file as listed: absolute path, size in bytes, modification time (epoch ms).
-
-    ``problem`` says why a path under the landing folder cannot be read at all (a symlink
-    loop, a dangling link, a folder that cannot be listed, a pipe); such a path has size
-    and mtime -1 and is registered anyway, so that it is reported, never skipped.
-    """
-
-    path: str
-    size: int
-    mtime_ms: int
-    problem: str | None = None
-
-    @classmethod
-    def unreadable(cls, path: str, problem: str) -> DumpFile:
-        """A path that could not be read, registered with its problem so it is reported once."""
-        return cls(path, -1, -1, problem)
+# A dump file as the storage layer lists it: path, size, modification time (epoch ms);
+# one whose ``problem`` says why it cannot be read at all (a link loop, a folder that
+# cannot be listed, a pipe) has size and mtime -1 and is registered anyway, so that it is
+# reported, never skipped.
+DumpFile = FileEntry
 
 
 TRUNCATED_GZIP = "truncated gzip file"
@@ -187,12 +174,8 @@ def dump_objects(root: str, entries: Iterable[FileEntry]) -> list[DumpFile]:
     found = []
     for entry in entries:
         *folders, name = posixpath.relpath(entry.path, root).split("/")
-        if not is_dump_name(name) or not all(is_visible_folder(part) for part in folders):
-            continue
-        if entry.problem is not None:
-            found.append(DumpFile.unreadable(entry.path, entry.problem))
-        else:
-            found.append(DumpFile(entry.path, entry.size, entry.mtime_ms))
+        if is_dump_name(name) and all(is_visible_folder(part) for part in folders):
+            found.append(entry)
     return found
 
 

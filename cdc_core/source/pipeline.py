@@ -108,13 +108,12 @@ def unregistered_dumps(
     config: Config,
     lake: LocationLike,
     landing: LocationLike,
-    watch: LandingWatch | None = None,
-    pending: Iterable[str] = (),
+    watch: LandingWatch,
+    pending: Iterable[str],
 ) -> list[str]:
     """Paths of landed dump files no registry of ``lake`` holds yet: each source's topic,
-    and each transaction group's transaction topic (a member's run registers those).
-    Without ``watch`` every topic is listed whole; with it, as the watch lists them
-    (``pending``: paths earlier looks found unregistered)."""
+    and each transaction group's transaction topic (a member's run registers those), as
+    ``watch`` lists them (``pending``: paths earlier looks found unregistered)."""
     registries = [source_registry(lake, source) for source in config.sources]
     registries += [
         transaction_registry(group_root(lake, group), group.topic) for group in config.transactions
@@ -122,11 +121,7 @@ def unregistered_dumps(
     pending = list(pending)
     waiting = []
     for registry in registries:
-        if watch is None:
-            landed = [dump.path for dump in list_dump_files(landing, registry.topic)]
-        else:
-            landed = watch.landed(landing, registry.topic, pending)
-        waiting += registry.unregistered(landed)
+        waiting += registry.unregistered(watch.landed(landing, registry.topic, pending))
     return waiting
 
 

@@ -123,8 +123,8 @@ def list_files(text: str, *, recursive: bool = True) -> list[FileEntry]:
 
 def walk_files(text: str, *, enter: Callable[[str], bool]) -> list[FileEntry]:
     """Every file under the folder ``text`` (none when it is missing), sorted by path,
-    looking only into folders whose name ``enter`` accepts (on S3: keys whose every part
-    between ``text`` and the name it accepts).
+    looking only into folders whose name ``enter`` accepts (on S3: the keys whose every
+    folder part below ``text`` it accepts).
 
     Locally, linked folders are followed, each real folder once; a path that cannot be
     read (a folder that cannot be listed, a link loop, a folder reached twice, a dangling
@@ -183,7 +183,7 @@ def list_after(text: str, after: str | None, *, recursive: bool = True) -> list[
     """The files under the folder ``text`` whose location sorts after ``after`` (every
     file when None), sorted by path. On S3 one listing that starts there (``StartAfter``),
     so the objects sorting before it cost no request; locally the folder's listing, cut."""
-    fs, path, location = resolve(text)
+    _, _, location = resolve(text)
     if location.is_local:
         return [e for e in list_files(text, recursive=recursive) if after is None or e.path > after]
     prefix = f"{location.path}/" if location.path else ""
