@@ -54,6 +54,9 @@ DEFAULT_CONF: dict[str, str] = {
     # them is a stat per file, which the driver does at once; above the default threshold
     # (32 paths) Spark would run a listing job with a task per file for every read.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+    # delta-spark's VACUUM lists a table in this many tasks (Spark's default is 10,000):
+    # a minute of empty tasks on a local session for a table of a few files.
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
 }
 
 

@@ -135,7 +135,6 @@ def test_reclock_carries_on_exactly_after_optimize_and_vacuum(
     config = users_only(tmp_path)
     middle = config.start_ms + 3 * config.window_ms
     assert materialize(config, middle, exports=False)
-    # delta-spark's VACUUM alone takes seconds per table.
     tables = [config.lake / "users" / table for table in (*SHARDS, "state")]
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     try:
