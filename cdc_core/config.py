@@ -655,6 +655,10 @@ class SourceConfig(_Section):
     history: Flag = False
     """Keep a `history` table (SCD type 2: every version of every key with its validity
     interval and Kafka position); upsert and debezium-upsert envelopes only."""
+    retention: Annotated[Duration, AfterValidator(_positive)] | None = None
+    """How far back this source's windows stay re-materializable and its tables exactly
+    readable (maintenance moves its sinces to UTC midnight before now - retention), when
+    it differs from the config's retention, which it defaults to."""
 
     @model_validator(mode="after")
     def _envelope_rules(self) -> SourceConfig:
@@ -901,9 +905,12 @@ class Config(_Section):
     end_ms: Instant | None = Field(default=None, alias="end")
     """Last window end, for finite data; open-ended when absent."""
     retention: Annotated[Duration, AfterValidator(_positive)] | None = None
-    """How far back windows stay Dagster partitions (launchable, listed in the UI): from
-    UTC midnight before now - retention. Default: 30d for an open-ended config; every
-    window from start for a finite one. At most 100,000 windows, with a day to spare."""
+    """How far back windows stay re-materializable (Dagster partitions, launchable and
+    listed in the UI) and the tables exactly readable: from UTC midnight before now -
+    retention, for every source that names no retention of its own; the partitions reach
+    back to the longest retention of any source. Default: 30d for an open-ended config;
+    every window from start for a finite one. At most 100,000 windows, with a day to
+    spare."""
     spark: SparkSettings = SparkSettings()
     """Optional Spark session overrides."""
     storage: StorageSettings = StorageSettings()
@@ -939,23 +946,29 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _partitions_within_guidance(self) -> Config:
-        """Dagster's guidance: at most 100,000 partitions per asset, at any age. With a
-        retention the set spans it and the part of a day its horizon is floored by; without
-        one (a finite config), every window from start to end."""
+        """Dagster's guidance: at most 100,000 partitions per asset, at any age. With
+        retentions the set spans the longest of them and the part of a day its horizon is
+        floored by; without one (a finite config), every window from start to end."""
         window_ms = self.window_ms
         longest = (MAX_PARTITIONS * window_ms - MS_PER_DAY) // MS_PER_DAY
         guidance = f"Dagster's guidance of {MAX_PARTITIONS:,} partitions per asset"
         problems: list[Located] = []
-        if self.retention is not None:
-            windows = (duration_ms(self.retention) + MS_PER_DAY) // window_ms
+        retentions = {("retention",): self.retention} if self.retention is not None else {}
+        for index, source in enumerate(self.sources):
+            if source.retention is not None:
+                retentions[("sources", index, "retention")] = source.retention
+        kept_by_all = self.retention is not None or all(s.retention for s in self.sources)
+        if retentions and (kept_by_all or self.end_ms is None):
+            where, retention = max(retentions.items(), key=lambda item: duration_ms(item[1]))
+            windows = (duration_ms(retention) + MS_PER_DAY) // window_ms
             if self.end_ms is not None:  # a finite config holds no more than its windows
                 windows = min(windows, (self.end_ms - self.start_ms) // window_ms)
             if windows > MAX_PARTITIONS:
-                problems.append((("retention",), (
+                problems.append((where, (
                     f"keeps up to {windows:,} windows of {self.window} (the retention and a "
                     f"day), more than {guidance}: at most {longest}d for {self.window} "
-                    f"windows (got {self.retention!r})"
-                ), self.retention))
+                    f"windows (got {retention!r})"
+                ), retention))
         elif self.end_ms is not None:
             windows = (self.end_ms - self.start_ms) // window_ms
             if windows > MAX_PARTITIONS:
@@ -974,19 +987,33 @@ class Config(_Section):
             return duration_ms(self.retention)
         return duration_ms(DEFAULT_RETENTION) if self.end_ms is None else None
 
-    def first_window_start(self, now_ms: int | None = None) -> int:
-        """Where the windows that can still be materialized (and read back exactly)
-        begin: ``start``, or the UTC midnight at or before ``now - retention`` when that
-        is later. Dagster's partitions start there, and maintenance advances each
-        table's since to it.
+    def source_retention_ms(self, name: str) -> int | None:
+        """The retention of source ``name``: its own, else the config's (``retention_ms``)."""
+        own = self.source(name).retention
+        return duration_ms(own) if own is not None else self.retention_ms
 
-        Flooring to midnight (a window boundary, since windows tile the day) moves the
-        horizon once a day rather than every window, so the partitions definition, and
-        the partition status Dagster caches for it, change once a day. A finite config
+    def source_horizon(self, name: str, now_ms: int | None = None) -> int:
+        """Where the windows of source ``name`` that can still be materialized (and read
+        back exactly) begin at ``now_ms``: its since's place after maintenance. See
+        ``first_window_start``."""
+        return self._horizon(self.source_retention_ms(name), now_ms)
+
+    def first_window_start(self, now_ms: int | None = None) -> int:
+        """Where the windows that can still be materialized begin for some source: the
+        earliest source horizon. Dagster's partitions start there (a window any source
+        may still need is launchable); a source's own horizon may lie later.
+
+        A horizon is ``start``, or the UTC midnight at or before ``now - retention`` when
+        that is later. Flooring to midnight (a window boundary, since windows tile the
+        day) moves it once a day rather than every window, so the partitions definition,
+        and the partition status Dagster caches for it, change once a day. A finite config
         whose end lies before the horizon keeps its last window, so the set is never
         empty.
         """
-        retention = self.retention_ms
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return min(self.source_horizon(source.name, now) for source in self.sources)
+
+    def _horizon(self, retention: int | None, now_ms: int | None) -> int:
         if retention is None:
             return self.start_ms
         now = int(time.time() * 1000) if now_ms is None else now_ms

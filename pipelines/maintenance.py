@@ -62,7 +62,7 @@ def maintenance_job(config: Config) -> JobDefinition:
             report = lake.open(pyspark.spark_session, config, source).maintain(now_ms)
             context.log.info(report.describe())
         horizon = config.first_window_start(now_ms)
-        if config.retention_ms is not None:
+        if horizon > config.start_ms:  # some window left the retention of every source
             deleted = delete_old_runs(context.instance, horizon)
             context.log.info(f"deleted {deleted} run(s) created before the retention horizon")
 

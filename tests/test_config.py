@@ -86,7 +86,7 @@ BASE: dict[str, Any] = {
 SOURCE_KEYS = (
     "name, topic, format, key, value, key_encoding, value_encoding, key_avro_schema, "
     "value_avro_schema, envelope, include, reclock, allow_offset_gaps, start_offsets, retire, "
-    "stall_after, expectations, owners, history"
+    "stall_after, expectations, owners, history, retention"
 )
 
 
@@ -651,6 +651,38 @@ def test_retention_keeps_the_partitions_within_dagsters_guidance() -> None:
     assert "retention: must be longer than zero" in str(rejected(config_with(retention="0d")))
     assert "retention: must be a duration" in str(rejected(config_with(retention="a month")))
 
+
+
+def test_a_source_keeps_its_own_retention_and_the_partitions_reach_the_longest() -> None:
+    """A source's retention places its own horizon (where maintenance moves its sinces);
+    the partitions begin at the earliest horizon, so every window some source may still
+    re-materialize stays launchable; the longest retention is held to the guidance."""
+    day, now = 86_400_000, 1_767_225_600_000 + 100 * 86_400_000 + 3_600_000  # day 100, 01:00
+    midnight = now // day * day
+    both = parse_config(config_with(retention="10d", sources__0__retention="2d"), Path("/b"))
+    assert both.source_retention_ms("users") == 2 * day
+    assert both.source_retention_ms("orders") == 10 * day  # the config's
+    assert both.source_horizon("users", now) == midnight - 2 * day
+    assert both.source_horizon("orders", now) == midnight - 10 * day
+    assert both.first_window_start(now) == midnight - 10 * day
+    longer = parse_config(config_with(sources__1__retention="40d"), Path("/b"))
+    assert longer.source_horizon("users", now) == midnight - 30 * day  # the default
+    assert longer.first_window_start(now) == midnight - 40 * day
+    too_long = rejected(config_with(retention="10d", sources__1__retention="69d"))
+    assert too_long.field == "sources[1].retention" and "at most 68d" in str(too_long)
+    # A finite config: a source without a retention keeps every window from start.
+    finite = parse_config(config_with(end="2026-02-01T00:00:00Z", sources__0__retention="1d"),
+                          Path("/b"))  # fmt: skip
+    jan_20 = 1_767_225_600_000 + 19 * day
+    assert finite.first_window_start(jan_20 + 3_600_000) == 1_767_225_600_000
+    assert finite.source_horizon("users", jan_20 + 3_600_000) == jan_20 - day
+    year = config_with(end="2027-01-01T00:00:00Z", sources__0__retention="1d")
+    assert rejected(year).field == "end"
+    assert parse_config({**year, "sources": [{**source, "retention": "1d"}
+                                             for source in year["sources"]]}, Path("/b"))
+    assert "retention: must be longer than zero" in str(
+        rejected(config_with(sources__0__retention="0d"))
+    )
 
 USER_AVRO = {
     "type": "record",

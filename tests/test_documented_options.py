@@ -121,6 +121,12 @@ def users(config: Config) -> Any:
     return config.source("users")
 
 
+def _horizons(config: Config) -> list[int]:
+    """Where each source's windows stay re-materializable, and the partitions begin."""
+    sources = [config.source_horizon(source.name, JAN_3) for source in config.sources]
+    return [*sources, config.first_window_start(JAN_3)]
+
+
 # option path -> (change of the example, probe of the engine's behaviour)
 PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "lake": ({"lake": "elsewhere"}, lambda c, s: c.lake),
@@ -128,7 +134,7 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "window": ({"window": "5m", "end": "2026-01-01T00:10:00Z"}, lambda c, s: (c.cron, c.window_ms)),
     "start": ({"start": "2026-01-01T00:05:00Z"}, lambda c, s: c.start_ms),
     "end": ({"end": "2026-01-01T00:20:00Z"}, lambda c, s: c.end_ms),
-    "retention": ({"retention": "1d"}, lambda c, s: c.first_window_start(JAN_3)),
+    "retention": ({"retention": "1d"}, lambda c, s: _horizons(c)),
     "spark": ({"spark": {"master": "local[1]"}},
               lambda c, s: session_conf(c.spark.master, c.spark.conf)),
     "spark.master": ({"spark.master": "local[1]"}, lambda c, s: session_conf(c.spark.master)),
@@ -240,6 +246,7 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     ),
     "sources[].owners": ({"users.owners": ["team:other"]}, lambda c, s: users(c).owners),
     "sources[].history": ({"users.history": None}, lambda c, s: published_tables(users(c))),
+    "sources[].retention": ({"users.retention": "1d"}, lambda c, s: _horizons(c)),
     "transactions": ({"transactions": None}, lambda c, s: _group_binding(s, c)),
     "transactions[].name": ({"transactions.name": "store"}, lambda c, s: _group_binding(s, c)),
     "transactions[].topic": ({"transactions.topic": "store.transaction"},

@@ -623,11 +623,12 @@ class SourcePipeline:
 
     def maintain(self, now_ms: int) -> MaintenanceReport:
         """Retire, then bring every table of the source back within its bounds: shards'
-        sinces at the retention horizon (``Config.first_window_start``), compacted and
+        sinces at its retention horizon (``Config.source_horizon``), compacted and
         collected, and every log trimmed to a reader lease of commits (see
-        ``cdc_core.source.maintenance``)."""
+        ``cdc_core.source.maintenance``). Its transaction group is kept from the earliest
+        horizon of its members."""
         retired = self.retire()
-        horizon = self.config.first_window_start(now_ms)
+        horizon = self.config.source_horizon(self.source.name, now_ms)
         keep_ms = self.config.readers.lease_ms
         tables = {"remap": maintain_shard(self.remap, None, keep_ms)}
         for name in output_tables(self.source):
@@ -644,8 +645,9 @@ class SourcePipeline:
             return MaintenanceReport(self.source.name, retired, tables)
         group = self.config.transaction_group(self.source.name)
         modes = {self.config.source(name).retire for name in self.group.members}
+        earliest = min(self.config.source_horizon(name, now_ms) for name in self.group.members)
         upkeep = maintain_group(
-            self.group, self._group_keep_from(horizon), keep_ms, now_ms=now_ms,
+            self.group, self._group_keep_from(earliest), keep_ms, now_ms=now_ms,
             mode=RetirePolicy.DELETE if modes == {RetirePolicy.DELETE} else RetirePolicy.ARCHIVE,
             landing=self.landing,
         )  # fmt: skip
@@ -655,7 +657,7 @@ class SourcePipeline:
 
     def _group_keep_from(self, horizon: int) -> int | None:
         """The earliest time the source's transaction group is still asked about: the
-        retention horizon, each member's last binding (a member copies the group's
+        members' earliest retention horizon, each member's last binding (a member copies the group's
         bindings from its own upper on), and the last time the group and its admitted
         record hold; None while any of them holds nothing."""
         uppers = [stored_upper(str(self.root.parent / name / "remap")).time

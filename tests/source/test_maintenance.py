@@ -1,11 +1,12 @@
 """Maintenance keeps a long-running source bounded without changing what it publishes.
 
 A source run window by window, as a per-minute schedule runs it (a dump per window, a
-commit per window and table), crosses a UTC midnight; its retention puts the horizon at
-that midnight. ``maintain`` must move every output's since there (but never past a live
-reader's hold), merge the small files, collect what no version needs, checkpoint and
-trim every log, leave ``state`` and every exact snapshot from the horizon on unchanged,
-and leave a source whose next runs and checks go on as before.
+commit per window and table), crosses a UTC midnight; its own retention (shorter than the
+config's, which would keep every window) puts its horizon at that midnight. ``maintain``
+must move every output's since there (but never past a live reader's hold), merge the
+small files, collect what no version needs, checkpoint and trim every log, leave
+``state`` and every exact snapshot from the horizon on unchanged, and leave a source
+whose next runs and checks go on as before.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from cdc_core.checks.invariants import completeness
 from cdc_core.config import Config, load_config
 from cdc_core.frontier import TimeFrontier
 from cdc_core.reclock import Windows
@@ -32,7 +34,8 @@ START = 1_767_311_520_000  # 2026-01-01T23:52:00Z
 MIDNIGHT = 1_767_312_000_000  # 2026-01-02T00:00:00Z: the retention horizon below
 MINUTE = 60_000
 WINDOWS = 14  # through 2026-01-02T00:06
-NOW = MIDNIGHT + 24 * 60 * MINUTE + 10 * MINUTE  # one day (the retention) and 10 min later
+SHARDS = ("remap", "reclocked", "changes", "errors")
+NOW = MIDNIGHT + 24 * 60 * MINUTE + 10 * MINUTE  # one day (its retention) and 10 min later
 
 
 def dump(landing: Path, window: int) -> None:
@@ -51,8 +54,8 @@ def dump(landing: Path, window: int) -> None:
 def write_config(workdir: Path, windows: int) -> Config:
     end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((START + windows * MINUTE) / 1000))
     path = write_upsert_config(
-        workdir, start="2026-01-01T23:52:00Z", end=end, retention="1d",
-        readers={"lease": "1s"},
+        workdir, start="2026-01-01T23:52:00Z", end=end, retention="2d",
+        source={"retention": "1d"}, readers={"lease": "1s"},
     )
     return load_config(path)
 
@@ -115,6 +118,17 @@ def test_maintain_bounds_every_table_and_keeps_what_it_publishes(aged: Config, s
     assert held.tables["changes"].collected + report.tables["changes"].collected > 0
     assert DeltaTable(str(aged.lake / "users" / "state")).to_pyarrow_table().to_pylist() == state
     assert {t: rows(pipeline, t) for t in exact} == exact
+
+    # The config's retention is only the default of sources naming none: the partitions
+    # begin at this source's horizon. A window before a source's since (a partition while
+    # another source's longer retention reaches it) runs as a no-op, and its completeness
+    # check has nothing left to recount.
+    assert aged.first_window_start(NOW) == MIDNIGHT
+    versions = {t: DeltaTable(str(aged.lake / "users" / t)).version() for t in SHARDS}
+    before = Windows.one(MIDNIGHT - 2 * MINUTE, MIDNIGHT - MINUTE)
+    assert not any(report.minted for report in pipeline.run_windows(before))
+    assert {t: DeltaTable(str(aged.lake / "users" / t)).version() for t in SHARDS} == versions
+    assert completeness(pipeline.changes, before.start + 1, before.end + 1).passed
 
 
 def test_runs_and_checks_go_on_after_maintenance(aged: Config, spark, capsys) -> None:
