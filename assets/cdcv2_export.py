@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster import (
@@ -30,7 +31,7 @@ from dagster import (
 )
 from dagster_pyspark import PySparkResource
 
-from assets.partitions import to_datetime, window_bounds
+from assets.partitions import PARTITION_FORMAT, to_datetime, to_ms, window_bounds
 from assets.source_assets import output_key, source_tags
 from cdc_core.cdcv2 import DataColumns, Encoding, export_shard, write_parts
 from cdc_core.cdcv2.data_columns import UnsupportedColumnType
@@ -64,6 +65,24 @@ def work_folder(root: Path) -> Path:
     holds only window folders and finding a window's leftovers looks at the few there
     are, not at the folder per window ever exported."""
     return root.parent / f".{root.name}.work"
+
+
+def expire_exports(root: LocationLike, before_ms: int) -> list[str]:
+    """Delete the window folders in ``root`` of windows that start before ``before_ms``
+    (the source's retention horizon), and return their names: the export keeps what the
+    tables keep, every window from the horizon on, so its folder does not grow by a
+    window a minute for ever. Other names (hidden staging, a consumer's own files) stay."""
+    place = str(located(root))
+    expired = []
+    for name in files.list_folders(place):
+        try:
+            start = to_ms(datetime.strptime(name, PARTITION_FORMAT).replace(tzinfo=UTC))
+        except ValueError:
+            continue
+        if start < before_ms:
+            files.delete_tree(files.join(place, name))
+            expired.append(name)
+    return expired
 
 
 def exportable(source: SourceConfig) -> bool:

@@ -49,6 +49,7 @@ from cdc_core.spark import get_spark
 from cdc_core.spark_server import DEFAULT_PORT, config_server_conf, serve
 from cdc_core.storage import files, located
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
+from pipelines.maintenance import maintain_source
 from pipelines.sample import write_sample
 
 
@@ -436,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             for source in config.sources:
                 if args.source in (None, source.name):
                     pipeline = SourcePipeline.from_config(spark, config, source)
-                    print(pipeline.maintain(now_ms).describe())
+                    print(maintain_source(config, pipeline, now_ms))
             return 0
         if args.command == "retire":
             spark = config_spark(config)

@@ -2,7 +2,8 @@
 windows so that a year of them costs what day one does.
 
 Each run maintains every source (``SourcePipeline.maintain``: retire dumps, sinces at the
-retention horizon, compaction, gc, Delta checkpoints and log trimming) and deletes the
+retention horizon, compaction, gc, Delta checkpoints and log trimming; and the windows of
+its CDCv2 export before that horizon deleted) and deletes the
 Dagster runs (with their events) older than the retention, so the instance stays as
 bounded as the tables.
 """
@@ -22,8 +23,11 @@ from dagster import (
 )
 from dagster_pyspark import PySparkResource
 
+from assets.cdcv2_export import EXPORT_FOLDER, expire_exports, exportable
 from assets.partitions import to_datetime
 from cdc_core.config import Config
+from cdc_core.frontier import iso
+from cdc_core.source import SourcePipeline
 from resources.lake import LakeResource
 
 MAINTENANCE_JOB = "maintenance"
@@ -49,6 +53,18 @@ def delete_old_runs(instance: DagsterInstance, before_ms: int) -> int:
             return deleted
 
 
+def maintain_source(config: Config, pipeline: SourcePipeline, now_ms: int) -> str:
+    """One source's maintenance (``SourcePipeline.maintain``) and the expiry of its CDCv2
+    export's windows before its retention horizon; what it did, one line per part."""
+    report = pipeline.maintain(now_ms).describe()
+    if not exportable(pipeline.source):
+        return report
+    horizon = config.source_horizon(pipeline.source.name, now_ms)
+    expired = expire_exports(pipeline.root / EXPORT_FOLDER, horizon)
+    gone = f"{len(expired)} window folder(s) before {iso(horizon)} deleted"
+    return f"{report}\n  {EXPORT_FOLDER:<14} {gone}"
+
+
 def maintenance_job(config: Config) -> JobDefinition:
     """The ``maintenance`` job: every source maintained, then old runs deleted."""
 
@@ -59,8 +75,8 @@ def maintenance_job(config: Config) -> JobDefinition:
     ) -> None:
         now_ms = int(time.time() * 1000)
         for source in config.sources:
-            report = lake.open(pyspark.spark_session, config, source).maintain(now_ms)
-            context.log.info(report.describe())
+            pipeline = lake.open(pyspark.spark_session, config, source)
+            context.log.info(maintain_source(config, pipeline, now_ms))
         horizon = config.first_window_start(now_ms)
         if horizon > config.start_ms:  # some window left the retention of every source
             deleted = delete_old_runs(context.instance, horizon)

@@ -139,8 +139,17 @@ def test_runs_and_checks_go_on_after_maintenance(aged: Config, spark, capsys) ->
     dump(workdir / "landing" / "users", WINDOWS + 1)
     longer = write_config(workdir, WINDOWS + 2)
     assert materialize(longer, exports=False)
+    # Export folders of the first window and of the last (the horizon of this finite
+    # config, now long past its end, is its last window's start).
+    export = workdir / "lake" / "users" / "cdcv2"
+    for key in ("2026-01-01T23:52:00", "2026-01-02T00:07:00"):
+        (export / key).mkdir(parents=True)
+        (export / key / "progress-0.json").write_text("{}\n")
     assert main(["maintain", "--config", str(workdir / "reclock.yaml")]) == 0
-    assert "users: retired" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "users: retired" in printed
+    assert "cdcv2          1 window folder(s) before 2026-01-02T00:07:00Z deleted" in printed
+    assert sorted(p.name for p in export.iterdir()) == ["2026-01-02T00:07:00"]
     pipeline = SourcePipeline.from_config(spark, longer, longer.source("users"))
     last = WINDOWS + 1  # the last window's first record: key (window + 0) % 5
     assert (last % 5, f"v{3 * last}") in rows(pipeline, START + (WINDOWS + 2) * MINUTE)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import Window, _stale, export_windows
+from assets.cdcv2_export import Window, _stale, expire_exports, export_windows
 from cdc_core.cdcv2 import DataColumns, codec_json
 from cdc_core.cdcv2.reference import read_all
 from cdc_core.cdcv2.stream_files import file_owner, is_progress_file
@@ -118,3 +118,22 @@ def test_an_unregistered_exports_upload_is_stale_only_once_abandoned() -> None:
     assert _stale(name, 0, {"cdcv2-export-live"}, now_ms - 1)  # untouched for long
     assert not _stale(name, 0, {"unregistered-x"}, now_ms - 1)  # its own (the export itself)
     assert not _stale(".updates.x.2.jsonl.2.tmp", 0, set(), now_ms)  # no upload of ours
+
+
+def test_expiry_deletes_the_window_folders_before_the_horizon_in_folders_and_on_s3(
+    s3_bucket: str, tmp_path: Path
+) -> None:
+    """What maintenance does to an export once a source's horizon moved: every window
+    folder that starts before it goes, with its files; later windows, hidden staging and
+    folders not named as windows stay."""
+    keys = ["2026-01-01T23:58:00", "2026-01-01T23:59:00", "2026-01-02T00:00:00",
+            "2026-01-02T00:01:00"]  # fmt: skip
+    midnight = 1_767_312_000_000  # 2026-01-02T00:00:00Z
+    for root in (str(tmp_path / "cdcv2"), f"s3://{s3_bucket}/lake/users/cdcv2"):
+        for name in [*keys, ".work", "consumer-notes"]:
+            files.write_bytes(files.join(root, name, "part-0.json"), b"{}\n")
+            files.write_bytes(files.join(root, name, "progress-0.json"), b"{}\n")
+        assert expire_exports(root, midnight) == keys[:2]
+        assert files.list_folders(root) == sorted([*keys[2:], ".work", "consumer-notes"])
+        assert not files.exists(files.join(root, keys[0], "part-0.json"))
+        assert expire_exports(root, midnight) == []  # repeatable
