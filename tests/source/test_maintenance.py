@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dagster import DagsterInstance
 from deltalake import DeltaTable
 
 from cdc_core.checks.invariants import completeness
@@ -27,7 +28,9 @@ from cdc_core.shard import ShardUsageError
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import LeaseBook
 from cdc_core.source import SourcePipeline
+from pipelines.build import build_definitions
 from pipelines.cli import main, materialize
+from pipelines.maintenance import MAINTENANCE_JOB
 from tests.upsert_config import write_upsert_config
 
 START = 1_767_311_520_000  # 2026-01-01T23:52:00Z
@@ -153,3 +156,20 @@ def test_runs_and_checks_go_on_after_maintenance(aged: Config, spark, capsys) ->
     pipeline = SourcePipeline.from_config(spark, longer, longer.source("users"))
     last = WINDOWS + 1  # the last window's first record: key (window + 0) % 5
     assert (last % 5, f"v{3 * last}") in rows(pipeline, START + (WINDOWS + 2) * MINUTE)
+
+
+def test_the_daily_job_maintains_as_the_command_does_and_logs_it(aged: Config) -> None:
+    """The ``maintenance`` job (what ``maintenance_daily`` launches), run by Dagster:
+    every source maintained, its export expired, and the run's log says so."""
+    workdir = aged.lake.parent
+    expired = workdir / "lake" / "users" / "cdcv2" / "2026-01-01T23:53:00"
+    expired.mkdir(parents=True)
+    config = load_config(workdir / "reclock.yaml")
+    job = build_definitions(config).resolve_job_def(MAINTENANCE_JOB)
+    with DagsterInstance.ephemeral() as instance:
+        result = job.execute_in_process(instance=instance)
+        assert result.success
+        logged = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any(message.startswith("users: retired") for message in logged), logged
+    assert any("1 window folder(s) before" in message for message in logged), logged
+    assert not expired.exists()
