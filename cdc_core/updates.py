@@ -11,8 +11,10 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+from cdc_core.expressions import built_once
 
 TIME = "time"
 DIFF = "diff"
@@ -27,10 +29,20 @@ def consolidate(
     A group holding a null diff keeps a null diff, so that a shard's validation rejects
     it instead of the sum silently skipping it. Names are matched exactly (dots and
     spaces included)."""
+    keys, summed, nonzero = _consolidation(tuple(data_columns), by_time)
+    return updates.groupBy(*keys).agg(summed).where(nonzero)
+
+
+@built_once
+def _consolidation(
+    data_columns: tuple[str, ...], by_time: bool
+) -> tuple[tuple[Column, ...], Column, Column]:
+    """The expressions of ``consolidate``: the group keys, the summed diff, and the filter
+    that drops zero sums."""
     keys = [F.col(f"`{name}`") for name in data_columns] + ([F.col(TIME)] if by_time else [])
     diff = F.col(DIFF)
     summed = F.when(F.count(F.lit(1)) == F.count(diff), F.sum(diff)).cast("long").alias(DIFF)
-    return updates.groupBy(*keys).agg(summed).where(diff.isNull() | (diff != 0))
+    return tuple(keys), summed, diff.isNull() | (diff != 0)
 
 
 def consolidate_rows(rows: pa.Table, data_columns: Sequence[str]) -> pa.Table:

@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_core.envelopes.encodings import encoding_error_column
+from cdc_core.expressions import built_once
 
 CORRUPT_FIELD = "__reclock_corrupt_record__"
 CONNECT_WRAPPER_FIELDS = ("schema", "payload")
@@ -52,17 +53,22 @@ def unwrap_connect_envelope(df: DataFrame, text: str, schema: StructType, into: 
         df = df.withColumn(encoding_error_column(into), F.col(encoding_error_column(text)))
     if set(CONNECT_WRAPPER_FIELDS) & set(schema.names):
         return df.withColumn(into, F.col(text))
+    keys, unwrapped = _unwrapping(text, into)
+    return df.withColumn(f"_{into}_keys", keys).withColumn(into, unwrapped).drop(f"_{into}_keys")
+
+
+@built_once
+def _unwrapping(text: str, into: str) -> tuple[Column, Column]:
+    """The expressions of ``unwrap_connect_envelope``: the keys of a text that may be a
+    wrapper (column ``_<into>_keys``), then the payload or the text."""
     keys = f"_{into}_keys"
     # Only a text naming both keys can be a wrapper: a cheap substring test spares the
     # JSON parse of every bare message (the converter writes the keys unescaped).
     maybe_wrapped = F.col(text).contains('"schema"') & F.col(text).contains('"payload"')
     wrapped = F.array_contains(keys, "schema") & F.array_contains(keys, "payload")
     return (
-        df.withColumn(keys, F.when(maybe_wrapped, F.json_object_keys(F.col(text))))
-        .withColumn(
-            into, F.when(wrapped, F.get_json_object(text, "$.payload")).otherwise(F.col(text))
-        )
-        .drop(keys)
+        F.when(maybe_wrapped, F.json_object_keys(F.col(text))),
+        F.when(wrapped, F.get_json_object(text, "$.payload")).otherwise(F.col(text)),
     )
 
 
@@ -80,6 +86,23 @@ def decode_json(
     null for a null text (the caller decides what a null means)."""
     if required is None:
         required = [field.name for field in schema.fields if not field.nullable]
+    encoded = encoding_error_column(text) in df.columns
+    parse, error, value = _decoding(text, schema, into, tuple(required), tuple(present), encoded)
+    return df.select("*", parse).select("*", error, value).drop(f"_{into}_typed")
+
+
+@built_once
+def _decoding(
+    text: str,
+    schema: StructType,
+    into: str,
+    required: tuple[str, ...],
+    present: tuple[str, ...],
+    encoded: bool,
+) -> tuple[Column, Column, Column]:
+    """The expressions of ``decode_json``: the parse (column ``_<into>_typed``), then the
+    error and the decoded struct, which read it. ``encoded``: whether ``text`` carries an
+    ``encoding_error_column``."""
     typed = f"_{into}_typed"
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_FIELD}
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT_FIELD, StringType())])
@@ -89,7 +112,7 @@ def decode_json(
         [*(StructField(f.name, StringType()) for f in schema.fields),
          StructField(CORRUPT_FIELD, StringType())]
     )
-    parsed = df.select("*", F.from_json(F.col(text), with_corrupt, options).alias(typed))
+    parse = F.from_json(F.col(text), with_corrupt, options).alias(typed)
     # A text that parses without a corrupt record and with every required field is a
     # good object (anything else that is not an object sets the corrupt record), so the
     # extra parses below that explain a failure run only for the records that fail.
@@ -135,7 +158,7 @@ def decode_json(
     unreadable = F.col(encoding_error_column(text))  # not even readable in its encoding
     error = (
         F.when(unreadable.isNotNull(), unreadable).when(*no_error)
-        if encoding_error_column(text) in df.columns
+        if encoded
         else F.when(*no_error)
     )
     error = (
@@ -154,7 +177,7 @@ def decode_json(
         .when(missing != "", F.concat(F.lit("is missing required field(s): "), missing))
     )
     value = F.struct(*[F.col(typed)[f.name].alias(f.name) for f in schema.fields])
-    return parsed.select("*", error.alias(error_column(into)), value.alias(into)).drop(typed)
+    return parse, error.alias(error_column(into)), value.alias(into)
 
 
 def decode_key(df: DataFrame, raw: str, key_schema: StructType, into: str) -> DataFrame:
@@ -164,24 +187,33 @@ def decode_key(df: DataFrame, raw: str, key_schema: StructType, into: str) -> Da
     such as ``{"f3": null, "f4": "yin"}`` is a key like any other)."""
     text = f"_{into}_text"
     df = unwrap_connect_envelope(df, raw, key_schema, text)
-    if len(key_schema.fields) == 1:
-        opening = "{" + json.dumps(key_schema.names[0]) + ":"
-        # A text that does not open with ``{`` is no object; one that does and is not
-        # an object fails to decode below, with the same error as a wrapped non-scalar.
-        is_object = F.col(text).rlike(r"^\s*\{")
-        as_object = F.concat(F.lit(opening), F.col(text), F.lit("}"))
-        df = df.withColumn(text, F.when(is_object, F.col(text)).otherwise(as_object))
+    scalar = _scalar_key(text, key_schema.names[0], into) if len(key_schema.fields) == 1 else None
+    if scalar is not None:
+        df = df.withColumn(text, scalar[0])
     df = decode_json(df, text, key_schema, into, required=(), present=key_schema.names)
     df = df.drop(text, encoding_error_column(text))
-    if len(key_schema.fields) == 1:
-        error = F.col(error_column(into))
-        not_json = F.lit("is neither a JSON object nor a JSON scalar")
-        df = df.withColumn(
-            error_column(into), F.when(error == NOT_AN_OBJECT, not_json).otherwise(error)
-        )
-    return df
+    return df if scalar is None else df.withColumn(error_column(into), scalar[1])
 
 
+@built_once
+def _scalar_key(text: str, name: str, into: str) -> tuple[Column, Column]:
+    """For a key of the one column ``name``: the text as an object (a bare scalar wrapped
+    as ``{name: scalar}``), and the error of ``into`` that says a text that is no object
+    is no JSON scalar either."""
+    opening = "{" + json.dumps(name) + ":"
+    # A text that does not open with ``{`` is no object; one that does and is not
+    # an object fails to decode below, with the same error as a wrapped non-scalar.
+    is_object = F.col(text).rlike(r"^\s*\{")
+    as_object = F.concat(F.lit(opening), F.col(text), F.lit("}"))
+    error = F.col(error_column(into))
+    not_json = F.lit("is neither a JSON object nor a JSON scalar")
+    return (
+        F.when(is_object, F.col(text)).otherwise(as_object),
+        F.when(error == NOT_AN_OBJECT, not_json).otherwise(error),
+    )
+
+
+@built_once
 def key_slot(raw: str, key: str) -> Column:
     """Which upsert slot a record (or an error row) belongs to, from its raw key column and
     the decoded ``key``: one per decoded key (by its canonical JSON), one per undecodable

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from cdc_core.expressions import built_once
+
 NULL_KEY = "null key"
 KEY_DECODE = "key decode error"
 VALUE_DECODE = "value decode error"
@@ -62,14 +64,20 @@ def error_rows(failed: DataFrame, topic: str, diff: int = 1) -> DataFrame:
     """ERROR rows (+ ``time`` when ``failed`` has one, so a batch's errors keep their
     binding times, + ``diff``) from records with ``partition``, ``offset``, ``key``,
     ``reason``."""
-    return failed.select(
+    return failed.select(*_error_columns(topic, diff, "time" in failed.columns))
+
+
+@built_once
+def _error_columns(topic: str, diff: int, timed: bool) -> tuple[Column, ...]:
+    """The columns ``error_rows`` selects (``timed``: with the records' ``time``)."""
+    return (
         F.lit(topic).cast("string").alias("topic"),
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
         F.col("key").cast("string").alias("key"),
         F.col("reason").cast("string").alias("reason"),
         F.lit(None).cast("string").alias("file"),
-        *([F.col("time").cast("long").alias("time")] if "time" in failed.columns else []),
+        *([F.col("time").cast("long").alias("time")] if timed else []),
         F.lit(diff).cast("long").alias("diff"),
     )
 

@@ -10,6 +10,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from cdc_core.expressions import built_once
 from cdc_core.frontier import TimeFrontier
 from cdc_core.spark import local_frame
 
@@ -59,7 +60,13 @@ def prior_updates(spark: SparkSession, prior: DataFrame | None, schema: StructTy
         return local_frame(
             spark, [], StructType([*schema.fields, StructField("diff", LongType())])
         )
-    return prior.select(*[column(f.name) for f in schema.fields], F.col("diff").cast("long"))
+    return prior.select(*_prior_columns(schema))
+
+
+@built_once
+def _prior_columns(schema: StructType) -> tuple[Column, ...]:
+    """The columns ``prior_updates`` selects."""
+    return (*[column(f.name) for f in schema.fields], F.col("diff").cast("long"))
 
 
 def negated(updates: DataFrame) -> DataFrame:

@@ -55,6 +55,7 @@ from cdc_core.envelopes.result import (
     negated,
     prior_updates,
 )
+from cdc_core.expressions import built_once
 from cdc_core.schemas import ERROR
 from cdc_core.updates import consolidate
 from cdc_core.vocabulary import Envelope
@@ -156,11 +157,7 @@ def apply_commands(
     first = sequenced.filter(F.col("previous_time").isNull())
 
     def rows_of(frame: DataFrame, struct: str, diff: int) -> DataFrame:
-        return frame.select(
-            *[F.col(struct)[name].alias(name) for name in output.names],
-            "time",
-            F.lit(diff).cast("long").alias("diff"),
-        )
+        return frame.select(*_update_columns(struct, tuple(output.names), diff))
 
     # Within the batch a slot's -previous/+new rows differ in data or time from every
     # other row (a row holds its key), so they come consolidated once a row replaced by
@@ -203,4 +200,15 @@ def apply_commands(
         changes=changes,
         errors=consolidate(previous_errors.union(new_errors), ERROR.names),
         cached=(sequenced,),
+    )
+
+
+@built_once
+def _update_columns(struct: str, names: tuple[str, ...], diff: int) -> tuple[Column, ...]:
+    """The output columns ``names`` of the row in column ``struct``, its ``time``, and
+    ``diff``: the updates a slot's content gives."""
+    return (
+        *[F.col(struct)[name].alias(name) for name in names],
+        F.col("time"),
+        F.lit(diff).cast("long").alias("diff"),
     )

@@ -1,0 +1,108 @@
+"""What building one window's envelope plan costs the driver, before any Spark job runs.
+
+A classic session builds every Column and DataFrame step through a JVM round trip, and
+each DataFrame step is analyzed at once; a window pays that for every envelope it
+applies, whatever its rows. This times ``apply_*`` on an empty window with prior shards
+(the plan is built, nothing runs) and counts the round trips:
+
+    python -m benchmarks.plan_building --repeat 15
+
+The first build of a process is reported apart (it compiles and caches); the figure is
+the median of the builds after it, per envelope.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from py4j.clientserver import ClientServerConnection
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from cdc_core.envelopes import (
+    EnvelopeBatch,
+    EnvelopeResult,
+    apply_debezium_upsert,
+    apply_none,
+    apply_upsert,
+    output_schema,
+)
+from cdc_core.schemas import ERROR, RECLOCKED
+from cdc_core.spark import get_spark
+from cdc_core.vocabulary import Envelope
+
+KEY = StructType([StructField("id", LongType(), False)])
+VALUE = StructType(
+    [StructField(name, kind) for name, kind in
+     [("name", StringType()), ("email", StringType()), ("visits", LongType()),
+      ("city", StringType()), ("updated", LongType())]]
+)  # fmt: skip
+AFTER_IMAGE = StructType([*KEY.fields, *VALUE.fields])  # Debezium's rows hold their key
+Apply = Callable[[EnvelopeBatch], EnvelopeResult]
+ENVELOPES: dict[str, tuple[Envelope, Apply, StructType]] = {
+    "none": (Envelope.NONE, apply_none, VALUE),
+    "upsert": (Envelope.UPSERT, apply_upsert, VALUE),
+    "debezium-upsert": (Envelope.DEBEZIUM_UPSERT, apply_debezium_upsert, AFTER_IMAGE),
+}
+
+
+class RoundTrips:
+    """Counts the JVM round trips of the process (every py4j command sent)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        send = ClientServerConnection.send_command
+
+        def counted(connection: ClientServerConnection, command: str) -> str:
+            self.count += 1
+            return send(connection, command)
+
+        ClientServerConnection.send_command = counted  # type: ignore[method-assign]
+
+
+def empty(spark: SparkSession, schema: StructType, *extra: str) -> DataFrame:
+    """An empty frame of ``schema`` plus long columns ``extra``."""
+    full = StructType([*schema.fields, *(StructField(name, LongType()) for name in extra)])
+    return spark.createDataFrame(to_arrow_schema(full).empty_table())
+
+
+def build(
+    spark: SparkSession, envelope: Envelope, apply: Apply, value: StructType, time_: int
+) -> None:
+    """One window's plan, built and analyzed (its output columns resolved), not run."""
+    output = output_schema(envelope, KEY, value, ())
+    result = apply(EnvelopeBatch(
+        empty(spark, RECLOCKED), topic="users", key_schema=KEY, value_schema=value,
+        time=time_, prior_changes=empty(spark, output, "time", "diff"),
+        prior_errors=empty(spark, ERROR, "time", "diff"),
+    ))  # fmt: skip
+    assert result.changes.columns and result.errors.columns
+    result.release()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args(argv)
+    spark = get_spark("local[2]", {})
+    trips = RoundTrips()
+    print(f"{'envelope':<16} {'first ms':>9} {'median ms':>10} {'round trips':>12}")
+    for name, (envelope, apply, value) in ENVELOPES.items():
+        seconds, counts = [], []
+        for index in range(args.repeat + 1):
+            before, start = trips.count, time.perf_counter()
+            build(spark, envelope, apply, value, 10 + index)
+            seconds.append(time.perf_counter() - start)
+            counts.append(trips.count - before)
+        print(f"{name:<16} {seconds[0] * 1000:>9.0f} "
+              f"{statistics.median(seconds[1:]) * 1000:>10.0f} "
+              f"{statistics.median(counts[1:]):>12.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
