@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 from pyspark.sql.window import Window
 
+from cdc_core.expressions import built_once
 from cdc_core.ingest.connect_files import connect_lines, layout_of
 from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import lines_by_path, local_frame, path_frame
@@ -311,6 +312,7 @@ def _parse(lines: DataFrame, schema: StructType, topic: str | None) -> DataFrame
     )
 
 
+@built_once
 def _positioned(topic: str | None) -> Column:
     """Whether a line still says where it sits in the topic: a whole JSON object (a line
     cut short could end in a cut number) whose partition and offset read and are not
@@ -469,6 +471,7 @@ def _snippet() -> Column:
     return F.substring(F.make_valid_utf8("value"), 1, _SNIPPET_CHARS)
 
 
+@built_once
 def _dropped_text() -> Column:
     """Why the rest of a line after its JSON object is lost, or null when there is none.
 
@@ -489,6 +492,7 @@ def _dropped_text() -> Column:
     )
 
 
+@built_once
 def _problem(topic: str | None) -> Column:
     """The first thing wrong with a parsed line (null when the line is a good record).
     Every reason is valid UTF-8: a snippet of a line that is not shows its invalid bytes
