@@ -45,6 +45,11 @@ def error_column(name: str) -> str:
     return f"{name}_error"
 
 
+def _scratch(into: str, part: str) -> str:
+    """A working column of the step that adds ``into``, dropped before the step ends."""
+    return f"_{into}_{part}"
+
+
 def unwrap_connect_envelope(df: DataFrame, text: str, schema: StructType, into: str) -> DataFrame:
     """Add ``into``: the ``payload`` of a schema-enabled JSON converter message in column
     ``text``, else the text itself. A wrapped null payload is a null value. Never unwraps
@@ -54,14 +59,15 @@ def unwrap_connect_envelope(df: DataFrame, text: str, schema: StructType, into: 
     if set(CONNECT_WRAPPER_FIELDS) & set(schema.names):
         return df.withColumn(into, F.col(text))
     keys, unwrapped = _unwrapping(text, into)
-    return df.withColumn(f"_{into}_keys", keys).withColumn(into, unwrapped).drop(f"_{into}_keys")
+    scratch = _scratch(into, "keys")
+    return df.withColumn(scratch, keys).withColumn(into, unwrapped).drop(scratch)
 
 
 @built_once
 def _unwrapping(text: str, into: str) -> tuple[Column, Column]:
     """The expressions of ``unwrap_connect_envelope``: the keys of a text that may be a
-    wrapper (column ``_<into>_keys``), then the payload or the text."""
-    keys = f"_{into}_keys"
+    wrapper (its ``keys`` scratch column), then the payload or the text."""
+    keys = _scratch(into, "keys")
     # Only a text naming both keys can be a wrapper: a cheap substring test spares the
     # JSON parse of every bare message (the converter writes the keys unescaped).
     maybe_wrapped = F.col(text).contains('"schema"') & F.col(text).contains('"payload"')
@@ -88,7 +94,7 @@ def decode_json(
         required = [field.name for field in schema.fields if not field.nullable]
     encoded = encoding_error_column(text) in df.columns
     parse, error, value = _decoding(text, schema, into, tuple(required), tuple(present), encoded)
-    return df.select("*", parse).select("*", error, value).drop(f"_{into}_typed")
+    return df.select("*", parse).select("*", error, value).drop(_scratch(into, "typed"))
 
 
 @built_once
@@ -100,10 +106,10 @@ def _decoding(
     present: tuple[str, ...],
     encoded: bool,
 ) -> tuple[Column, Column, Column]:
-    """The expressions of ``decode_json``: the parse (column ``_<into>_typed``), then the
-    error and the decoded struct, which read it. ``encoded``: whether ``text`` carries an
-    ``encoding_error_column``."""
-    typed = f"_{into}_typed"
+    """The expressions of ``decode_json``: the parse (its ``typed`` scratch column), then
+    the error and the decoded struct, which read it. ``encoded``: whether ``text`` carries
+    an ``encoding_error_column``."""
+    typed = _scratch(into, "typed")
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_FIELD}
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT_FIELD, StringType())])
     # Every field as text, read leniently (``Infinity``, ``NaN`` pass): tells a text that
@@ -185,14 +191,15 @@ def decode_key(df: DataFrame, raw: str, key_schema: StructType, into: str) -> Da
     is an object holding the key columns, or a bare JSON scalar when there is exactly one
     key column. Every key column must be present; any may be ``null`` (a composite key
     such as ``{"f3": null, "f4": "yin"}`` is a key like any other)."""
-    text = f"_{into}_text"
+    text = _scratch(into, "text")
     df = unwrap_connect_envelope(df, raw, key_schema, text)
-    scalar = _scalar_key(text, key_schema.names[0], into) if len(key_schema.fields) == 1 else None
-    if scalar is not None:
-        df = df.withColumn(text, scalar[0])
+    scalar = len(key_schema.fields) == 1
+    if scalar:
+        as_object, scalar_error = _scalar_key(text, key_schema.names[0], into)
+        df = df.withColumn(text, as_object)
     df = decode_json(df, text, key_schema, into, required=(), present=key_schema.names)
     df = df.drop(text, encoding_error_column(text))
-    return df if scalar is None else df.withColumn(error_column(into), scalar[1])
+    return df.withColumn(error_column(into), scalar_error) if scalar else df
 
 
 @built_once
