@@ -48,7 +48,7 @@ How the history of an age is built (and where it departs from a real deployment)
   ``start_offsets`` begins at the first real window's offset, as for a topic whose
   older offsets are gone), where a real year would hold them compacted at the since.
 - **Dump registry and archive, synthesized:** one dump a minute from ``start`` up to the
-  real windows, registered (one compacted file, as maintenance merges it) and retired
+  real windows, registered (one file sorted by path, as maintenance rewrites it) and retired
   (the ``retired`` table), each dump file written with its 12 records where ``retire``
   archives it (``<lake>/users/archive/users/``); offsets and timestamps follow the
   minute. Written with delta-rs as registration does, no Spark.
@@ -93,7 +93,7 @@ from assets.partitions import PARTITION_FORMAT, PARTITION_NAME_TAG, to_datetime
 from benchmarks.age_instance import MINUTE_MS, instance_settings, write_runs
 from benchmarks.open_ended import tree_cpu_seconds
 from benchmarks.screenshot import graphql, running_webserver
-from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry
+from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry, sort_files_table
 
 SOURCE = "users"
 DAY_MS = 86_400_000
@@ -384,6 +384,7 @@ def synthesize_dumps(history: History, first_real: int, now_ms: int) -> int:
     }  # fmt: skip
     registry = Registry(history.root / "lake" / SOURCE / "dumps", SOURCE)
     write_deltalake(registry.files_path, pa.table(columns, FILES_SCHEMA), mode="append")
+    sort_files_table(registry.files_path)  # as the daily maintenance leaves it
     write_deltalake(registry.retired_path, pa.table({
         "path": columns["path"], "retired_ms": [min(s + DAY_MS, now_ms) for s in starts],
         "archived_to": [str(archive / name) for name in names],

@@ -1,7 +1,8 @@
 """What reading the dump registry costs a run, by the source's age.
 
 A service registers a dump a minute; retire archives the ones wholly bound, so after
-``days`` the registry holds ``days * 1440`` files, all but the last day's retired. For
+``days`` the registry holds ``days * 1440`` files, all but the last day's retired, in one
+file sorted by path as maintenance rewrites it. For
 each age it writes such a registry (through delta-rs, as registration does; no Spark)
 and times what a run asks of it:
 
@@ -25,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry
+from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry, sort_files_table
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 MINUTE = 60_000
@@ -49,6 +50,7 @@ def write_registry(root: Path, days: int) -> Registry:
     }  # fmt: skip
     registry = Registry(root, "users")
     write_deltalake(registry.files_path, pa.table(columns, FILES_SCHEMA))
+    sort_files_table(registry.files_path)  # as maintenance leaves it
     retired = n - DAY
     write_deltalake(registry.retired_path, pa.table({
         "path": columns["path"][:retired], "retired_ms": [T0 + n * MINUTE] * retired,

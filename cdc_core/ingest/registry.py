@@ -12,6 +12,7 @@ dump could silently change records already bound to a window).
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset
 from pyspark.sql import SparkSession
 
 from cdc_core.frontier import OffsetFrontier
@@ -27,7 +29,7 @@ from cdc_core.ingest.dumps import (
     DumpFile,
     scan_dump_files,
 )
-from cdc_core.shard.log import append_rows, existing_table
+from cdc_core.shard.log import append_rows, existing_table, rewrite_sorted
 from cdc_core.storage import files as storage_files
 
 FILES_SCHEMA = pa.schema(
@@ -246,44 +248,107 @@ class Registry:
         })  # fmt: skip
 
 
-class RegisteredPaths:
-    """Every path a registry's ``files`` table holds, kept up to date incrementally.
+# Rows per row group of the files table as maintenance sorts it: what one look at landed
+# paths reads of it (their names sort together, the newest last).
+PATH_ROW_GROUP = 8_192
 
-    A look loads the table's snapshot (its log is checkpointed and trimmed by
-    maintenance, so that stays small) and reads, of its data files, only the path column
-    of those added since the last look; a table created anew (another table id) or a
-    rewrite that removed files it had read (compaction) is read again whole.
-    Invariant: after a look, ``_paths`` is exactly the set of paths in the table at the
-    version looked at."""
+
+def sort_files_table(files_path: str) -> None:
+    """Maintenance's compaction of a registry's ``files`` table: one file sorted by path
+    in row groups of ``PATH_ROW_GROUP`` rows, the layout ``RegisteredPaths`` reads a row
+    group of at a time (a conflicting registration leaves it for the next maintenance)."""
+    rewrite_sorted(files_path, "path", PATH_ROW_GROUP)
+
+
+class RegisteredPaths:
+    """Which paths a registry's ``files`` table holds, answered without reading a year of
+    paths: a look reads, of the table's data files, only the row groups whose path range
+    (from the Parquet footer) can hold an asked path, and keeps what it read.
+
+    Maintenance rewrites the table sorted by path in row groups of ``PATH_ROW_GROUP``
+    rows (``sort_files_table``), so the landed paths a tick asks about (the newest) fall in
+    at most a row group or two of it, whatever its age; each registration since adds one
+    small file. Invariant: every footer and row group kept belongs to a data file of the
+    table at the version looked at, and a row group's kept paths are exactly its paths;
+    a table created anew (another id) is looked at anew."""
 
     def __init__(self, files_path: str) -> None:
         self._files_path = files_path
         self._seen: tuple[str, int] | None = None  # (table id, version) of the last look
-        self._read: frozenset[str] = frozenset()  # data files whose paths are in _paths
-        self._paths: set[str] = set()
+        self._files: dict[str, _PathRanges] = {}  # data file -> its row groups
         self._lock = threading.Lock()  # sensors of one code server may tick at once
 
     def missing(self, paths: Iterable[str]) -> list[str]:
         """Those of ``paths`` the table does not hold now, in their order."""
+        paths = list(paths)
+        asked = sorted(set(paths))
         with self._lock:
             self._look()
-            return [path for path in paths if path not in self._paths]
+            held: set[str] = set()
+            for ranges in self._files.values():
+                held.update(ranges.among(asked))
+        return [path for path in paths if path not in held]
+
+    @property
+    def rows_read(self) -> int:
+        """How many rows of the table the looks so far have read (what they cost)."""
+        return sum(ranges.rows_read for ranges in self._files.values())
 
     def _look(self) -> None:
-        """Bring ``_paths`` to the table's latest version."""
+        """Bring the kept data files to the table's latest version."""
         table = existing_table(self._files_path)
         if table is None:
-            self._seen, self._read, self._paths = None, frozenset(), set()
+            self._seen, self._files = None, {}
             return
         seen = (table.metadata().id, table.version())
         if seen == self._seen:
             return
+        if self._seen is not None and seen[0] != self._seen[0]:
+            self._files = {}  # a new table under the same path
         fragments = {f.path: f for f in table.to_pyarrow_dataset().get_fragments()}
-        if self._seen is None or seen[0] != self._seen[0] or not self._read <= fragments.keys():
-            self._read, self._paths = frozenset(), set()  # new table or files removed
-        for name in fragments.keys() - self._read:
-            self._paths.update(fragments[name].to_table(columns=["path"])["path"].to_pylist())
-        self._seen, self._read = seen, frozenset(fragments)
+        self._files = {
+            name: self._files.get(name) or _PathRanges(fragment)
+            for name, fragment in fragments.items()
+        }
+        self._seen = seen
+
+
+class _PathRanges:
+    """One data file of a registry: its row groups' path ranges, read from its footer on
+    first use, and the paths of the row groups read so far."""
+
+    def __init__(self, fragment: pa.dataset.ParquetFileFragment) -> None:
+        self._fragment = fragment
+        self._ranges: list[tuple[str | None, str | None]] | None = None
+        self._read: dict[int, frozenset[str]] = {}
+        self.rows_read = 0
+
+    def among(self, asked: Sequence[str]) -> set[str]:
+        """Those of ``asked`` (sorted) this file holds."""
+        found: set[str] = set()
+        for group, (low, high) in enumerate(self._path_ranges()):
+            first = 0 if low is None else bisect.bisect_left(asked, low)
+            if first == len(asked) or (high is not None and asked[first] > high):
+                continue  # no asked path in this row group's range
+            if group not in self._read:
+                rows = self._fragment.subset(row_group_ids=[group]).to_table(columns=["path"])
+                self._read[group] = frozenset(rows["path"].to_pylist())
+                self.rows_read += rows.num_rows
+            found.update(self._read[group].intersection(asked))
+        return found
+
+    def _path_ranges(self) -> list[tuple[str | None, str | None]]:
+        """Per row group, its smallest and greatest path (None where the footer has no
+        statistics: that row group is read whenever asked)."""
+        if self._ranges is None:
+            meta = self._fragment.metadata
+            column = meta.schema.names.index("path")  # a flat schema: leaf = column
+            self._ranges = []
+            for group in range(meta.num_row_groups):
+                stats = meta.row_group(group).column(column).statistics
+                known = stats is not None and stats.has_min_max
+                self._ranges.append((stats.min, stats.max) if known else (None, None))
+        return self._ranges
 
 
 _REGISTERED_PATHS: dict[str, RegisteredPaths] = {}

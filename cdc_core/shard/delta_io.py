@@ -166,11 +166,13 @@ def write_files(df: DataFrame, table_path: str, batch_id: str) -> tuple[WrittenF
     return tuple(written)
 
 
-def write_arrow(table_path: str, rows: pa.Table, batch_id: str) -> WrittenFile:
+def write_arrow(
+    table_path: str, rows: pa.Table, batch_id: str, row_group_rows: int | None = None
+) -> WrittenFile:
     """Write driver-held ``rows`` (a few rows of metadata, never data) as one Parquet file
     in ``data/<batch_id>`` of the table, described from its footer."""
     rel_path = f"{DATA_DIR}/{batch_id}/part-0.parquet"
-    files.write_parquet(files.join(table_path, rel_path), rows)
+    files.write_parquet(files.join(table_path, rel_path), rows, row_group_rows)
     return describe_file(table_path, rel_path)
 
 

@@ -250,10 +250,49 @@ def append_rows(path: str, rows: pa.Table, operation: str, detail: str) -> None:
     batch_id = uuid.uuid4().hex
     written = delta_io.write_arrow(path, rows, batch_id)
     add = [delta_io.add_action(written, data_change=True)]
+    _commit_batch(table, path, add, batch_id, commit_metadata(operation, detail), again=True)
+
+
+def rewrite_sorted(path: str, key: str, row_group_rows: int) -> bool:
+    """Rewrite the plain Delta table at ``path`` (driver-held metadata rows: a registry)
+    as one file sorted by ``key`` in row groups of ``row_group_rows``, so that a reader
+    finds a key from the footer's per-row-group ranges. The rows stay the same (no data
+    change). Attempted once, at the version read: False when another commit came first
+    (nothing changed, the file written is deleted; the next maintenance tries again)."""
+    table = existing_table(path)
+    if table is None:
+        return False
+    replaced = delta_io.live_files(table)
+    rows = table.to_pyarrow_table().sort_by(key)
+    batch_id = uuid.uuid4().hex
+    written = delta_io.write_arrow(path, rows, batch_id, row_group_rows)
+    actions = [*(delta_io.remove_action(f) for f in replaced),
+               delta_io.add_action(written, data_change=False)]  # fmt: skip
+    detail = f"{len(replaced)} file(s) -> 1, sorted by {key}"
+    return _commit_batch(
+        table, path, actions, batch_id, commit_metadata("compact", detail), again=False
+    )
+
+
+def _commit_batch(
+    table: DeltaTable,
+    path: str,
+    actions: Sequence[AddAction | RemoveAction],
+    batch_id: str,
+    metadata: Mapping[str, Any],
+    *,
+    again: bool,
+) -> bool:
+    """Commit ``actions``, which add the files written in ``batch_id``; ``again``: on a
+    conflict attempt again on the new version (the commit commutes with any other).
+    Whenever the commit is definitely not in the log, the batch's files are deleted."""
     try:
-        while not commit_once(table, path, add, [], commit_metadata(operation, detail)):
-            pass
+        while not commit_once(table, path, actions, [], metadata):
+            if not again:
+                delta_io.delete_batches(path, [batch_id])
+                return False
     except ShardStorageError as failure:
         if failure.definitely_not_written:
             delta_io.delete_batches(path, [batch_id])
         raise
+    return True

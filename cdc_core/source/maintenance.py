@@ -14,10 +14,12 @@ earliest time any of its members, checks or catch-ups still asks about.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdc_core.frontier import TimeFrontier
+from cdc_core.ingest.registry import Registry, sort_files_table
 from cdc_core.reclock.transactions import TransactionGroupBinder
 from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.delta_io import live_files
@@ -30,7 +32,7 @@ from cdc_core.source.resumption import (
 )
 from cdc_core.vocabulary import RetirePolicy
 
-# A registry with this many files or more is compacted into one.
+# A registry table with this many files or more is compacted into one.
 SMALL_FILES = 8
 
 
@@ -91,20 +93,42 @@ def maintain_shard(shard: Shard, horizon_ms: int | None, log_keep_ms: int) -> Ta
 
 
 def maintain_table(
-    path: Path | str, log_keep_ms: int, *, compact: bool = False
+    path: Path | str, log_keep_ms: int, *, compact: Callable[[str], object] | None = None
 ) -> TableUpkeep | None:
     """Collect and trim a table that is no shard (None when it does not exist yet);
-    ``compact``: first merge its small files (an append-only registry gains one per
-    registration; ``state`` is rewritten whole by every publish and is not compacted)."""
+    ``compact``: first merge its small files with it (an append-only registry gains one
+    per registration; ``state`` is rewritten whole by every publish and is not
+    compacted)."""
     table = existing_table(str(path))
     if table is None:
         return None
     before = len(live_files(table))
-    if compact and before >= SMALL_FILES:
-        table.optimize.compact()
+    if compact is not None and before >= SMALL_FILES:
+        compact(str(path))
     collected, trimmed = tidy_table(str(path), log_keep_ms)
     after = len(live_files(existing_table(str(path))))
     return TableUpkeep(before, after, len(collected), len(trimmed))
+
+
+def maintain_registry(registry: Registry, log_keep_ms: int) -> dict[str, TableUpkeep]:
+    """A dump registry's tables, compacted, collected and trimmed: ``files`` rewritten
+    sorted by path (``sort_files_table``: the sensor's look at landed paths then reads a
+    row group of it, whatever its age), ``retired`` merged."""
+    compactions = {
+        "dumps/files": (registry.files_path, sort_files_table),
+        "dumps/retired": (registry.retired_path, _merge_files),
+    }
+    tables: dict[str, TableUpkeep] = {}
+    for name, (path, compact) in compactions.items():
+        upkeep = maintain_table(path, log_keep_ms, compact=compact)
+        if upkeep is not None:
+            tables[name] = upkeep
+    return tables
+
+
+def _merge_files(path: str) -> None:
+    """Delta's bin-packing compaction (small files into large ones)."""
+    existing_table(path).optimize.compact()
 
 
 @dataclass(frozen=True)
@@ -145,9 +169,5 @@ def maintain_group(
         "bindings": maintain_shard(group.bindings, keep_from, log_keep_ms),
         "admitted": maintain_shard(group.admitted, keep_from, log_keep_ms),
     }
-    for name, path in {"dumps/files": group.registry.files_path,
-                       "dumps/retired": group.registry.retired_path}.items():  # fmt: skip
-        upkeep = maintain_table(path, log_keep_ms, compact=True)
-        if upkeep is not None:
-            tables[name] = upkeep
+    tables.update(maintain_registry(group.registry, log_keep_ms))
     return GroupUpkeep(retired, tables)

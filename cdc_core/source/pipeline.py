@@ -54,6 +54,7 @@ from cdc_core.source.history import refresh_history
 from cdc_core.source.maintenance import (
     MaintenanceReport,
     maintain_group,
+    maintain_registry,
     maintain_shard,
     maintain_table,
 )
@@ -635,12 +636,11 @@ class SourcePipeline:
             tables[name] = maintain_shard(getattr(self, name), horizon, keep_ms)
         plain = {"state": str(self.root / "state"), "history": str(self.root / "history"),
                  "upstream": self.upstream.path}
-        registries = {"dumps/files": self.registry.files_path,
-                      "dumps/retired": self.registry.retired_path}
-        for name, path in [*plain.items(), *registries.items()]:
-            upkeep = maintain_table(path, keep_ms, compact=name in registries)
+        for name, path in plain.items():
+            upkeep = maintain_table(path, keep_ms)
             if upkeep is not None:
                 tables[name] = upkeep
+        tables.update(maintain_registry(self.registry, keep_ms))
         if self.group is None:
             return MaintenanceReport(self.source.name, retired, tables)
         group = self.config.transaction_group(self.source.name)

@@ -450,12 +450,13 @@ def read_parquet(text: str, **options: Any) -> pa.Table:
     return pq.read_table(path, filesystem=fs, **options)
 
 
-def write_parquet(text: str, table: pa.Table) -> None:
-    """Write ``table`` as one Parquet file, creating its local folder (on S3 one upload)."""
+def write_parquet(text: str, table: pa.Table, row_group_rows: int | None = None) -> None:
+    """Write ``table`` as one Parquet file, creating its local folder (on S3 one upload);
+    ``row_group_rows``: at most that many rows per row group (else pyarrow's default)."""
     fs, path, location = resolve(text)
     if location.is_local:
         fs.create_dir(posixpath.dirname(path), recursive=True)
-    pq.write_table(table, path, filesystem=fs)
+    pq.write_table(table, path, filesystem=fs, row_group_size=row_group_rows)
 
 
 def mtime_ms(text: str) -> int:

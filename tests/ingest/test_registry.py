@@ -5,13 +5,22 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.ingest import DumpFileChanged, MissingDumpFile, Registry, list_dump_files
 from cdc_core.ingest.dumps import read_canonical
-from cdc_core.ingest.registry import PartitionStats
+from cdc_core.ingest.registry import (
+    FILES_SCHEMA,
+    PATH_ROW_GROUP,
+    PartitionStats,
+    RegisteredPaths,
+    sort_files_table,
+)
 from tests.reclock.test_reclock_support import Rec, register_new, write_dump
 
 
@@ -153,3 +162,40 @@ def test_a_missing_needed_file_is_named_with_its_offsets(
     path.unlink()
     with pytest.raises(MissingDumpFile, match=r"a\.json \(partition 3 offsets 7\.\.8\)"):
         read_canonical(spark, registry, registry.files(), F.lit(True))
+
+
+def _registrations(paths: list[str]) -> pa.Table:
+    """Registry rows for ``paths`` (one record each), as registration writes them."""
+    n = len(paths)
+    return pa.table({
+        "path": paths, "size": [10] * n, "mtime_ms": [1] * n, "arrival_ms": [1] * n,
+        "partition": [0] * n, "min_offset": list(range(n)), "max_offset": list(range(n)),
+        "min_ts": [1] * n, "max_ts": [1] * n, "records": [1] * n, "damaged_lines": [0] * n,
+        "problem": [None] * n, "bad_lines": [0] * n,
+    }, FILES_SCHEMA)  # fmt: skip
+
+
+def test_a_year_of_paths_sorted_by_maintenance_costs_a_look_a_row_group(tmp_path: Path) -> None:
+    """Maintenance rewrites the files table sorted by path in row groups; a look at the
+    newest landed paths (and one old one) then reads only the row groups their names fall
+    in, not every registered path, and still tells registered from new exactly."""
+    names = [f"/landing/t/{i:07d}.json" for i in range(4 * PATH_ROW_GROUP + 100)]
+    shuffled = names[1::2] + names[::2]  # registered out of name order, in two appends
+    registry = Registry(tmp_path / "registry", "t")
+    for part in (shuffled[: len(names) // 2], shuffled[len(names) // 2 :]):
+        write_deltalake(registry.files_path, _registrations(part), mode="append")
+    before = DeltaTable(registry.files_path).to_pyarrow_table().sort_by("path")
+
+    sort_files_table(registry.files_path)
+    table = DeltaTable(registry.files_path)
+    assert table.to_pyarrow_table().sort_by("path").equals(before)  # the same rows
+    [data_file] = table.file_uris()
+    layout = pq.ParquetFile(data_file)
+    assert layout.metadata.num_row_groups == 5
+    assert layout.read(columns=["path"])["path"].to_pylist() == names
+
+    unknown = ["/landing/t/9999999.json", "/landing/t/-.json"]  # after, before them all
+    asked = [names[2 * PATH_ROW_GROUP], *names[-10:], *unknown]
+    look = RegisteredPaths(registry.files_path)
+    assert look.missing(asked) == unknown
+    assert look.rows_read == PATH_ROW_GROUP + 100  # the two row groups the names fall in
