@@ -2,9 +2,8 @@
 
 A service registers a dump a minute; retire archives the ones wholly bound, so after
 ``days`` the registry holds ``days * 1440`` files, all but the last day's retired, in one
-file sorted by path as maintenance rewrites it. For
-each age it writes such a registry (through delta-rs, as registration does; no Spark)
-and times what a run asks of it:
+file sorted by path as maintenance rewrites it. For each age it writes such a registry
+(through delta-rs, as registration does; no Spark) and times what a run asks of it:
 
     python -m benchmarks.registry_age --days 1 30 365
 

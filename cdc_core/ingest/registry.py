@@ -176,8 +176,8 @@ class Registry:
         """Those of ``paths`` this registry does not hold (retired files count as held).
 
         Looks through the process's ``RegisteredPaths`` of the table, so a long-lived
-        process (the sensor's code server, which asks every tick) reads only what was
-        registered since it last asked, never the year of paths before."""
+        process (the sensor's code server, which asks every tick) reads only the row
+        groups that can hold the asked paths, once, never the year of paths before."""
         known = _registered_paths(self.files_path)
         return known.missing(paths)
 
