@@ -20,9 +20,9 @@ ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 def window_partitions(config: Config, now_ms: int | None = None) -> TimeWindowPartitionsDefinition:
     """One partition per IntoTime window ``[start, end)``; its binding time is ``end``.
 
-    The partitions start at the retention horizon as it stands at ``now_ms`` (the time
-    the definitions load, by default), so an asset never carries more windows than its
-    retention allows, however long ago ``start`` lies.
+    The partitions start where ``Config.first_window_start`` puts them at ``now_ms`` (the
+    time the definitions load, by default): about the launchable span's windows, however
+    long ago ``start`` lies and however long the tables are kept.
     """
     return TimeWindowPartitionsDefinition(
         cron_schedule=config.cron,

@@ -10,8 +10,8 @@ default, one Kafka partition, a dump of 12 records a minute). Per age:
   windows' job for that one partition key, assets and checks, on the history's instance
   (``python -m benchmarks.age window``: what the run worker does with the schedule's
   request, without the daemon's launch); with ``--cli``, also once through the command
-  line, ``reclock materialize --through <window end>``, which runs every closed window
-  from the retention horizon on as one range;
+  line, ``reclock materialize --through <window end>``, which runs the closed windows
+  the outputs do not hold yet as one range;
 - (b) one tick of the ``new_dumps`` sensor, evaluated in this process through Dagster's
   ``build_sensor_context`` on the history's instance (definitions loaded beforehand, as
   the code server holds them): the process's first tick apart from the ticks after it;
@@ -28,8 +28,8 @@ default, one Kafka partition, a dump of 12 records a minute). Per age:
   (the range's run tags, as Dagster launches a backfill of a range as one run), in a
   fresh process like (a);
 - (f) with ``--first-backfill``: 600 records backfilled in one run by a new source whose
-  ``start`` lies ``days`` back (its windows from the retention horizon on), against the
-  same records over 10 windows.
+  ``start`` lies ``days`` back (every window Dagster lists: the launchable span's), against
+  the same records over 10 windows.
 
 Wall and CPU seconds (a process and its descendants, the JVM included, sampled from
 /proc) per measure, min and median over ``--repeat``; then each measure's ratio of the
@@ -317,7 +317,8 @@ def build_history(
 
 
 def horizon_ms(history: History, now_ms: int) -> int:
-    """The first window Dagster lists at ``now_ms`` (the default 30-day retention)."""
+    """The first window whose runs maintenance keeps at ``now_ms`` (the default 30-day
+    retention)."""
     return max(history.start_ms, (now_ms - 30 * DAY_MS) // DAY_MS * DAY_MS)
 
 
@@ -508,8 +509,9 @@ def _describe(data: Any) -> str:
 
 
 def first_backfill(base: Path, days: int, windows: int | None, now_ms: int) -> Sample:
-    """(f) a new source's first backfill of 600 records: over every window Dagster lists
-    for a ``start`` ``days`` back (``windows`` None), or over ``windows`` windows."""
+    """(f) a new source's first backfill of 600 records spread from its ``start`` on: over
+    every window Dagster lists for a ``start`` ``days`` back (``windows`` None; records
+    older than the first of them bind at it), or over ``windows`` windows."""
     root = base / f"first-{days}d-{windows or 'all'}"
     shutil.rmtree(root, ignore_errors=True)
     (root / "landing" / SOURCE).mkdir(parents=True)
@@ -518,10 +520,8 @@ def first_backfill(base: Path, days: int, windows: int | None, now_ms: int) -> S
     history = History(days, root, start, start)
     write_config(history.config, start, 0)
     instance_settings(history.home)
-    first = horizon_ms(history, now_ms) if windows is None else start
-    span = end - first
-    for part in range(50):  # 600 records in 50 dumps spread over the windows listed
-        at = first + span * part // 50
+    for part in range(50):  # 600 records in 50 dumps spread over the source's history
+        at = start + (end - start) * part // 50
         text = dump_text(part, floor_minute(at))
         (history.landing / f"{part:03d}.json").write_text(text)
     command = cli("materialize", "--config", str(history.config), "--through", iso(end))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -108,10 +109,11 @@ MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 60 * MS_PER_MINUTE
 MS_PER_DAY = 24 * MS_PER_HOUR
 DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": MS_PER_MINUTE, "h": MS_PER_HOUR, "d": MS_PER_DAY}
-# Dagster's guidance: at most this many partitions per asset; the windows an open-ended
-# config keeps as partitions when it names no retention.
+# Dagster's guidance: at most this many partitions per asset.
 MAX_PARTITIONS = 100_000
 DEFAULT_RETENTION = "30d"
+# How far back an open-ended config's windows are Dagster partitions when it names no span.
+DEFAULT_LAUNCHABLE = "1d"
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -656,9 +658,9 @@ class SourceConfig(_Section):
     """Keep a `history` table (SCD type 2: every version of every key with its validity
     interval and Kafka position); upsert and debezium-upsert envelopes only."""
     retention: Annotated[Duration, AfterValidator(_positive)] | None = None
-    """How far back this source's windows stay re-materializable and its tables exactly
-    readable (maintenance moves its sinces to UTC midnight before now - retention), when
-    it differs from the config's retention, which it defaults to."""
+    """How far back this source's tables stay exactly readable (maintenance moves its
+    sinces to UTC midnight before now - retention), when it differs from the config's
+    retention, which it defaults to."""
 
     @model_validator(mode="after")
     def _envelope_rules(self) -> SourceConfig:
@@ -905,11 +907,15 @@ class Config(_Section):
     end_ms: Instant | None = Field(default=None, alias="end")
     """Last window end, for finite data; open-ended when absent."""
     retention: Annotated[Duration, AfterValidator(_positive)] | None = None
-    """How far back windows stay re-materializable (Dagster partitions, launchable and
-    listed in the UI) and the tables exactly readable: from UTC midnight before now -
-    retention, for every source that names no retention of its own; the partitions reach
-    back to the longest retention of any source. Default: 30d for an open-ended config;
-    every window from start for a finite one. At most 100,000 windows, with a day to
+    """How far back the tables stay exactly readable (maintenance moves the sinces to UTC
+    midnight before now - retention) and Dagster keeps the windows' runs, for every
+    source that names no retention of its own. Default: 30d for an open-ended config;
+    every window from start for a finite one."""
+    launchable: Annotated[Duration, AfterValidator(_positive)] | None = None
+    """How far back windows are Dagster partitions (listed, launchable and backfilled in
+    the UI, each with its own figures): from the hour at or before now - launchable, never
+    before the longest retention's horizon. Default: 1d for an open-ended config; every
+    window the retentions keep for a finite one. At most 100,000 windows, with an hour to
     spare."""
     spark: SparkSettings = SparkSettings()
     """Optional Spark session overrides."""
@@ -946,36 +952,48 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _partitions_within_guidance(self) -> Config:
-        """Dagster's guidance: at most 100,000 partitions per asset, at any age. With
-        retentions the set spans the longest of them and the part of a day its horizon is
-        floored by; without one (a finite config), every window from start to end."""
+        """Dagster's guidance: at most 100,000 partitions per asset, at any age. With a
+        launchable span the set spans it and the hour its start is floored by; without one
+        (a finite config), the longest retention and the day its horizon is floored by, or
+        every window from start to end."""
         window_ms = self.window_ms
-        longest = (MAX_PARTITIONS * window_ms - MS_PER_DAY) // MS_PER_DAY
         guidance = f"Dagster's guidance of {MAX_PARTITIONS:,} partitions per asset"
+        finite = None if self.end_ms is None else (self.end_ms - self.start_ms) // window_ms
         problems: list[Located] = []
         retentions = {("retention",): self.retention} if self.retention is not None else {}
         for index, source in enumerate(self.sources):
             if source.retention is not None:
                 retentions[("sources", index, "retention")] = source.retention
         kept_by_all = self.retention is not None or all(s.retention for s in self.sources)
-        if retentions and (kept_by_all or self.end_ms is None):
+        if self.launchable_ms is not None:
+            step = self.launch_step_ms
+            windows = (self.launchable_ms + step) // window_ms
+            if finite is not None:  # a finite config holds no more than its windows
+                windows = min(windows, finite)
+            if windows > MAX_PARTITIONS:
+                longest = (MAX_PARTITIONS * window_ms - step) // MS_PER_DAY
+                problems.append((("launchable",), (
+                    f"lists up to {windows:,} windows of {self.window} (the span and an "
+                    f"hour), more than {guidance}: at most {longest}d for {self.window} "
+                    f"windows (got {self.launchable!r})"
+                ), self.launchable))
+        elif retentions and kept_by_all and finite is not None:
+            longest = (MAX_PARTITIONS * window_ms - MS_PER_DAY) // MS_PER_DAY
             where, retention = max(retentions.items(), key=lambda item: duration_ms(item[1]))
-            windows = (duration_ms(retention) + MS_PER_DAY) // window_ms
-            if self.end_ms is not None:  # a finite config holds no more than its windows
-                windows = min(windows, (self.end_ms - self.start_ms) // window_ms)
+            windows = min((duration_ms(retention) + MS_PER_DAY) // window_ms, finite)
             if windows > MAX_PARTITIONS:
                 problems.append((where, (
                     f"keeps up to {windows:,} windows of {self.window} (the retention and a "
                     f"day), more than {guidance}: at most {longest}d for {self.window} "
-                    f"windows (got {retention!r})"
+                    f"windows, or a launchable span (got {retention!r})"
                 ), retention))
-        elif self.end_ms is not None:
-            windows = (self.end_ms - self.start_ms) // window_ms
-            if windows > MAX_PARTITIONS:
-                problems.append((("end",), (
-                    f"{windows:,} windows of {self.window} lie between start and end, more "
-                    f"than {guidance}: set a retention (at most {longest}d) or a wider window"
-                ), _iso(self.end_ms)))
+        elif finite is not None and finite > MAX_PARTITIONS:
+            longest = (MAX_PARTITIONS * window_ms - MS_PER_HOUR) // MS_PER_DAY
+            problems.append((("end",), (
+                f"{finite:,} windows of {self.window} lie between start and end, more "
+                f"than {guidance}: set a launchable span (at most {longest}d) or a wider "
+                "window"
+            ), _iso(self.end_ms)))
         _raise_all(type(self).__name__, problems)
         return self
 
@@ -993,25 +1011,54 @@ class Config(_Section):
         return duration_ms(own) if own is not None else self.retention_ms
 
     def source_horizon(self, name: str, now_ms: int | None = None) -> int:
-        """Where the windows of source ``name`` that can still be materialized (and read
-        back exactly) begin at ``now_ms``: its since's place after maintenance. See
-        ``first_window_start``."""
+        """Where the windows of source ``name`` that its tables still read back exactly
+        begin at ``now_ms``: its since's place after maintenance. See
+        ``retention_start``."""
         return self._horizon(self.source_retention_ms(name), now_ms)
 
-    def first_window_start(self, now_ms: int | None = None) -> int:
-        """Where the windows that can still be materialized begin for some source: the
-        earliest source horizon. Dagster's partitions start there (a window any source
-        may still need is launchable); a source's own horizon may lie later.
+    def retention_start(self, now_ms: int | None = None) -> int:
+        """Where the windows some source still keeps begin at ``now_ms``: the earliest
+        source horizon (Dagster keeps the runs of the windows from there on).
 
         A horizon is ``start``, or the UTC midnight at or before ``now - retention`` when
-        that is later. Flooring to midnight (a window boundary, since windows tile the
-        day) moves it once a day rather than every window, so the partitions definition,
-        and the partition status Dagster caches for it, change once a day. A finite config
-        whose end lies before the horizon keeps its last window, so the set is never
-        empty.
+        that is later; flooring to midnight moves it once a day. A finite config whose end
+        lies before the horizon keeps its last window.
         """
         now = int(time.time() * 1000) if now_ms is None else now_ms
         return min(self.source_horizon(source.name, now) for source in self.sources)
+
+    @property
+    def launchable_ms(self) -> int | None:
+        """``launchable`` in milliseconds: 1 day for an open-ended config without one, None
+        (every window the retentions keep is a partition) for a finite config without one."""
+        if self.launchable is not None:
+            return duration_ms(self.launchable)
+        return duration_ms(DEFAULT_LAUNCHABLE) if self.end_ms is None else None
+
+    @property
+    def launch_step_ms(self) -> int:
+        """The steps the partitions' start moves in: the hour, or the window when that is
+        longer (both tile the day, so every step starts a window)."""
+        return math.lcm(self.window_ms, MS_PER_HOUR)
+
+    def first_window_start(self, now_ms: int | None = None) -> int:
+        """Where Dagster's partitions begin at ``now_ms``: the hour at or before ``now -
+        launchable`` (with a launchable span), never before ``retention_start``, so the
+        UI lists and launches about the same number of windows at any age.
+
+        Flooring to the hour moves the start, and the partition status Dagster caches for
+        it, once an hour rather than every window. A finite config whose end lies before
+        it keeps its last window, so the set is never empty.
+        """
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        first = self.retention_start(now)
+        if self.launchable_ms is None:
+            return first
+        step = self.launch_step_ms
+        first = max(first, (now - self.launchable_ms) // step * step)
+        if self.end_ms is not None:
+            first = min(first, self.end_ms - self.window_ms)
+        return first
 
     def _horizon(self, retention: int | None, now_ms: int | None) -> int:
         if retention is None:

@@ -88,18 +88,19 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
     it, or its export is missing), never earlier: a deployment that has run for months
     adds one window, not every window since the horizon. When no source needs any, it
     says so in one line and runs nothing; that look reads the Delta logs only, without
-    starting Spark. Windows before the retention horizon are no partitions any more:
-    asking only for them is refused. One window runs as that partition (its checks'
-    results attach to it), more as a range.
+    starting Spark. Windows before the partitions' start (the launchable span, never
+    before the retention horizon) are no partitions: asking only for them is refused.
+    One window runs as that partition (its checks' results attach to it), more as a
+    range.
     """
     now_ms = int(time.time() * 1000)
     first_start = config.first_window_start(now_ms)
     through = min(through_ms or now_ms, now_ms)
     closed = closed_windows(config, first_start, through)
     if not closed and first_start > config.start_ms and through > config.start_ms:
-        print(f"reclock: the windows through {iso(through)} lie before the retention horizon: "
-              f"the first window Dagster still lists starts at {iso(first_start)} (see the "
-              "config's retention)", file=sys.stderr)  # fmt: skip
+        print(f"reclock: the windows through {iso(through)} are no partitions any more: the "
+              f"first window Dagster still lists starts at {iso(first_start)} (see the "
+              "config's launchable and retention)", file=sys.stderr)  # fmt: skip
         return False
     if not closed:
         print("Nothing to materialize: no window has closed yet.")

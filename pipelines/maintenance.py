@@ -77,7 +77,7 @@ def maintenance_job(config: Config) -> JobDefinition:
         for source in config.sources:
             pipeline = lake.open(pyspark.spark_session, config, source)
             context.log.info(maintain_source(config, pipeline, now_ms))
-        horizon = config.first_window_start(now_ms)
+        horizon = config.retention_start(now_ms)
         if horizon > config.start_ms:  # some window left the retention of every source
             deleted = delete_old_runs(context.instance, horizon)
             context.log.info(f"deleted {deleted} run(s) created before the retention horizon")

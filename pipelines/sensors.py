@@ -13,7 +13,7 @@ file's first sighting (its arrival time, which the ``arrival`` reclock policy bi
 is kept in the cursor and handed to the run in a tag; the run registers the files with
 those times. A new file asks only for windows it can still change: the closed windows
 the outputs do not hold yet (at or after their upper; windows not bound yet are among
-them) that are still partitions (at or after the retention horizon). A tick computes
+them) that are still partitions (at or after ``Config.first_window_start``). A tick computes
 the first and last of them, never the windows between. The run key names those windows
 and the outputs' upper, so a repeated request for the same state starts no second run.
 """
@@ -73,7 +73,7 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
         upper = TimeFrontier.empty()
         for source in config.sources:
             upper = upper.meet(lake.outputs_upper(source))
-        # Windows before the retention horizon are no partitions: none is asked for.
+        # Windows before the partitions' start are no partitions: none is asked for.
         after = (
             None if upper.time is None else max(upper.time - 1, config.first_window_start(now_ms))
         )

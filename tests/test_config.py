@@ -381,7 +381,8 @@ def test_every_problem_is_reported_at_once() -> None:
         [
             (
                 "colour",
-                "unknown key (expected: lake, landing, window, start, end, retention, spark, "
+                "unknown key (expected: lake, landing, window, start, end, retention, launchable, "
+                "spark, "
                 "storage, readers, schema_folder, sources, transactions)",
             ),
             ("end", "must be after start (2026-01-01T00:00:00Z)"),
@@ -504,7 +505,8 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
         "materialize (got 'upsrt')",
         f"{typos}: window: is required",
         f"{typos}: windw: unknown key; did you mean 'window'? "
-        "(expected: lake, landing, window, start, end, retention, spark, storage, readers, "
+        "(expected: lake, landing, window, start, end, retention, launchable, spark, storage, "
+        "readers, "
         "schema_folder, "
         "sources, transactions)",
     ]
@@ -626,60 +628,72 @@ def test_reader_settings_default_and_refuse_empty_or_malformed_durations() -> No
     assert "readers.lifetime: unknown key" in str(rejected(config_with(readers={"lifetime": "1h"})))
 
 
-def test_retention_keeps_the_partitions_within_dagsters_guidance() -> None:
-    """At most 100,000 windows per asset at any age: an open-ended config keeps 30 days
-    unless told otherwise; a retention or a finite range beyond the guidance is refused at
-    load, naming the longest retention the window allows."""
-    day = 86_400_000
-    assert parse_config(config_with(), Path("/b")).retention_ms == 30 * day
+def test_the_launchable_span_keeps_the_partitions_within_dagsters_guidance() -> None:
+    """At most 100,000 windows per asset at any age: an open-ended config lists a day of
+    windows unless told otherwise, whatever its retention; a span, or a finite range
+    without one, beyond the guidance is refused at load, naming the longest it may be."""
+    day, hour = 86_400_000, 3_600_000
+    open_ended = parse_config(config_with(), Path("/b"))
+    assert (open_ended.retention_ms, open_ended.launchable_ms) == (30 * day, day)
     finite = config_with(end="2026-01-02T00:00:00Z")
     assert parse_config(finite, Path("/b")).retention_ms is None  # every window from start
-    assert parse_config(config_with(retention="68d"), Path("/b")).retention_ms == 68 * day
-    too_long = rejected(config_with(retention="69d"))
-    assert too_long.field == "retention"
-    assert "100,800 windows of 1m" in str(too_long) and "at most 68d" in str(too_long)
-    five_minutes = config_with(window="5m", retention="346d")
-    assert parse_config(five_minutes, Path("/b")).retention_ms == 346 * day
-    assert "at most 346d for 5m" in str(rejected(config_with(window="5m", retention="347d")))
-    # A finite config holds no more than its own windows, whatever its retention.
-    short = config_with(end="2026-01-01T01:00:00Z", retention="400d")
+    assert parse_config(finite, Path("/b")).launchable_ms is None
+    # The tables may be kept far longer than Dagster lists windows.
+    assert parse_config(config_with(retention="400d"), Path("/b")).retention_ms == 400 * day
+    assert parse_config(config_with(launchable="69d"), Path("/b")).launchable_ms == 69 * day
+    too_long = rejected(config_with(launchable="70d"))
+    assert too_long.field == "launchable"
+    assert "100,860 windows of 1m" in str(too_long) and "at most 69d" in str(too_long)
+    assert parse_config(config_with(window="5m", launchable="347d"), Path("/b"))
+    assert "at most 347d for 5m" in str(rejected(config_with(window="5m", launchable="348d")))
+    daily = parse_config(config_with(window="1d", start="2026-01-01T00:00:00Z"), Path("/b"))
+    assert daily.launch_step_ms == day and open_ended.launch_step_ms == hour
+    # A finite config holds no more than its own windows, whatever its retention or span.
+    short = config_with(end="2026-01-01T01:00:00Z", retention="400d", launchable="400d")
     assert parse_config(short, Path("/b")).retention_ms == 400 * day
     year = rejected(config_with(end="2027-01-01T00:00:00Z"))
     assert year.field == "end" and "525,600 windows of 1m" in str(year)
-    assert "set a retention (at most 68d)" in str(year)
+    assert "set a launchable span (at most 69d)" in str(year)
+    assert parse_config(config_with(end="2027-01-01T00:00:00Z", launchable="30d"), Path("/b"))
     assert parse_config(config_with(end="2027-01-01T00:00:00Z", retention="30d"), Path("/b"))
+    kept = rejected(config_with(end="2027-01-01T00:00:00Z", retention="69d"))
+    assert kept.field == "retention" and "at most 68d" in str(kept)
     assert "retention: must be longer than zero" in str(rejected(config_with(retention="0d")))
     assert "retention: must be a duration" in str(rejected(config_with(retention="a month")))
+    assert "launchable: must be longer than zero" in str(rejected(config_with(launchable="0h")))
 
 
-
-def test_a_source_keeps_its_own_retention_and_the_partitions_reach_the_longest() -> None:
-    """A source's retention places its own horizon (where maintenance moves its sinces);
-    the partitions begin at the earliest horizon, so every window some source may still
-    re-materialize stays launchable; the longest retention is held to the guidance."""
-    day, now = 86_400_000, 1_767_225_600_000 + 100 * 86_400_000 + 3_600_000  # day 100, 01:00
+def test_the_partitions_span_the_launchable_hours_never_before_a_retention() -> None:
+    """The partitions begin at the hour at or before now - launchable, so about the same
+    number of windows is listed at any age; never before the earliest source horizon
+    (where the tables still read back exactly), which a source's retention places."""
+    day, hour = 86_400_000, 3_600_000
+    now = 1_767_225_600_000 + 100 * day + 5 * hour + 17 * 60_000  # day 100, 05:17
     midnight = now // day * day
+    default = parse_config(config_with(), Path("/b"))
+    assert default.first_window_start(now) == midnight - day + 5 * hour
+    assert default.first_window_start(now + 42 * 60_000) == midnight - day + 5 * hour
+    assert default.first_window_start(now + 43 * 60_000) == midnight - day + 6 * hour
+    assert default.retention_start(now) == midnight - 30 * day
     both = parse_config(config_with(retention="10d", sources__0__retention="2d"), Path("/b"))
     assert both.source_retention_ms("users") == 2 * day
     assert both.source_retention_ms("orders") == 10 * day  # the config's
     assert both.source_horizon("users", now) == midnight - 2 * day
     assert both.source_horizon("orders", now) == midnight - 10 * day
-    assert both.first_window_start(now) == midnight - 10 * day
-    longer = parse_config(config_with(sources__1__retention="40d"), Path("/b"))
-    assert longer.source_horizon("users", now) == midnight - 30 * day  # the default
-    assert longer.first_window_start(now) == midnight - 40 * day
-    too_long = rejected(config_with(retention="10d", sources__1__retention="69d"))
-    assert too_long.field == "sources[1].retention" and "at most 68d" in str(too_long)
+    assert both.retention_start(now) == midnight - 10 * day
+    assert both.first_window_start(now) == midnight - day + 5 * hour  # the span's
+    spanned = parse_config(config_with(launchable="45d", sources__1__retention="40d"), Path("/b"))
+    assert spanned.source_horizon("users", now) == midnight - 30 * day  # the default
+    assert spanned.first_window_start(now) == midnight - 40 * day  # the longest retention
     # A finite config: a source without a retention keeps every window from start.
     finite = parse_config(config_with(end="2026-02-01T00:00:00Z", sources__0__retention="1d"),
                           Path("/b"))  # fmt: skip
     jan_20 = 1_767_225_600_000 + 19 * day
-    assert finite.first_window_start(jan_20 + 3_600_000) == 1_767_225_600_000
-    assert finite.source_horizon("users", jan_20 + 3_600_000) == jan_20 - day
-    year = config_with(end="2027-01-01T00:00:00Z", sources__0__retention="1d")
-    assert rejected(year).field == "end"
-    assert parse_config({**year, "sources": [{**source, "retention": "1d"}
-                                             for source in year["sources"]]}, Path("/b"))
+    assert finite.first_window_start(jan_20 + hour) == 1_767_225_600_000
+    assert finite.source_horizon("users", jan_20 + hour) == jan_20 - day
+    spanned = parse_config(config_with(end="2026-02-01T00:00:00Z", launchable="2h"), Path("/b"))
+    assert spanned.first_window_start(jan_20 + hour + 60_000) == jan_20 - hour
+    assert spanned.first_window_start(jan_20 + 30 * day) == 1_769_904_000_000 - 60_000  # the last
     assert "retention: must be longer than zero" in str(
         rejected(config_with(sources__0__retention="0d"))
     )

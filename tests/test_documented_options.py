@@ -135,6 +135,7 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "start": ({"start": "2026-01-01T00:05:00Z"}, lambda c, s: c.start_ms),
     "end": ({"end": "2026-01-01T00:20:00Z"}, lambda c, s: c.end_ms),
     "retention": ({"retention": "1d"}, lambda c, s: _horizons(c)),
+    "launchable": ({"launchable": "3d"}, lambda c, s: _horizons(c)),
     "spark": ({"spark": {"master": "local[1]"}},
               lambda c, s: session_conf(c.spark.master, c.spark.conf)),
     "spark.master": ({"spark.master": "local[1]"}, lambda c, s: session_conf(c.spark.master)),

@@ -1,6 +1,6 @@
-"""Retention: an asset lists only the windows that can still be materialized, however long
-ago its config's ``start`` lies, and no run, sensor tick or schedule tick asks Dagster for
-every one of them.
+"""The launchable span: an asset lists about a day of windows (the default), however long
+ago its config's ``start`` lies and however long its tables are kept, and no run, sensor
+tick or schedule tick asks Dagster for every one of them.
 
 An open-ended source whose start lay 11 months back took minutes per window,
 because an unpartitioned check of a partitioned asset made Dagster list all 474,094
@@ -48,9 +48,10 @@ from pipelines.cli import materialize
 from resources.lake import LakeResource
 
 MINUTE = 60_000
+HOUR = 60 * MINUTE
 SOURCE = "users"
-# Far below the 43,000-odd windows a 30-day retention lists: a run, a sensor tick or a
-# schedule tick formats the keys of its own windows (and a few more), never all of them.
+# Far below the 1,440-odd windows a day's span lists: a run, a sensor tick or a schedule
+# tick formats the keys of its own windows (and a few more), never all of them.
 KEYS_TOUCHED_AT_MOST = 100
 
 
@@ -80,13 +81,14 @@ def partition_keys_touched() -> Iterator[KeysTouched]:
         sys.setprofile(previous)
 
 
-def away_from_midnight() -> int:
-    """Now, in epoch ms, at least two minutes after UTC midnight: the retention horizon
-    moves at midnight, and the windows these tests use must have closed."""
+def away_from_the_hour() -> int:
+    """Now, in epoch ms, at least three minutes after the hour and two before the next:
+    the partitions' start moves on the hour, and the windows these tests use must have
+    closed."""
     now = int(time.time() * 1000)
-    since_midnight = now % MS_PER_DAY
-    if since_midnight < 3 * MINUTE:
-        time.sleep((3 * MINUTE - since_midnight) / 1000)
+    into_hour = now % HOUR
+    if into_hour < 3 * MINUTE or into_hour > HOUR - 2 * MINUTE:
+        time.sleep(((3 * MINUTE - into_hour) % HOUR) / 1000)
         now = int(time.time() * 1000)
     return now
 
@@ -132,16 +134,16 @@ def reclocked_times(config: Config) -> dict[int, int]:
 def test_a_year_old_open_ended_source_runs_a_window_without_listing_every_partition(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    now = away_from_midnight()
+    now = away_from_the_hour()
     start = now // MS_PER_DAY * MS_PER_DAY - 365 * MS_PER_DAY
-    config = write_config(tmp_path, start)  # no end, no retention: the default 30 days
+    config = write_config(tmp_path, start)  # no end, no span: the default day
     partitions = window_partitions(config, now)
-    assert 30 * 1440 <= partitions.get_num_partitions() <= MAX_PARTITIONS
+    assert 1440 <= partitions.get_num_partitions() <= 1440 + 60 + 1
 
     # A dozen records, a year after start: in the first window Dagster still lists (the
-    # horizon) and the two after it.
+    # hour a day ago) and the two after it.
     first = config.first_window_start(now)
-    assert first == (now - 30 * MS_PER_DAY) // MS_PER_DAY * MS_PER_DAY
+    assert first == (now - MS_PER_DAY) // HOUR * HOUR
     land(config, [(i, i % 5, first + (i // 4) * MINUTE + 1_000 * (i + 1)) for i in range(12)])
     definitions = build_definitions(config, now)
     instance = DagsterInstance.ephemeral()
@@ -193,16 +195,16 @@ STATUS_QUERY = """
 """
 
 
-def test_windows_still_kept_show_materialized_after_the_horizon_moved(
+def test_windows_still_listed_show_materialized_after_the_partitions_start_moved(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Windows materialized while the horizon lay a day earlier: the UI, whose horizon has
-    moved past one of them since, shows the others materialized, and lists no window
-    before its horizon."""
-    now = away_from_midnight()
+    """Windows materialized while the partitions began an hour earlier: the UI, whose
+    start has moved past one of them since, shows the others materialized, and lists no
+    window before its start."""
+    now = away_from_the_hour()
     midnight = now // MS_PER_DAY * MS_PER_DAY
-    config = write_config(tmp_path, midnight - 3 * MS_PER_DAY, retention="1d")
-    horizon = midnight - MS_PER_DAY  # where the UI starts: the midnight a day ago
+    config = write_config(tmp_path, midnight - 3 * MS_PER_DAY, launchable="1h")
+    horizon = (now - HOUR) // HOUR * HOUR  # where the UI starts: the hour an hour ago
     assert config.first_window_start(now) == horizon
     land(config, [(i, i, horizon - MINUTE + i * MINUTE + 1_000) for i in range(3)])
     keys = [window_key(config, horizon + i * MINUTE) for i in range(3)]  # one before, two in
@@ -210,15 +212,15 @@ def test_windows_still_kept_show_materialized_after_the_horizon_moved(
     home = tmp_path / "dagster"
     quiet_instance(home)
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    a_day_ago = now - MS_PER_DAY  # the definitions as they loaded then
-    then = build_definitions(config, a_day_ago)
+    an_hour_ago = now - HOUR  # the definitions as they loaded then
+    then = build_definitions(config, an_hour_ago)
     job = then.resolve_job_def(ALL_WINDOWS_JOB)
     with DagsterInstance.get() as instance:
         run = job.execute_in_process(tags=range_tags(keys[0], keys[2]), instance=instance)
         assert run.success
-        # The status Dagster caches for the asset, computed while the horizon lay earlier.
+        # The status Dagster caches for the asset, computed while the start lay earlier.
         status = instance.get_status_by_partition(
-            AssetKey([SOURCE, "changes"]), keys, window_partitions(config, a_day_ago)
+            AssetKey([SOURCE, "changes"]), keys, window_partitions(config, an_hour_ago)
         )
     assert status is not None and {k: s.value for k, s in status.items()} == dict.fromkeys(
         keys, "MATERIALIZED"
@@ -241,7 +243,7 @@ def test_materialize_refuses_windows_before_the_horizon(
 ) -> None:
     """Asking only for windows Dagster no longer lists fails at once, naming the horizon,
     without starting Spark or a run."""
-    now = away_from_midnight()
+    now = away_from_the_hour()
     start = now // MS_PER_DAY * MS_PER_DAY - 365 * MS_PER_DAY
     config = write_config(tmp_path, start)
     assert not materialize(config, start + MINUTE)

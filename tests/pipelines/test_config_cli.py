@@ -57,7 +57,8 @@ def test_check_prints_every_problem_and_exits_2(
         f"{path}: window: is required",
         f"{path}: sources[0].reclock: must be one of arrival, event-time (got 'x')",
         f"{path}: windw: unknown key; did you mean 'window'? "
-        "(expected: lake, landing, window, start, end, retention, spark, storage, readers, "
+        "(expected: lake, landing, window, start, end, retention, launchable, spark, storage, "
+        "readers, "
         "schema_folder, sources, transactions)",
     ]
 
