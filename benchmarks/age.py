@@ -315,6 +315,7 @@ def build_history(
         f"  {dumps} dumps registered, retired and archived, {exports} export folders "
         f"({history.build_seconds['dumps, exports']:.0f} s)"
     )
+    os.sync()  # the history's writes reach the disk now, not while its measures run
     return history
 
 
