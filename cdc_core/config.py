@@ -1054,18 +1054,18 @@ class Config(_Section):
         first = self.retention_start(now)
         if self.launchable_ms is None:
             return first
-        step = self.launch_step_ms
-        first = max(first, (now - self.launchable_ms) // step * step)
-        if self.end_ms is not None:
-            first = min(first, self.end_ms - self.window_ms)
-        return first
+        return max(first, self._floored_start(now - self.launchable_ms, self.launch_step_ms))
 
     def _horizon(self, retention: int | None, now_ms: int | None) -> int:
         if retention is None:
             return self.start_ms
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        horizon = (now - retention) // MS_PER_DAY * MS_PER_DAY
-        first = max(self.start_ms, horizon)
+        return self._floored_start(now - retention, MS_PER_DAY)
+
+    def _floored_start(self, moment_ms: int, step_ms: int) -> int:
+        """``moment_ms`` floored to ``step_ms`` (a window boundary: steps tile the day),
+        never before ``start``, and never after a finite config's last window."""
+        first = max(self.start_ms, moment_ms // step_ms * step_ms)
         if self.end_ms is not None:
             first = min(first, self.end_ms - self.window_ms)
         return first
