@@ -391,36 +391,39 @@ def _ahead(rows: pa.Table, reaching: Mapping[int, int]) -> pa.Array:
 @dataclass(frozen=True)
 class _Tables:
     """One read of a registry at ``versions`` (files, retired): every (file, partition)
-    row, the rows of live files, the paths of live files with errors, and ``retired``."""
+    row, the rows of live files, the paths of live files with errors, and the ``retired``
+    rows (path, archived_to). Kept as Arrow: at a year each table holds ~500k rows, and a
+    run or ``inspect`` turns into Python objects only the few rows it asks for."""
 
     versions: tuple[int, int]
     rows: pa.Table
     live_rows: pa.Table
     live_with_errors: pa.Array
-    retired: dict[str, str | None]  # path -> where it was archived (None: deleted)
+    retired: pa.Table
 
     @classmethod
     def read(cls, registry: Registry, versions: tuple[int, int]) -> _Tables:
         """Read both tables at ``versions``."""
         rows = _read_table(registry.files_path, FILES_SCHEMA, versions[0])
         retired = _read_table(registry.retired_path, RETIRED_SCHEMA, versions[1])
-        live = rows.filter(pc.invert(pc.is_in(rows["path"], retired["path"])))
+        live = rows.join(retired.select(["path"]), "path", join_type="left anti")
         with_records = pc.filter(live["path"], pc.fill_null(pc.greater(live["records"], 0), False))
         bad_lines = pc.fill_null(pc.greater(live["bad_lines"], 0), False)
         errors = pc.or_(
             pc.or_(pc.is_valid(live["problem"]), bad_lines),
             pc.invert(pc.is_in(live["path"], with_records)),
         )
-        archived = dict(zip(retired["path"].to_pylist(), retired["archived_to"].to_pylist(),
-                            strict=True))  # fmt: skip
         with_errors = pc.unique(pc.filter(live["path"], errors))
-        return cls(versions, rows, live, with_errors, archived)
+        return cls(versions, rows, live, with_errors, retired.select(["path", "archived_to"]))
 
 
-def _registered(rows: pa.Table, retired: Mapping[str, str | None]) -> list[RegisteredFile]:
+def _registered(rows: pa.Table, retired: pa.Table) -> list[RegisteredFile]:
     """``RegisteredFile``s of ``rows`` (one row per file and partition), each file once,
     with the arrival it was first registered at; oldest arrival first, then path;
-    ``retired``: path -> archive path of the retired files."""
+    ``retired``: the retired files' (path, archived_to) rows."""
+    retired = retired.filter(pc.is_in(retired["path"], pc.unique(rows["path"])))
+    archived = dict(zip(retired["path"].to_pylist(), retired["archived_to"].to_pylist(),
+                        strict=True))  # fmt: skip
     rows_list = rows.to_pylist()
     first: dict[str, dict] = {}
     for row in sorted(rows_list, key=lambda r: (r["arrival_ms"], r["path"])):
@@ -441,8 +444,8 @@ def _registered(rows: pa.Table, retired: Mapping[str, str | None]) -> list[Regis
             mtime_ms=row["mtime_ms"],
             arrival_ms=row["arrival_ms"],
             partitions=tuple(sorted(partitions[path].values(), key=lambda s: s.partition)),
-            archived_to=retired.get(path),
-            retired=path in retired,
+            archived_to=archived.get(path),
+            retired=path in archived,
             problem=row["problem"],
             bad_lines=row["bad_lines"] or 0,
         )
