@@ -4,7 +4,7 @@ of 1, 30 and 365 days, each on the history that age leaves behind.
     python -m benchmarks.age --days 1 30 365 [--repeat 2] [--workdir DIR] [--cli]
 
 One open-ended upsert source ``users`` (no ``end``, ``1m`` windows, the defaults: tables
-and runs kept 30 days, a day of windows launchable; one Kafka partition, a dump of 12
+and runs kept 30 days, six hours of windows launchable; one Kafka partition, a dump of 12
 records a minute). Per age:
 
 - (a) one scheduled window, as the schedule launches it: a fresh process executes the
@@ -95,6 +95,7 @@ from assets.partitions import PARTITION_FORMAT, PARTITION_NAME_TAG, to_datetime
 from benchmarks.age_instance import MINUTE_MS, instance_settings, write_runs
 from benchmarks.open_ended import tree_cpu_seconds
 from benchmarks.screenshot import graphql, running_webserver
+from cdc_core.config import DEFAULT_RETENTION, duration_ms
 from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry, sort_files_table
 
 SOURCE = "users"
@@ -248,7 +249,8 @@ def run_process(command: Sequence[str], env: dict[str, str], log: Path) -> Sampl
         cpu = tree_cpu_seconds(process)
     wall = time.perf_counter() - began
     printed = [line for line in log.read_text().splitlines() if line.strip()]
-    wanted = [line for line in printed if line.startswith(("Materialized", "source ", "window"))]
+    runs = [line for line in printed if line.startswith("Materialized")]
+    wanted = runs or [line for line in printed if line.startswith(("source ", "window"))]
     outcome = (wanted or printed or [""])[-1][:90]
     if process.returncode != 0:
         outcome = f"exit {process.returncode}: {outcome}"
@@ -320,9 +322,9 @@ def build_history(
 
 
 def horizon_ms(history: History, now_ms: int) -> int:
-    """The first window whose runs maintenance keeps at ``now_ms`` (the default 30-day
-    retention)."""
-    return max(history.start_ms, (now_ms - 30 * DAY_MS) // DAY_MS * DAY_MS)
+    """The first window whose runs maintenance keeps at ``now_ms`` (the default
+    retention's horizon: the UTC midnight at or before ``now - retention``)."""
+    return max(history.start_ms, (now_ms - duration_ms(DEFAULT_RETENTION)) // DAY_MS * DAY_MS)
 
 
 def instance_for(

@@ -113,7 +113,7 @@ DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": MS_PER_MINUTE, "h": MS_PER_HOUR, "
 MAX_PARTITIONS = 100_000
 DEFAULT_RETENTION = "30d"
 # How far back an open-ended config's windows are Dagster partitions when it names no span.
-DEFAULT_LAUNCHABLE = "1d"
+DEFAULT_LAUNCHABLE = "6h"
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -914,7 +914,7 @@ class Config(_Section):
     launchable: Annotated[Duration, AfterValidator(_positive)] | None = None
     """How far back windows are Dagster partitions (listed, launchable and backfilled in
     the UI, each with its own figures): from the hour at or before now - launchable, never
-    before the longest retention's horizon. Default: 1d for an open-ended config; every
+    before the longest retention's horizon. Default: 6h for an open-ended config; every
     window the retentions keep for a finite one. At most 100,000 windows, with an hour to
     spare."""
     spark: SparkSettings = SparkSettings()
@@ -1029,7 +1029,7 @@ class Config(_Section):
 
     @property
     def launchable_ms(self) -> int | None:
-        """``launchable`` in milliseconds: 1 day for an open-ended config without one, None
+        """``launchable`` in milliseconds: 6 hours for an open-ended config without one, None
         (every window the retentions keep is a partition) for a finite config without one."""
         if self.launchable is not None:
             return duration_ms(self.launchable)

@@ -629,12 +629,12 @@ def test_reader_settings_default_and_refuse_empty_or_malformed_durations() -> No
 
 
 def test_the_launchable_span_keeps_the_partitions_within_dagsters_guidance() -> None:
-    """At most 100,000 windows per asset at any age: an open-ended config lists a day of
-    windows unless told otherwise, whatever its retention; a span, or a finite range
+    """At most 100,000 windows per asset at any age: an open-ended config lists six hours
+    of windows unless told otherwise, whatever its retention; a span, or a finite range
     without one, beyond the guidance is refused at load, naming the longest it may be."""
     day, hour = 86_400_000, 3_600_000
     open_ended = parse_config(config_with(), Path("/b"))
-    assert (open_ended.retention_ms, open_ended.launchable_ms) == (30 * day, day)
+    assert (open_ended.retention_ms, open_ended.launchable_ms) == (30 * day, 6 * hour)
     finite = config_with(end="2026-01-02T00:00:00Z")
     assert parse_config(finite, Path("/b")).retention_ms is None  # every window from start
     assert parse_config(finite, Path("/b")).launchable_ms is None
@@ -671,9 +671,9 @@ def test_the_partitions_span_the_launchable_hours_never_before_a_retention() -> 
     now = 1_767_225_600_000 + 100 * day + 5 * hour + 17 * 60_000  # day 100, 05:17
     midnight = now // day * day
     default = parse_config(config_with(), Path("/b"))
-    assert default.first_window_start(now) == midnight - day + 5 * hour
-    assert default.first_window_start(now + 42 * 60_000) == midnight - day + 5 * hour
-    assert default.first_window_start(now + 43 * 60_000) == midnight - day + 6 * hour
+    assert default.first_window_start(now) == midnight - hour  # 23:17 the day before
+    assert default.first_window_start(now + 42 * 60_000) == midnight - hour
+    assert default.first_window_start(now + 43 * 60_000) == midnight
     assert default.retention_start(now) == midnight - 30 * day
     both = parse_config(config_with(retention="10d", sources__0__retention="2d"), Path("/b"))
     assert both.source_retention_ms("users") == 2 * day
@@ -681,7 +681,7 @@ def test_the_partitions_span_the_launchable_hours_never_before_a_retention() -> 
     assert both.source_horizon("users", now) == midnight - 2 * day
     assert both.source_horizon("orders", now) == midnight - 10 * day
     assert both.retention_start(now) == midnight - 10 * day
-    assert both.first_window_start(now) == midnight - day + 5 * hour  # the span's
+    assert both.first_window_start(now) == midnight - hour  # the span's
     spanned = parse_config(config_with(launchable="45d", sources__1__retention="40d"), Path("/b"))
     assert spanned.source_horizon("users", now) == midnight - 30 * day  # the default
     assert spanned.first_window_start(now) == midnight - 40 * day  # the longest retention

@@ -1,4 +1,4 @@
-"""The launchable span: an asset lists about a day of windows (the default), however long
+"""The launchable span: an asset lists about six hours of windows (the default), however long
 ago its config's ``start`` lies and however long its tables are kept, and no run, sensor
 tick or schedule tick asks Dagster for every one of them.
 
@@ -50,7 +50,7 @@ from resources.lake import LakeResource
 MINUTE = 60_000
 HOUR = 60 * MINUTE
 SOURCE = "users"
-# Far below the 1,440-odd windows a day's span lists: a run, a sensor tick or a schedule
+# Far below the 360-odd windows the default span lists: a run, a sensor tick or a schedule
 # tick formats the keys of its own windows (and a few more), never all of them.
 KEYS_TOUCHED_AT_MOST = 100
 
@@ -136,14 +136,14 @@ def test_a_year_old_open_ended_source_runs_a_window_without_listing_every_partit
 ) -> None:
     now = away_from_the_hour()
     start = now // MS_PER_DAY * MS_PER_DAY - 365 * MS_PER_DAY
-    config = write_config(tmp_path, start)  # no end, no span: the default day
+    config = write_config(tmp_path, start)  # no end, no span: the default six hours
     partitions = window_partitions(config, now)
-    assert 1440 <= partitions.get_num_partitions() <= 1440 + 60 + 1
+    assert 360 <= partitions.get_num_partitions() <= 360 + 60 + 1
 
     # A dozen records, a year after start: in the first window Dagster still lists (the
-    # hour a day ago) and the two after it.
+    # hour six hours ago) and the two after it.
     first = config.first_window_start(now)
-    assert first == (now - MS_PER_DAY) // HOUR * HOUR
+    assert first == (now - 6 * HOUR) // HOUR * HOUR
     land(config, [(i, i % 5, first + (i // 4) * MINUTE + 1_000 * (i + 1)) for i in range(12)])
     definitions = build_definitions(config, now)
     instance = DagsterInstance.ephemeral()
