@@ -76,6 +76,7 @@ def running_webserver(
         **os.environ,
         "RECLOCK_CONFIG": str(Path(config).resolve()),
         "DAGSTER_HOME": str(dagster_home.resolve()),
+        "RECLOCK_WEBSERVER_URL": f"http://{HOST}:{port}",  # the daily maintenance reloads it
     }
     command = [
         sys.executable, "-m", "dagster_webserver",

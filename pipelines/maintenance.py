@@ -5,11 +5,16 @@ Each run maintains every source (``SourcePipeline.maintain``: retire dumps, sinc
 retention horizon, compaction, gc, Delta checkpoints and log trimming; and the windows of
 its CDCv2 export before that horizon deleted) and deletes the
 Dagster runs (with their events) older than the retention, so the instance stays as
-bounded as the tables.
+bounded as the tables. Last, it asks the webserver named by ``RECLOCK_WEBSERVER_URL``
+to reload the run's code location: the webserver and the daemon keep the partitions of
+their last load, whose start (the launchable span's) stays where it was while the list
+grows a window a window, so a daily reload keeps the list within a day of the span.
 """
 
 
+import os
 import time
+import urllib.parse
 
 from dagster import (
     DagsterInstance,
@@ -20,6 +25,11 @@ from dagster import (
     in_process_executor,
     job,
     op,
+)
+from dagster_graphql import (
+    DagsterGraphQLClient,
+    DagsterGraphQLClientError,
+    ReloadRepositoryLocationStatus,
 )
 from dagster_pyspark import PySparkResource
 
@@ -35,6 +45,8 @@ MAINTENANCE_JOB = "maintenance"
 MAINTENANCE_CRON = "17 3 * * *"
 # Runs deleted per batch, so one look at the instance stays small.
 RUN_BATCH = 500
+# The webserver whose code location maintenance reloads (``make ui`` sets it).
+WEBSERVER_URL_ENV = "RECLOCK_WEBSERVER_URL"
 
 
 def delete_old_runs(instance: DagsterInstance, before_ms: int) -> int:
@@ -65,6 +77,26 @@ def maintain_source(config: Config, pipeline: SourcePipeline, now_ms: int) -> st
     return f"{report}\n  {EXPORT_FOLDER:<14} {gone}"
 
 
+def reload_code_location(url: str, location: str) -> str:
+    """Ask the webserver at ``url`` to reload ``location`` (its definitions load again,
+    the partitions from the span's start as of now); what came of it, in one line. A
+    failed reload leaves the maintenance done: it is said, not raised."""
+    parts = urllib.parse.urlsplit(url)
+    client = DagsterGraphQLClient(
+        parts.hostname or "127.0.0.1",
+        port_number=parts.port,
+        use_https=parts.scheme == "https",
+        path_prefix=parts.path.rstrip("/"),
+    )
+    try:
+        info = client.reload_repository_location(location)
+    except DagsterGraphQLClientError as error:
+        return f"code location {location} not reloaded: {url} answered {error}"
+    if info.status != ReloadRepositoryLocationStatus.SUCCESS:
+        return f"code location {location} not reloaded: {info.failure_type}: {info.message}"
+    return f"code location {location} reloaded by {url}: its partitions start anew"
+
+
 def maintenance_job(config: Config) -> JobDefinition:
     """The ``maintenance`` job: every source maintained, then old runs deleted."""
 
@@ -81,6 +113,9 @@ def maintenance_job(config: Config) -> JobDefinition:
         if horizon > config.start_ms:  # some window left the retention of every source
             deleted = delete_old_runs(context.instance, horizon)
             context.log.info(f"deleted {deleted} run(s) created before the retention horizon")
+        url, origin = os.environ.get(WEBSERVER_URL_ENV), context.run.remote_job_origin
+        if url and origin is not None:  # launched from the webserver or the daemon
+            context.log.info(reload_code_location(url, origin.location_name))
 
     @job(name=MAINTENANCE_JOB, executor_def=in_process_executor,
          description="Keeps every table and the instance bounded; scheduled daily.")

@@ -45,6 +45,7 @@ from benchmarks.screenshot import graphql, quiet_instance, running_webserver
 from cdc_core.config import MAX_PARTITIONS, MS_PER_DAY, Config, load_config
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.cli import materialize
+from pipelines.maintenance import MAINTENANCE_JOB
 from resources.lake import LakeResource
 
 MINUTE = 60_000
@@ -210,6 +211,8 @@ def test_windows_still_listed_show_materialized_after_the_partitions_start_moved
     keys = [window_key(config, horizon + i * MINUTE) for i in range(3)]  # one before, two in
 
     home = tmp_path / "dagster"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(LAUNCH_AT_ONCE)
     quiet_instance(home)
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     an_hour_ago = now - HOUR  # the definitions as they loaded then
@@ -230,12 +233,65 @@ def test_windows_still_listed_show_materialized_after_the_partitions_start_moved
         listed_before = window_partitions(config).get_num_partitions()
         (node,) = graphql(base_url, STATUS_QUERY)["assetNodes"]
         listed_after = window_partitions(config).get_num_partitions()  # a minute may pass
+        # The daily maintenance, launched from the webserver, has it load the definitions
+        # again (their partitions start anew): the location's load time moves past its run.
+        loaded = location_loaded_at(base_url)
+        log = run_launched(base_url, MAINTENANCE_JOB)
+        assert location_loaded_at(base_url) > loaded
+    assert f"code location {LOCATION} reloaded by {base_url}" in log
     assert node["partitionStats"]["numMaterialized"] == 2
     assert listed_before <= node["partitionStats"]["numPartitions"] <= listed_after
     assert listed_after <= MAX_PARTITIONS
     materialized = [r for r in node["assetPartitionStatuses"]["ranges"]
                     if r["status"] == "MATERIALIZED"]  # fmt: skip
     assert [(r["startKey"], r["endKey"]) for r in materialized] == [(keys[1], keys[2])]
+
+
+# Runs launched through the webserver start at once (no daemon to dequeue them).
+LAUNCH_AT_ONCE = """run_coordinator:
+  module: dagster.core.run_coordinator
+  class: DefaultRunCoordinator
+"""
+LOCATION = "pipelines.definitions"  # how running_webserver names its code location
+LOCATIONS_QUERY = """
+{ workspaceOrError { ... on Workspace { locationEntries { name updatedTimestamp } } } }
+"""
+LAUNCH_MUTATION = """
+mutation {
+  launchRun(executionParams: {selector: {repositoryLocationName: "%s",
+    repositoryName: "__repository__", jobName: "%s"}}) {
+    __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+  }
+}
+"""
+RUN_QUERY = """
+{ runOrError(runId: "%s") { ... on Run { status
+    eventConnection(afterCursor: null, limit: 1000) {
+      events { ... on MessageEvent { message } } } } } }
+"""
+
+
+def location_loaded_at(base_url: str) -> float:
+    """When the webserver last loaded the code location."""
+    entries = graphql(base_url, LOCATIONS_QUERY)["workspaceOrError"]["locationEntries"]
+    return next(float(e["updatedTimestamp"]) for e in entries if e["name"] == LOCATION)
+
+
+def run_launched(base_url: str, job: str, timeout_s: float = 300) -> str:
+    """Launch ``job`` through the webserver, as the UI or a schedule does, and wait for it
+    to succeed; its log messages, one per line."""
+    launched = graphql(base_url, LAUNCH_MUTATION % (LOCATION, job))["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = graphql(base_url, RUN_QUERY % run_id)["runOrError"]
+        if run["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
+            messages = [e.get("message") or "" for e in run["eventConnection"]["events"]]
+            assert run["status"] == "SUCCESS", "\n".join(messages)
+            return "\n".join(messages)
+        time.sleep(1)
+    raise AssertionError(f"run {run_id} of {job} did not finish in {timeout_s:.0f} s")
 
 
 def test_materialize_refuses_windows_before_the_horizon(
