@@ -1,7 +1,7 @@
 """What a year of one-minute windows costs reclock: the same measures at deployment ages
 of 1, 30 and 365 days, each on the history that age leaves behind.
 
-    python -m benchmarks.age --days 1 30 365 [--repeat 2] [--workdir DIR] [--cli]
+    python -m benchmarks.age --days 1 30 365 [--repeat 2] [--workdir DIR] [--cli] [--warm]
 
 One open-ended upsert source ``users`` (no ``end``, ``1m`` windows, the defaults: tables
 and runs kept 30 days, six hours of windows launchable; one Kafka partition, a dump of 12
@@ -12,7 +12,9 @@ records a minute). Per age:
   (``python -m benchmarks.age window``: what the run worker does with the schedule's
   request, without the daemon's launch); with ``--cli``, also once through the command
   line, ``reclock materialize --through <window end>``, which runs the closed windows
-  the outputs do not hold yet as one range;
+  the outputs do not hold yet as one range; with ``--warm``, also attached to a warm
+  ``reclock spark-server`` (one server for every age, started before the first;
+  SPARK_REMOTE, the config without its master), after one attached run not counted;
 - (b) one tick of the ``new_dumps`` sensor, evaluated in this process through Dagster's
   ``build_sensor_context`` on the history's instance (definitions loaded beforehand, as
   the code server holds them): the process's first tick apart from the ticks after it;
@@ -82,6 +84,7 @@ import tempfile
 import time
 import urllib.error
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,8 +100,10 @@ from benchmarks.open_ended import tree_cpu_seconds
 from benchmarks.screenshot import graphql, running_webserver
 from cdc_core.config import DEFAULT_RETENTION, duration_ms
 from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry, sort_files_table
+from cdc_core.spark_server import SparkServer, free_port
 
 SOURCE = "users"
+SPARK_CONF = {"spark.sql.shuffle.partitions": "4"}
 DAY_MS = 86_400_000
 RECORDS = 12  # per one-minute dump
 KEYS = 1_000  # distinct ids the records update
@@ -158,6 +163,15 @@ class History:
         """The config file."""
         return self.root / "reclock.yaml"
 
+    def attached_config(self) -> Path:
+        """The config without its Spark master, for runs attached to a Spark Connect server
+        through SPARK_REMOTE (a config naming a master beside it is refused)."""
+        settings = yaml.safe_load(self.config.read_text())
+        settings["spark"].pop("master", None)
+        path = self.root / "reclock-attached.yaml"
+        path.write_text(yaml.safe_dump(settings))
+        return path
+
     @property
     def home(self) -> Path:
         """The Dagster instance folder (DAGSTER_HOME)."""
@@ -192,7 +206,7 @@ def write_config(path: Path, start_ms: int, first_offset: int) -> None:
     """The source's config: ``start`` at ``start_ms``, its partition 0 from ``first_offset``."""
     path.write_text(yaml.safe_dump({
         "lake": "lake", "landing": "landing", "window": "1m", "start": iso(start_ms),
-        "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "4"}},
+        "spark": {"master": "local[2]", "conf": SPARK_CONF},
         "sources": [{"name": SOURCE, "topic": SOURCE, "format": "json",
                      "key": {"id": "bigint"}, "value": {"name": "string"},
                      "envelope": "upsert", "reclock": "event-time",
@@ -417,22 +431,29 @@ def synthesize_exports(history: History, first_real: int) -> int:
 # -- the measures ----------------------------------------------------------------------
 
 
-def windows_run(history: History, windows: int, via_cli: bool = False) -> Sample:
+def windows_run(
+    history: History, windows: int, via_cli: bool = False, remote: str | None = None
+) -> Sample:
     """The ``windows`` windows after the outputs' upper, in a fresh process: one run of
     the windows' job as Dagster launches it (one window by its partition key, as the
     schedule asks; more as a range, as a backfill of a range does), or (``via_cli``)
-    ``reclock materialize --through`` their last end."""
+    ``reclock materialize --through`` their last end; ``remote``: attached to that
+    Spark Connect server instead of starting Spark in the process."""
     end = history.upper_ms + windows * MINUTE_MS
     land(history, end)
+    config, env = history.config, history.env()
+    if remote is not None:
+        config = history.attached_config()
+        env |= {"SPARK_REMOTE": remote, "RECLOCK_CONFIG": str(config)}
     if via_cli:
-        command = cli("materialize", "--config", str(history.config), "--through", iso(end))
+        command = cli("materialize", "--config", str(config), "--through", iso(end))
     else:
         command = [sys.executable, "-m", "benchmarks.age", "window",
-                   "--config", str(history.config), "--key", window_key(end)]  # fmt: skip
+                   "--config", str(config), "--key", window_key(end)]  # fmt: skip
         if windows > 1:
             command += ["--first", window_key(history.upper_ms + MINUTE_MS)]
-    log = history.root / f"run-{windows}{'-cli' if via_cli else ''}.log"
-    sample = run_process(command, history.env(), log)
+    kind = "-cli" if via_cli else "-attached" if remote else ""
+    sample = run_process(command, env, history.root / f"run-{windows}{kind}.log")
     history.upper_ms = end
     return sample
 
@@ -565,10 +586,16 @@ def summary(samples: Sequence[Sample], cpu: bool = True) -> str:
 
 
 def measure(
-    history: History, repeat: int, log: Callable[[str], None], cli_runs: bool = False
+    history: History,
+    repeat: int,
+    log: Callable[[str], None],
+    cli_runs: bool = False,
+    warm: str | None = None,
 ) -> dict[str, list[Sample]]:
     """Every measure of one age, in an order that lets each find what it needs;
-    ``cli_runs``: also one window through ``reclock materialize --through`` (once)."""
+    ``cli_runs``: also one window through ``reclock materialize --through`` (once);
+    ``warm``: also (a) attached to that Spark Connect server, after one attached run
+    not counted (the server's first queries for this age's tables)."""
     results: dict[str, list[Sample]] = {}
     results.update(tick_measures(sensor_ticks([history], repeat)[history.days]))
     log("  (b) done")
@@ -579,6 +606,12 @@ def measure(
     log("  (d) done")
     results["(a) scheduled window"] = [windows_run(history, 1) for _ in range(repeat)]
     log("  (a) done")
+    if warm is not None:
+        windows_run(history, 1, remote=warm)
+        results["(a) scheduled window, warm Spark"] = [
+            windows_run(history, 1, remote=warm) for _ in range(repeat)
+        ]
+        log("  (a) attached to a warm Spark done")
     results[f"(e) backfill {BACKFILL} windows"] = [
         windows_run(history, BACKFILL) for _ in range(repeat)
     ]
@@ -690,6 +723,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also one window through reclock materialize --through (runs every window listed)",
     )
     parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="also (a) attached to a warm reclock spark-server (one for every age)",
+    )
+    parser.add_argument(
         "--workdir", type=Path, help="histories and kept instances (default: a temporary folder)"
     )
     args = parser.parse_args(argv)
@@ -712,14 +750,20 @@ def main(argv: list[str] | None = None) -> int:
     def log(text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
-    pending = (1 + BACKFILL) * args.repeat + 3
+    pending = (1 + BACKFILL) * args.repeat + 3 + (args.repeat + 1 if args.warm else 0)
     ages: dict[int, dict[str, list[Sample]]] = {}
-    for days in args.days:
-        log(f"{days} day(s): building")
-        history = build_history(base, days, int(time.time() * 1000), pending, log)
-        ages[days] = measure(history, args.repeat, log, args.cli)
-        print_table(history, ages[days])
-        save_results(base, days, ages[days])
+    with ExitStack() as stack:
+        warm = None
+        if args.warm:
+            server = SparkServer(free_port(), master="local[2]", conf=SPARK_CONF,
+                                 log=base / "spark-server.log")  # fmt: skip
+            warm = stack.enter_context(server).address
+        for days in args.days:
+            log(f"{days} day(s): building")
+            history = build_history(base, days, int(time.time() * 1000), pending, log)
+            ages[days] = measure(history, args.repeat, log, args.cli, warm)
+            print_table(history, ages[days])
+            save_results(base, days, ages[days])
     print_ratios(ages)
     kept = load_results(base)
     if args.workdir is not None and set(kept) != set(ages):
