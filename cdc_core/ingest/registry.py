@@ -146,7 +146,6 @@ class Registry:
         self.topic = topic
         self.files_path = storage_files.join(str(root), "files")
         self.retired_path = storage_files.join(str(root), "retired")
-        self._cached: _Tables | None = None
 
     def files(self, reaching: Mapping[int, int] | None = None) -> list[RegisteredFile]:
         """Registered files, oldest arrival first (then path), each exactly once.
@@ -186,12 +185,17 @@ class Registry:
         return pc.max(self._tables().rows["max_ts"]).as_py()
 
     def _tables(self) -> _Tables:
-        """The registry's tables, read again only when ``files`` or ``retired`` has a new
-        version (a run asks the registry many times; at a year it holds ~500k rows)."""
+        """The registry's tables, read again only when ``files`` or ``retired`` is another
+        table or has a new version: a run asks the registry many times, from each of its
+        steps, and at a year it holds ~500k rows. The process keeps the last read."""
         versions = (_version(self.files_path), _version(self.retired_path))
-        if self._cached is None or self._cached.versions != versions:
-            self._cached = _Tables.read(self, versions)
-        return self._cached
+        with _READS_LOCK:
+            cached = _READS.get(self.files_path)
+        if cached is None or cached.versions != versions:
+            cached = _Tables.read(self, versions)
+            with _READS_LOCK:
+                _READS[self.files_path] = cached
+        return cached
 
     def register(
         self, spark: SparkSession, files: Iterable[DumpFile], arrival_ms: int
@@ -361,18 +365,24 @@ def _registered_paths(files_path: str) -> RegisteredPaths:
         return _REGISTERED_PATHS.setdefault(files_path, RegisteredPaths(files_path))
 
 
-def _version(path: str) -> int:
-    """A Delta table's version (-1 before it exists)."""
+# The last read of each registry in this process, by its files table's location.
+_READS: dict[str, _Tables] = {}
+_READS_LOCK = threading.Lock()
+
+
+def _version(path: str) -> tuple[str, int]:
+    """A Delta table's identity and version (("", -1) before it exists): a table deleted
+    and created again at the same place counts as another table."""
     table = existing_table(path)
-    return -1 if table is None else table.version()
+    return ("", -1) if table is None else (table.metadata().id, table.version())
 
 
-def _read_table(path: str, schema: pa.Schema, version: int) -> pa.Table:
+def _read_table(path: str, schema: pa.Schema, version: tuple[str, int]) -> pa.Table:
     """The table at ``version`` with ``schema``'s columns (empty before it exists;
     columns a registry written by an older reclock lacks read as nulls)."""
-    if version < 0:
+    if version[1] < 0:
         return schema.empty_table()
-    table = existing_table(path, version).to_pyarrow_table()
+    table = existing_table(path, version[1]).to_pyarrow_table()
     return pa.table({
         f.name: table[f.name].cast(f.type) if f.name in table.column_names
         else pa.nulls(table.num_rows, f.type)
@@ -395,14 +405,16 @@ class _Tables:
     rows (path, archived_to). Kept as Arrow: at a year each table holds ~500k rows, and a
     run or ``inspect`` turns into Python objects only the few rows it asks for."""
 
-    versions: tuple[int, int]
+    versions: tuple[tuple[str, int], tuple[str, int]]
     rows: pa.Table
     live_rows: pa.Table
     live_with_errors: pa.Array
     retired: pa.Table
 
     @classmethod
-    def read(cls, registry: Registry, versions: tuple[int, int]) -> _Tables:
+    def read(
+        cls, registry: Registry, versions: tuple[tuple[str, int], tuple[str, int]]
+    ) -> _Tables:
         """Read both tables at ``versions``."""
         rows = _read_table(registry.files_path, FILES_SCHEMA, versions[0])
         retired = _read_table(registry.retired_path, RETIRED_SCHEMA, versions[1])

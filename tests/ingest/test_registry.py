@@ -74,6 +74,26 @@ def test_a_run_reads_the_files_it_reaches_and_the_live_ones_with_errors(
     assert registry.newest_ts() == 3
 
 
+def test_a_registry_created_again_in_the_same_place_is_read_anew(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The process keeps the last read of each registry, for every handle on it; a
+    registry replaced by another (written elsewhere, as by another process, and moved
+    into place) at the same Delta version is another table, not the one read before."""
+    landing = tmp_path / "landing"
+    first = write_dump(landing, "t", "first.json", [Rec(0, 0, 1)])
+    register_new(spark, Registry(tmp_path / "registry", "t"), landing, arrival_ms=1)
+    assert [f.path for f in Registry(tmp_path / "registry", "t").files()] == [str(first)]
+    first.unlink()
+    second = write_dump(landing, "t", "second.json", [Rec(0, 7, 2)])
+    register_new(spark, Registry(tmp_path / "elsewhere", "t"), landing, arrival_ms=2)
+    shutil.rmtree(tmp_path / "registry")
+    shutil.move(tmp_path / "elsewhere", tmp_path / "registry")
+    again = Registry(tmp_path / "registry", "t")
+    assert [f.path for f in again.files()] == [str(second)]
+    assert again.end_offsets().offsets == {0: 8}
+
+
 def test_a_look_for_unregistered_paths_reads_only_the_files_registered_since(
     spark: SparkSession, tmp_path: Path
 ) -> None:
