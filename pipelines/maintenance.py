@@ -98,10 +98,12 @@ def reload_code_location(url: str, location: str) -> str:
 
 
 def maintenance_job(config: Config) -> JobDefinition:
-    """The ``maintenance`` job: every source maintained, then old runs deleted."""
+    """The ``maintenance`` job: every source maintained, then old runs deleted and the
+    run's code location reloaded (with ``RECLOCK_WEBSERVER_URL``)."""
 
     @op(description="Retire, advance sinces to the retention horizon, compact, collect "
-        "garbage and trim the Delta logs of every source; delete runs past the retention.")
+        "garbage and trim the Delta logs of every source; delete runs past the retention; "
+        "reload the code location through the webserver at RECLOCK_WEBSERVER_URL.")
     def maintain_sources(
         context: OpExecutionContext, pyspark: PySparkResource, lake: LakeResource
     ) -> None:
