@@ -99,7 +99,7 @@ from benchmarks.age_instance import MINUTE_MS, instance_settings, write_runs
 from benchmarks.open_ended import tree_cpu_seconds
 from benchmarks.screenshot import graphql, running_webserver
 from cdc_core.config import DEFAULT_RETENTION, duration_ms
-from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry, sort_files_table
+from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry, fold_registry
 from cdc_core.spark_server import SparkServer, free_port
 
 SOURCE = "users"
@@ -404,11 +404,11 @@ def synthesize_dumps(history: History, first_real: int, now_ms: int) -> int:
     }  # fmt: skip
     registry = Registry(history.root / "lake" / SOURCE / "dumps", SOURCE)
     write_deltalake(registry.files_path, pa.table(columns, FILES_SCHEMA), mode="append")
-    sort_files_table(registry.files_path)  # as the daily maintenance leaves it
     write_deltalake(registry.retired_path, pa.table({
         "path": columns["path"], "retired_ms": [min(s + DAY_MS, now_ms) for s in starts],
         "archived_to": [str(archive / name) for name in names],
     }, RETIRED_SCHEMA), mode="append")  # fmt: skip
+    fold_registry(registry)  # as the daily maintenance leaves it
     return n
 
 

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import bisect
 import os
+import posixpath
 import threading
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.frontier import OffsetFrontier
@@ -29,7 +32,8 @@ from cdc_core.ingest.dumps import (
     DumpFile,
     scan_dump_files,
 )
-from cdc_core.shard.log import append_rows, existing_table, rewrite_sorted
+from cdc_core.shard.delta_io import DATA_DIR
+from cdc_core.shard.log import append_rows, existing_table, rewrite_table
 from cdc_core.storage import files as storage_files
 
 FILES_SCHEMA = pa.schema(
@@ -154,22 +158,23 @@ class Registry:
         can need: the files with records (or positioned damaged lines) at or above it,
         retired ones too (a run that still needs one must fail loudly, not skip it), and
         the live files with errors (their rows may still be due). A service's registry
-        gains a file a minute, so a run builds objects for those alone; without
-        ``reaching``, every file."""
+        gains a file a minute, so a run builds objects for those alone, and reads the
+        folded rows (see ``fold_registry``) only when one of them reaches that far;
+        without ``reaching``, every file."""
         tables = self._tables()
         if reaching is None:
-            return _registered(tables.rows, tables.retired)
-        rows = tables.rows
+            return tables.registered(tables.every_row())
+        rows = tables.every_row() if tables.folded_reach(reaching) else tables.rows
         needed = pa.concat_arrays([
             pc.unique(pc.filter(rows["path"], _ahead(rows, reaching))),
             tables.live_with_errors,
         ])  # fmt: skip
-        return _registered(rows.filter(pc.is_in(rows["path"], needed)), tables.retired)
+        return tables.registered(rows.filter(pc.is_in(rows["path"], needed)))
 
     def live_files(self) -> list[RegisteredFile]:
         """The registered files not retired (retire keeps them few)."""
         tables = self._tables()
-        return _registered(tables.live_rows, tables.retired)
+        return tables.registered(tables.live_rows)
 
     def unregistered(self, paths: Iterable[str]) -> list[str]:
         """Those of ``paths`` this registry does not hold (retired files count as held).
@@ -182,17 +187,20 @@ class Registry:
 
     def newest_ts(self) -> int | None:
         """The newest registered record's Kafka timestamp (None before any)."""
-        return pc.max(self._tables().rows["max_ts"]).as_py()
+        tables = self._tables()
+        tops = [pc.max(tables.rows["max_ts"]), pc.max(tables.folded_tops["max_ts"])]
+        return max((t.as_py() for t in tops if t.is_valid), default=None)
 
     def _tables(self) -> _Tables:
         """The registry's tables, read again only when ``files`` or ``retired`` is another
         table or has a new version: a run asks the registry many times, from each of its
-        steps, and at a year it holds ~500k rows. The process keeps the last read."""
-        versions = (_version(self.files_path), _version(self.retired_path))
+        steps. The process keeps the last read."""
+        files, retired = existing_table(self.files_path), existing_table(self.retired_path)
+        versions = (_version(files), _version(retired))
         with _READS_LOCK:
             cached = _READS.get(self.files_path)
         if cached is None or cached.versions != versions:
-            cached = _Tables.read(self, versions)
+            cached = _Tables.read(files, retired, versions)
             with _READS_LOCK:
                 _READS[self.files_path] = cached
         return cached
@@ -229,8 +237,9 @@ class Registry:
     def _named(self, paths: set[str]) -> list[RegisteredFile]:
         """The registered files among ``paths``."""
         tables = self._tables()
-        named = pc.is_in(tables.rows["path"], pa.array(sorted(paths), pa.string()))
-        return _registered(tables.rows.filter(named), tables.retired)
+        asked = pa.array(sorted(paths), pa.string())
+        rows = tables.rows.filter(pc.is_in(tables.rows["path"], asked))
+        return tables.registered(pa.concat_tables([rows, tables.folded_rows(asked)]))
 
     def mark_retired(self, retired: Mapping[str, str | None], retired_ms: int) -> None:
         """Record that these files (path -> archive path, None when deleted) are retired."""
@@ -244,7 +253,11 @@ class Registry:
 
     def end_offsets(self) -> OffsetFrontier:
         """Per partition, the highest registered offset + 1 (retired files included)."""
-        rows = self._tables().rows.filter(pc.is_valid(pc.field("partition")))
+        tables = self._tables()
+        rows = pa.concat_tables([
+            tables.rows.select(["partition", "max_offset"]),
+            tables.folded_tops.select(["partition", "max_offset"]),
+        ]).filter(pc.is_valid(pc.field("partition")))  # fmt: skip
         tops = rows.group_by("partition").aggregate([("max_offset", "max")])
         return OffsetFrontier({
             p: o + 1 for p, o in zip(tops["partition"].to_pylist(),
@@ -252,16 +265,59 @@ class Registry:
         })  # fmt: skip
 
 
-# Rows per row group of the files table as maintenance sorts it: what one look at landed
-# paths reads of it (their names sort together, the newest last).
+# Rows per row group of a registry's tables as maintenance lays them out: what one look
+# at landed paths reads of them (their names sort together, the newest last).
 PATH_ROW_GROUP = 8_192
+# The batch folders of a registry table's *folded* files (see ``fold_registry``).
+FOLDED_BATCH = "folded-"
 
 
-def sort_files_table(files_path: str) -> None:
-    """Maintenance's compaction of a registry's ``files`` table: one file sorted by path
-    in row groups of ``PATH_ROW_GROUP`` rows, the layout ``RegisteredPaths`` reads a row
-    group of at a time (a conflicting registration leaves it for the next maintenance)."""
-    rewrite_sorted(files_path, "path", PATH_ROW_GROUP)
+def fold_registry(registry: Registry) -> bool:
+    """Maintenance's compaction of a registry, which keeps what a run reads of it as small
+    as on day one: the rows of retired files move into *folded* files (batch folders named
+    ``FOLDED_BATCH``...), in both tables, and a run reads only the rest.
+
+    ``files`` becomes one file of the live files' rows plus one folded file per Kafka
+    partition (whose Delta statistics give that partition's highest offset and timestamp
+    without reading it); ``retired`` becomes one file of the rows not folded plus one
+    folded file. Each sorted by path in row groups of ``PATH_ROW_GROUP`` rows, the layout
+    ``RegisteredPaths`` and a look at named paths read a row group of at a time.
+
+    Invariant: a folded row of ``files`` belongs to a retired file. ``files`` is folded
+    first, ``retired`` after, each in one commit attempted once: a crash or a conflicting
+    registration or retire between leaves rows unfolded (read as before) for the next
+    maintenance, never a live file folded. False when ``files`` was left as it was."""
+    files = existing_table(registry.files_path)
+    if files is None:
+        return False
+    retired = existing_table(registry.retired_path)
+    gone = (RETIRED_SCHEMA.empty_table() if retired is None else retired.to_pyarrow_table())
+    rows = files.to_pyarrow_table()
+    is_gone = pc.is_in(rows["path"], gone["path"])
+    folded = rows.filter(is_gone)
+    parts = {uuid.uuid4().hex: rows.filter(pc.invert(is_gone)).sort_by("path")}
+    for partition in pc.unique(folded["partition"]).to_pylist():
+        same = (pc.is_null(folded["partition"]) if partition is None
+                else pc.fill_null(pc.equal(folded["partition"], partition), False))  # fmt: skip
+        parts[f"{FOLDED_BATCH}{uuid.uuid4().hex}"] = folded.filter(same).sort_by("path")
+    detail = f"{folded.num_rows} row(s) of retired files folded, sorted by path"
+    if not rewrite_table(files, registry.files_path, parts, PATH_ROW_GROUP, detail):
+        return False
+    if retired is not None:
+        is_folded = pc.is_in(gone["path"], pc.unique(folded["path"]))
+        parts = {
+            uuid.uuid4().hex: gone.filter(pc.invert(is_folded)).sort_by("path"),
+            f"{FOLDED_BATCH}{uuid.uuid4().hex}": gone.filter(is_folded).sort_by("path"),
+        }
+        detail = "rows of folded files folded, sorted by path"
+        rewrite_table(retired, registry.retired_path, parts, PATH_ROW_GROUP, detail)
+    return True
+
+
+def _is_folded(data_file: str) -> bool:
+    """Whether a data file of a registry table (its path, absolute or relative to the
+    table) is a folded one: it lies in a ``FOLDED_BATCH`` batch folder."""
+    return posixpath.basename(posixpath.dirname(data_file)).startswith(FOLDED_BATCH)
 
 
 class RegisteredPaths:
@@ -270,7 +326,7 @@ class RegisteredPaths:
     (from the Parquet footer) can hold an asked path, and keeps what it read.
 
     Maintenance rewrites the table sorted by path in row groups of ``PATH_ROW_GROUP``
-    rows (``sort_files_table``), so the landed paths a tick asks about (the newest) fall in
+    rows (``fold_registry``), so the landed paths a tick asks about (the newest) fall in
     at most a row group or two of it, whatever its age; each registration since adds one
     small file. Invariant: every footer and row group kept belongs to a data file of the
     table at the version looked at, and a row group's kept paths are exactly its paths;
@@ -370,24 +426,61 @@ _READS: dict[str, _Tables] = {}
 _READS_LOCK = threading.Lock()
 
 
-def _version(path: str) -> tuple[str, int]:
+def _version(table: DeltaTable | None) -> tuple[str, int]:
     """A Delta table's identity and version (("", -1) before it exists): a table deleted
     and created again at the same place counts as another table."""
-    table = existing_table(path)
     return ("", -1) if table is None else (table.metadata().id, table.version())
 
 
-def _read_table(path: str, schema: pa.Schema, version: tuple[str, int]) -> pa.Table:
-    """The table at ``version`` with ``schema``'s columns (empty before it exists;
-    columns a registry written by an older reclock lacks read as nulls)."""
-    if version[1] < 0:
-        return schema.empty_table()
-    table = existing_table(path, version[1]).to_pyarrow_table()
+def _parts(table: DeltaTable | None, schema: pa.Schema) -> tuple[pa.Table, pa.dataset.Dataset]:
+    """A registry table's rows outside its folded files (read now, with ``schema``'s
+    columns), and its folded files (a dataset, read only when asked)."""
+    if table is None:
+        return schema.empty_table(), pa.dataset.dataset(schema.empty_table())
+    dataset = table.to_pyarrow_dataset()
+    fragments = list(dataset.get_fragments())
+    kept = [f for f in fragments if not _is_folded(f.path)]
+    folded = [f for f in fragments if _is_folded(f.path)]
+    rows = _of(dataset, kept).to_table()
+    return _conformed(rows, schema), _of(dataset, folded)
+
+
+def _of(dataset: pa.dataset.FileSystemDataset, fragments: list) -> pa.dataset.Dataset:
+    """The dataset of ``fragments`` alone, pruned by their Parquet footers only: the
+    guarantees delta-rs derives from the Delta statistics would drop every row for a filter
+    on ``path`` (the statistics reclock writes name integer columns alone)."""
+    plain = [dataset.format.make_fragment(f.path, dataset.filesystem) for f in fragments]
+    return pa.dataset.FileSystemDataset(plain, dataset.schema, dataset.format, dataset.filesystem)
+
+
+def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` with ``schema``'s columns (columns a registry written by an older reclock
+    lacks read as nulls)."""
     return pa.table({
-        f.name: table[f.name].cast(f.type) if f.name in table.column_names
-        else pa.nulls(table.num_rows, f.type)
+        f.name: rows[f.name].cast(f.type) if f.name in rows.column_names
+        else pa.nulls(rows.num_rows, f.type)
         for f in schema
     })  # fmt: skip
+
+
+def _folded_tops(table: DeltaTable | None) -> pa.Table:
+    """Per Kafka partition, the highest offset and timestamp of ``files``' folded rows,
+    from the Delta statistics of its folded files (one partition each; a statistic no
+    file has reads as null)."""
+    if table is None:
+        return _TOPS_SCHEMA.empty_table()
+    actions = pa.table(table.get_add_actions(flatten=True))
+    folded = actions.filter(pc.starts_with(actions["path"], f"{DATA_DIR}/{FOLDED_BATCH}"))
+    stats = {"partition": "min.partition", "max_offset": "max.max_offset", "max_ts": "max.max_ts"}
+    return pa.table({
+        name: folded[stat] if stat in folded.column_names else pa.nulls(folded.num_rows)
+        for name, stat in stats.items()
+    }).cast(_TOPS_SCHEMA)  # fmt: skip
+
+
+_TOPS_SCHEMA = pa.schema(
+    [("partition", pa.int32()), ("max_offset", pa.int64()), ("max_ts", pa.int64())]
+)
 
 
 def _ahead(rows: pa.Table, reaching: Mapping[int, int]) -> pa.Array:
@@ -400,25 +493,33 @@ def _ahead(rows: pa.Table, reaching: Mapping[int, int]) -> pa.Array:
 
 @dataclass(frozen=True)
 class _Tables:
-    """One read of a registry at ``versions`` (files, retired): every (file, partition)
-    row, the rows of live files, the paths of live files with errors, and the ``retired``
-    rows (path, archived_to). Kept as Arrow: at a year each table holds ~500k rows, and a
-    run or ``inspect`` turns into Python objects only the few rows it asks for."""
+    """One read of a registry at ``versions`` (files, retired), as Arrow: the (file,
+    partition) rows outside folded files, those of live files, the paths of live files
+    with errors, the ``retired`` rows outside folded files (path, archived_to), per Kafka
+    partition the tops of the folded rows, and the folded files themselves (read only when
+    asked). What it reads stays as small as on day one once maintenance folds the
+    registry, and a run or ``inspect`` turns into Python objects only the rows it asks for."""
 
     versions: tuple[tuple[str, int], tuple[str, int]]
     rows: pa.Table
     live_rows: pa.Table
     live_with_errors: pa.Array
     retired: pa.Table
+    folded_tops: pa.Table
+    folded_files: pa.dataset.Dataset
+    folded_retired: pa.dataset.Dataset
 
     @classmethod
     def read(
-        cls, registry: Registry, versions: tuple[tuple[str, int], tuple[str, int]]
+        cls,
+        files: DeltaTable | None,
+        retired: DeltaTable | None,
+        versions: tuple[tuple[str, int], tuple[str, int]],
     ) -> _Tables:
-        """Read both tables at ``versions``."""
-        rows = _read_table(registry.files_path, FILES_SCHEMA, versions[0])
-        retired = _read_table(registry.retired_path, RETIRED_SCHEMA, versions[1])
-        live = rows.join(retired.select(["path"]), "path", join_type="left anti")
+        """Read both tables (at ``versions``) but their folded files."""
+        rows, folded_files = _parts(files, FILES_SCHEMA)
+        gone, folded_retired = _parts(retired, RETIRED_SCHEMA)
+        live = rows.join(gone.select(["path"]), "path", join_type="left anti")
         with_records = pc.filter(live["path"], pc.fill_null(pc.greater(live["records"], 0), False))
         bad_lines = pc.fill_null(pc.greater(live["bad_lines"], 0), False)
         errors = pc.or_(
@@ -426,14 +527,50 @@ class _Tables:
             pc.invert(pc.is_in(live["path"], with_records)),
         )
         with_errors = pc.unique(pc.filter(live["path"], errors))
-        return cls(versions, rows, live, with_errors, retired.select(["path", "archived_to"]))
+        return cls(
+            versions, rows, live, with_errors, gone.select(["path", "archived_to"]),
+            _folded_tops(files), folded_files, folded_retired,
+        )  # fmt: skip
+
+    def folded_reach(self, reaching: Mapping[int, int]) -> bool:
+        """Whether some folded row has records at or above ``reaching``."""
+        return bool(pc.any(_ahead(self.folded_tops, reaching)).as_py())
+
+    def every_row(self) -> pa.Table:
+        """Every (file, partition) row, folded ones too."""
+        return pa.concat_tables([self.rows, self.folded_rows()])
+
+    def folded_rows(self, paths: pa.Array | None = None) -> pa.Table:
+        """The folded rows (of ``paths`` only, when given: their row groups alone are read)."""
+        return _conformed(self.folded_files.to_table(filter=_among(paths)), FILES_SCHEMA)
+
+    def registered(self, rows: pa.Table) -> list[RegisteredFile]:
+        """``RegisteredFile``s of ``rows``, with where each retired one is archived."""
+        paths = pc.unique(rows["path"])
+        kept = self.retired.filter(pc.is_in(self.retired["path"], paths))
+        folded_paths = pc.filter(paths, pc.invert(pc.is_in(paths, self.rows["path"])))
+        if len(folded_paths):  # only folded files' archive paths lie in folded files
+            folded = self.folded_retired.to_table(filter=_among(folded_paths))
+            kept = pa.concat_tables([kept, _conformed(folded, kept.schema)])
+        return _registered(rows, kept)
+
+
+def _among(paths: pa.Array | None) -> pc.Expression | None:
+    """A filter for the rows of ``paths`` (None: every row) whose path range lets a reader
+    skip the row groups of a table sorted by path that cannot hold one of them."""
+    if paths is None:
+        return None
+    if len(paths) == 0:
+        return pc.scalar(False)
+    low, high = pc.min_max(paths).values()
+    path = pc.field("path")
+    return (path >= low.as_py()) & (path <= high.as_py()) & path.isin(paths)
 
 
 def _registered(rows: pa.Table, retired: pa.Table) -> list[RegisteredFile]:
     """``RegisteredFile``s of ``rows`` (one row per file and partition), each file once,
     with the arrival it was first registered at; oldest arrival first, then path;
-    ``retired``: the retired files' (path, archived_to) rows."""
-    retired = retired.filter(pc.is_in(retired["path"], pc.unique(rows["path"])))
+    ``retired``: the (path, archived_to) rows of those of them retired."""
     archived = dict(zip(retired["path"].to_pylist(), retired["archived_to"].to_pylist(),
                         strict=True))  # fmt: skip
     rows_list = rows.to_pylist()

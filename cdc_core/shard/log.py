@@ -250,27 +250,29 @@ def append_rows(path: str, rows: pa.Table, operation: str, detail: str) -> None:
     batch_id = uuid.uuid4().hex
     written = delta_io.write_arrow(path, rows, batch_id)
     add = [delta_io.add_action(written, data_change=True)]
-    _commit_batch(table, path, add, batch_id, commit_metadata(operation, detail), again=True)
+    _commit_batch(table, path, add, [batch_id], commit_metadata(operation, detail), again=True)
 
 
-def rewrite_sorted(path: str, key: str, row_group_rows: int) -> bool:
-    """Rewrite the plain Delta table at ``path`` (driver-held metadata rows: a registry)
-    as one file sorted by ``key`` in row groups of ``row_group_rows``, so that a reader
-    finds a key from the footer's per-row-group ranges. The rows stay the same (no data
-    change). Attempted once, at the version read: False when another commit came first
-    (nothing changed, the file written is deleted; the next maintenance tries again)."""
-    table = existing_table(path)
-    if table is None:
-        return False
+def rewrite_table(
+    table: DeltaTable, path: str, parts: Mapping[str, pa.Table], row_group_rows: int, detail: str
+) -> bool:
+    """Replace every file of ``table`` (the plain Delta table at ``path``, as read) by one
+    file per part (its batch folder name -> its rows, in row groups of ``row_group_rows``):
+    driver-held metadata rows (a registry) laid out anew, the rows themselves the same (no
+    data change). Attempted once, at the version read: False when another commit came
+    first (nothing changed, the files written are deleted; the next maintenance tries
+    again)."""
     replaced = delta_io.live_files(table)
-    rows = table.to_pyarrow_table().sort_by(key)
-    batch_id = uuid.uuid4().hex
-    written = delta_io.write_arrow(path, rows, batch_id, row_group_rows)
+    written = [
+        delta_io.write_arrow(path, rows, batch_id, row_group_rows)
+        for batch_id, rows in parts.items()
+        if rows.num_rows
+    ]
     actions = [*(delta_io.remove_action(f) for f in replaced),
-               delta_io.add_action(written, data_change=False)]  # fmt: skip
-    detail = f"{len(replaced)} file(s) -> 1, sorted by {key}"
+               *(delta_io.add_action(f, data_change=False) for f in written)]  # fmt: skip
+    detail = f"{len(replaced)} file(s) -> {len(written)}, {detail}"
     return _commit_batch(
-        table, path, actions, batch_id, commit_metadata("compact", detail), again=False
+        table, path, actions, list(parts), commit_metadata("compact", detail), again=False
     )
 
 
@@ -278,21 +280,21 @@ def _commit_batch(
     table: DeltaTable,
     path: str,
     actions: Sequence[AddAction | RemoveAction],
-    batch_id: str,
+    batch_ids: Sequence[str],
     metadata: Mapping[str, Any],
     *,
     again: bool,
 ) -> bool:
-    """Commit ``actions``, which add the files written in ``batch_id``; ``again``: on a
+    """Commit ``actions``, which add the files written in ``batch_ids``; ``again``: on a
     conflict attempt again on the new version (the commit commutes with any other).
-    Whenever the commit is definitely not in the log, the batch's files are deleted."""
+    Whenever the commit is definitely not in the log, the batches' files are deleted."""
     try:
         while not commit_once(table, path, actions, [], metadata):
             if not again:
-                delta_io.delete_batches(path, [batch_id])
+                delta_io.delete_batches(path, batch_ids)
                 return False
     except ShardStorageError as failure:
         if failure.definitely_not_written:
-            delta_io.delete_batches(path, [batch_id])
+            delta_io.delete_batches(path, batch_ids)
         raise
     return True

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdc_core.frontier import TimeFrontier
-from cdc_core.ingest.registry import Registry, sort_files_table
+from cdc_core.ingest.registry import Registry, fold_registry
 from cdc_core.reclock.transactions import TransactionGroupBinder
 from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.delta_io import live_files
@@ -111,24 +111,20 @@ def maintain_table(
 
 
 def maintain_registry(registry: Registry, log_keep_ms: int) -> dict[str, TableUpkeep]:
-    """A dump registry's tables, compacted, collected and trimmed: ``files`` rewritten
-    sorted by path (``sort_files_table``: the sensor's look at landed paths then reads a
-    row group of it, whatever its age), ``retired`` merged."""
-    compactions = {
-        "dumps/files": (registry.files_path, sort_files_table),
-        "dumps/retired": (registry.retired_path, _merge_files),
-    }
+    """A dump registry's tables, compacted, collected and trimmed: both folded once
+    ``files`` has gathered small files (``fold_registry``: retired files' rows leave what
+    a run reads, the rest sorted by path so the sensor's look at landed paths reads a row
+    group of it, whatever its age)."""
     tables: dict[str, TableUpkeep] = {}
+    compactions = {
+        "dumps/files": (registry.files_path, lambda _: fold_registry(registry)),
+        "dumps/retired": (registry.retired_path, None),
+    }
     for name, (path, compact) in compactions.items():
         upkeep = maintain_table(path, log_keep_ms, compact=compact)
         if upkeep is not None:
             tables[name] = upkeep
     return tables
-
-
-def _merge_files(path: str) -> None:
-    """Delta's bin-packing compaction (small files into large ones)."""
-    existing_table(path).optimize.compact()
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from cdc_core.ingest import MissingDumpFile, Registry, list_dump_files
 from cdc_core.ingest.connect_files import layout_of
 from cdc_core.ingest.dumps import read_canonical
-from cdc_core.ingest.registry import RegisteredPaths, sort_files_table
+from cdc_core.ingest.registry import RegisteredPaths, fold_registry
 from cdc_core.spark import get_spark
 from cdc_core.storage import Location, files
 from cdc_core.vocabulary import DumpLayout
@@ -110,7 +110,7 @@ def test_dumps_on_s3_register_and_read_as_the_same_dumps_in_a_folder(
     late = files.join(remote, TOPIC, "late.json")
     known = files.join(remote, TOPIC, "a.json")
     assert on_s3.unregistered([known, late]) == [late]
-    sort_files_table(on_s3.files_path)  # maintenance's rewrite, made on the store
+    assert fold_registry(on_s3)  # maintenance's rewrite, made on the store
     assert described(on_s3, remote) == s3_files
     assert RegisteredPaths(on_s3.files_path).missing([known, late]) == [late]
 
