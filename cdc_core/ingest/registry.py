@@ -32,7 +32,6 @@ from cdc_core.ingest.dumps import (
     DumpFile,
     scan_dump_files,
 )
-from cdc_core.shard.delta_io import DATA_DIR
 from cdc_core.shard.log import append_rows, existing_table, rewrite_table
 from cdc_core.storage import files as storage_files
 
@@ -463,6 +462,11 @@ def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     })  # fmt: skip
 
 
+_TOPS_SCHEMA = pa.schema(
+    [("partition", pa.int32()), ("max_offset", pa.int64()), ("max_ts", pa.int64())]
+)
+
+
 def _folded_tops(table: DeltaTable | None) -> pa.Table:
     """Per Kafka partition, the highest offset and timestamp of ``files``' folded rows,
     from the Delta statistics of its folded files (one partition each; a statistic no
@@ -470,17 +474,12 @@ def _folded_tops(table: DeltaTable | None) -> pa.Table:
     if table is None:
         return _TOPS_SCHEMA.empty_table()
     actions = pa.table(table.get_add_actions(flatten=True))
-    folded = actions.filter(pc.starts_with(actions["path"], f"{DATA_DIR}/{FOLDED_BATCH}"))
+    folded = actions.filter(pa.array([_is_folded(p) for p in actions["path"].to_pylist()]))
     stats = {"partition": "min.partition", "max_offset": "max.max_offset", "max_ts": "max.max_ts"}
     return pa.table({
         name: folded[stat] if stat in folded.column_names else pa.nulls(folded.num_rows)
         for name, stat in stats.items()
     }).cast(_TOPS_SCHEMA)  # fmt: skip
-
-
-_TOPS_SCHEMA = pa.schema(
-    [("partition", pa.int32()), ("max_offset", pa.int64()), ("max_ts", pa.int64())]
-)
 
 
 def _ahead(rows: pa.Table, reaching: Mapping[int, int]) -> pa.Array:
