@@ -14,6 +14,7 @@ import json
 from pyspark.sql import SparkSession
 
 from cdc_core.ingest import Registry, list_dump_files
+from cdc_core.ingest.registry import fold_registry
 from cdc_core.source.resumption import retire_files
 from cdc_core.storage import Location, files
 
@@ -53,6 +54,13 @@ def test_retire_on_s3_archives_or_deletes_and_the_next_finishes_one_cut_short(
         assert files.read_bytes(f"{archive}/t/{name}") == contents[name]
     assert {f.path for f in registry.files() if f.retired} == {a.path, b.path, c.path}
     assert [f.path for f in registry.live_files()] == [d.path]
+    # Maintenance folds the retired rows on the store: every answer stays the same.
+    answers = (registry.files(), registry.files(reaching={0: 4}), registry.end_offsets())
+    assert fold_registry(registry)
+    assert any("/folded-" in e.path for e in files.list_files(f"{bucket}/lake/t/dumps/files"))
+    folded = Registry(f"{bucket}/lake/t/dumps", "t")
+    assert (folded.files(), folded.files(reaching={0: 4}), folded.end_offsets()) == answers
+    assert [f.path for f in folded.live_files()] == [d.path]
 
     archived, deleted = retire_files(
         registry, [d], mode="delete", landing=landing, archive=archive, now_ms=6
