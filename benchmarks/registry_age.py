@@ -9,8 +9,8 @@ as maintenance leaves it (``fold_registry``). For each age it writes such a regi
 
 - ``every file``: ``Registry.files()``, objects for every file (rebuild, a full check);
 - ``first read``: a run's first ``files(reaching=...)`` in a fresh process: both Delta
-  tables read but their folded files, objects for the files at or above the run's offsets and live ones with
-  errors (one window's dump here);
+  tables read but their folded files, objects for the files at or above the run's
+  offsets and live ones with errors (one window's dump here);
 - ``again``: the same call on the same handle, tables unchanged (a run asks several
   times).
 """
