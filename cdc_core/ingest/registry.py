@@ -237,8 +237,10 @@ class Registry:
         """The registered files among ``paths``."""
         tables = self._tables()
         asked = pa.array(sorted(paths), pa.string())
+        found = pc.is_in(asked, tables.rows["path"])  # the rest may lie in folded files
         rows = tables.rows.filter(pc.is_in(tables.rows["path"], asked))
-        return tables.registered(pa.concat_tables([rows, tables.folded_rows(asked)]))
+        folded = _rows_of(tables.folded_files, FILES_SCHEMA, pc.filter(asked, pc.invert(found)))
+        return tables.registered(pa.concat_tables([rows, folded]))
 
     def mark_retired(self, retired: Mapping[str, str | None], retired_ms: int) -> None:
         """Record that these files (path -> archive path, None when deleted) are retired."""
@@ -537,33 +539,32 @@ class _Tables:
 
     def every_row(self) -> pa.Table:
         """Every (file, partition) row, folded ones too."""
-        return pa.concat_tables([self.rows, self.folded_rows()])
-
-    def folded_rows(self, paths: pa.Array | None = None) -> pa.Table:
-        """The folded rows (of ``paths`` only, when given: their row groups alone are read)."""
-        return _conformed(self.folded_files.to_table(filter=_among(paths)), FILES_SCHEMA)
+        return pa.concat_tables([self.rows, _rows_of(self.folded_files, FILES_SCHEMA)])
 
     def registered(self, rows: pa.Table) -> list[RegisteredFile]:
-        """``RegisteredFile``s of ``rows``, with where each retired one is archived."""
+        """``RegisteredFile``s of ``rows``, with where each retired one is archived (only
+        folded files' archive paths lie in folded files)."""
         paths = pc.unique(rows["path"])
         kept = self.retired.filter(pc.is_in(self.retired["path"], paths))
         folded_paths = pc.filter(paths, pc.invert(pc.is_in(paths, self.rows["path"])))
-        if len(folded_paths):  # only folded files' archive paths lie in folded files
-            folded = self.folded_retired.to_table(filter=_among(folded_paths))
-            kept = pa.concat_tables([kept, _conformed(folded, kept.schema)])
-        return _registered(rows, kept)
+        folded = _rows_of(self.folded_retired, RETIRED_SCHEMA, folded_paths)
+        return _registered(rows, pa.concat_tables([kept, folded.select(kept.column_names)]))
 
 
-def _among(paths: pa.Array | None) -> pc.Expression | None:
-    """A filter for the rows of ``paths`` (None: every row) whose path range lets a reader
-    skip the row groups of a table sorted by path that cannot hold one of them."""
+def _rows_of(
+    dataset: pa.dataset.Dataset, schema: pa.Schema, paths: pa.Array | None = None
+) -> pa.Table:
+    """``dataset``'s rows with ``schema``'s columns; of ``paths`` only, when given: of a
+    table sorted by path, only the row groups whose path range holds one are read, and
+    none when none is asked."""
     if paths is None:
-        return None
+        return _conformed(dataset.to_table(), schema)
     if len(paths) == 0:
-        return pc.scalar(False)
+        return schema.empty_table()
     low, high = pc.min_max(paths).values()
     path = pc.field("path")
-    return (path >= low.as_py()) & (path <= high.as_py()) & path.isin(paths)
+    where = (path >= low.as_py()) & (path <= high.as_py()) & path.isin(paths)
+    return _conformed(dataset.to_table(filter=where), schema)
 
 
 def _registered(rows: pa.Table, retired: pa.Table) -> list[RegisteredFile]:
