@@ -1,6 +1,7 @@
 # Two entry points: `make demo` and `make test`. Both build .venv from scratch when needed:
 # the Python packages from pyproject.toml, the JVM jars (Delta's Spark connector) from
-# pom.xml into .venv/jars. Maven caches the jars in ~/.m2, so a rebuild downloads nothing.
+# pom.xml into .venv/jars, then the class archive every later Spark session maps
+# (README, "Two commands"). Maven caches the jars in ~/.m2, so a rebuild downloads nothing.
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -14,6 +15,7 @@ $(STAMP): pyproject.toml pom.xml
 	rm -rf $(VENV)/jars
 	mvn --quiet --batch-mode -f pom.xml dependency:copy-dependencies \
 		-DincludeScope=runtime -DoutputDirectory=$(VENV)/jars
+	$(VENV)/bin/reclock class-archive
 	touch $(STAMP)
 
 demo: $(STAMP)

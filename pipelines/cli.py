@@ -1,11 +1,12 @@
 """The ``reclock`` command line: sample, materialize, inspect, maintain, retire, rebuild,
-readers, demo, config, spark-server."""
+readers, demo, config, spark-server, class-archive."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from dagster import DagsterInstance
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -45,7 +47,7 @@ from cdc_core.source import (
     rebuild,
     stored_outputs_upper,
 )
-from cdc_core.spark import get_spark
+from cdc_core.spark import CLASS_ARCHIVE, DRIVER_JAVA_OPTIONS, SPARK_REMOTE, get_spark
 from cdc_core.spark_server import DEFAULT_PORT, config_server_conf, serve
 from cdc_core.storage import files, located
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
@@ -155,6 +157,34 @@ def config_spark(config: Config) -> SparkSession:
     """The process's session with ``config``'s Spark settings; an object-store lake or
     landing zone adds the storage layer's s3a settings."""
     return get_spark(config.spark.master, config.spark.conf, (config.lake, config.landing))
+
+
+# Of the sample's eight windows: every source, check and export runs in the first two.
+CLASS_ARCHIVE_WINDOWS = 2
+
+
+def write_class_archive(archive: Path = CLASS_ARCHIVE) -> None:
+    """Write the class archive later sessions map (``cdc_core.spark.CLASS_ARCHIVE``): the
+    sample's first windows, every source, check and export, run in process by a JVM that
+    records the classes it loaded when it exits. It writes beside ``archive`` and the
+    result is moved into place, so no JVM ever maps a half-written archive."""
+    for variable in (SPARK_REMOTE, "DAGSTER_HOME"):  # in process, on an ephemeral instance
+        os.environ.pop(variable, None)
+    partial = archive.with_name(f".{archive.name}.{os.getpid()}")
+    recording = f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds=off"  # skipped classes: quiet
+    spark = get_spark(conf={DRIVER_JAVA_OPTIONS: recording})
+    with tempfile.TemporaryDirectory() as workdir:
+        config = load_config(write_sample(Path(workdir)))
+        if not materialize(config, config.start_ms + CLASS_ARCHIVE_WINDOWS * config.window_ms):
+            raise RuntimeError("the sample's run failed: no class archive written")
+    spark.stop()
+    # The JVM writes the archive as it exits, which it does when its stdin closes.
+    jvm = SparkContext._gateway.proc
+    jvm.stdin.close()
+    jvm.wait()
+    if not partial.is_file():
+        raise RuntimeError(f"the JVM wrote no class archive at {partial} (Java 17 or later?)")
+    partial.replace(archive)
 
 
 def _instance() -> DagsterInstance:
@@ -376,6 +406,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a config the server will run: its Spark settings, and the s3a settings of an "
         "s3:// lake or landing zone (the --conf settings win)",
     )  # fmt: skip
+    commands.add_parser(
+        "class-archive",
+        help=f"record the JVM classes a run loads in {CLASS_ARCHIVE}, so later Spark sessions "
+        "start faster (make does this once; RECLOCK_CLASS_ARCHIVE names another file)",
+    )
     demo = commands.add_parser("demo", help="sample + materialize + summary")
     demo.add_argument("--workdir", type=Path, default=Path("demo"), help=WORKDIR_HELP)
     config_file = commands.add_parser("config", help="the config file: its JSON Schema, checks")
@@ -392,6 +427,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "spark-server":
             fit = {} if args.config is None else config_server_conf(load_config(args.config))
             return serve(args.port, args.master, {**fit, **dict(args.conf)})
+        if args.command == "class-archive":
+            write_class_archive()
+            print(f"Class archive written: {CLASS_ARCHIVE}")
+            return 0
         if args.command == "config" and args.action == "schema":
             print(config_schema_json(), end="")
             return 0
