@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -184,6 +185,12 @@ def write_class_archive(archive: Path = CLASS_ARCHIVE) -> None:
     jvm.wait()
     if not partial.is_file():
         raise RuntimeError(f"the JVM wrote no class archive at {partial} (Java 17 or later?)")
+    # A damaged archive crashes every JVM that maps it: one JVM must map it first.
+    java = Path(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else "java"
+    check = [str(java), f"-XX:SharedArchiveFile={partial}", "-Xlog:cds=off", "-version"]
+    if subprocess.run(check, capture_output=True).returncode != 0:
+        partial.unlink()
+        raise RuntimeError("the class archive written is damaged: none installed")
     partial.replace(archive)
 
 
