@@ -2,10 +2,11 @@
 of 1, 30 and 365 days, each on the history that age leaves behind.
 
     python -m benchmarks.age --days 1 30 365 [--repeat 2] [--workdir DIR] [--cli] [--warm]
+                             [--records 12]
 
 One open-ended upsert source ``users`` (no ``end``, ``1m`` windows, the defaults: tables
 and runs kept 30 days, six hours of windows launchable; one Kafka partition, a dump of 12
-records a minute). Per age:
+records a minute, or ``--records``). Per age:
 
 - (a) one scheduled window, as the schedule launches it: a fresh process executes the
   windows' job for that one partition key, assets and checks, on the history's instance
@@ -105,7 +106,7 @@ from cdc_core.spark_server import SparkServer, free_port
 SOURCE = "users"
 SPARK_CONF = {"spark.sql.shuffle.partitions": "4"}
 DAY_MS = 86_400_000
-RECORDS = 12  # per one-minute dump
+RECORDS = 12  # per one-minute dump (``--records``)
 KEYS = 1_000  # distinct ids the records update
 REAL_WINDOWS = 3  # materialized by the engine itself
 BACKFILL = 60
@@ -156,6 +157,7 @@ class History:
     root: Path
     start_ms: int
     upper_ms: int  # end of the last materialized window
+    records: int = RECORDS  # per one-minute dump
     build_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -214,15 +216,20 @@ def write_config(path: Path, start_ms: int, first_offset: int) -> None:
     }))  # fmt: skip
 
 
-def dump_text(index: int, window_start_ms: int) -> str:
-    """The dump of one window: 12 records of partition 0, offsets ``index * 12`` on,
-    Kafka timestamps inside the window."""
+def ts_step(records: int) -> int:
+    """Milliseconds between the Kafka timestamps of a dump's records: all inside its window."""
+    return min(4_000, MINUTE_MS // (records + 1))
+
+
+def dump_text(index: int, window_start_ms: int, records: int = RECORDS) -> str:
+    """The dump of one window: ``records`` records of partition 0, offsets
+    ``index * records`` on, Kafka timestamps inside the window."""
     lines = []
-    for i in range(RECORDS):
-        offset = index * RECORDS + i
+    for i in range(records):
+        offset = index * records + i
         lines.append(json.dumps({
             "topic": SOURCE, "partition": 0, "offset": offset, "tstype": "create",
-            "ts": window_start_ms + 4_000 * (i + 1), "broker": 1, "headers": [],
+            "ts": window_start_ms + ts_step(records) * (i + 1), "broker": 1, "headers": [],
             "key": json.dumps({"id": offset % KEYS}), "payload": json.dumps({"name": f"n{offset}"}),
         }))  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -239,7 +246,8 @@ def land(history: History, through_end_ms: int) -> None:
     for start in range(history.upper_ms, through_end_ms, MINUTE_MS):
         path = history.landing / dump_name(start)
         if not path.exists():
-            path.write_text(dump_text((start - history.start_ms) // MINUTE_MS, start))
+            index = (start - history.start_ms) // MINUTE_MS
+            path.write_text(dump_text(index, start, history.records))
 
 
 # -- measuring processes ---------------------------------------------------------------
@@ -287,7 +295,8 @@ def cli(*arguments: str) -> list[str]:
 
 
 def build_history(
-    base: Path, days: int, now_ms: int, pending: int, log: Callable[[str], None]
+    base: Path, days: int, now_ms: int, pending: int, log: Callable[[str], None],
+    records: int = RECORDS,
 ) -> History:
     """The deployment ``days`` old at ``now_ms``, its outputs ``pending`` windows behind."""
     root = base / f"{days}d"
@@ -296,8 +305,8 @@ def build_history(
     start = floor_minute(now_ms) - days * DAY_MS
     upper = floor_minute(now_ms) - pending * MINUTE_MS
     first_real = upper - REAL_WINDOWS * MINUTE_MS
-    history = History(days, root, start, first_real)
-    first_offset = (first_real - start) // MINUTE_MS * RECORDS
+    history = History(days, root, start, first_real, records)
+    first_offset = (first_real - start) // MINUTE_MS * records
 
     began = time.perf_counter()
     horizon = horizon_ms(history, now_ms)
@@ -390,16 +399,17 @@ def synthesize_dumps(history: History, first_real: int, now_ms: int) -> int:
     starts = [history.start_ms + i * MINUTE_MS for i in range(n)]
     names = [dump_name(s) for s in starts]
     for i, (start, name) in enumerate(zip(starts, names, strict=True)):
-        (archive / name).write_text(dump_text(i, start))
-    size = len(dump_text(0, starts[0])) if n else 0
+        (archive / name).write_text(dump_text(i, start, history.records))
+    size = len(dump_text(0, starts[0], history.records)) if n else 0
+    records, step = history.records, ts_step(history.records)
     columns = {
         "path": [str(landing / SOURCE / name) for name in names],
         "size": [size] * n, "mtime_ms": [s + MINUTE_MS + 2_000 for s in starts],
         "arrival_ms": [s + MINUTE_MS + 2_000 for s in starts], "partition": [0] * n,
-        "min_offset": [i * RECORDS for i in range(n)],
-        "max_offset": [i * RECORDS + RECORDS - 1 for i in range(n)],
-        "min_ts": [s + 4_000 for s in starts], "max_ts": [s + 4_000 * RECORDS for s in starts],
-        "records": [RECORDS] * n, "damaged_lines": [0] * n, "problem": [None] * n,
+        "min_offset": [i * records for i in range(n)],
+        "max_offset": [i * records + records - 1 for i in range(n)],
+        "min_ts": [s + step for s in starts], "max_ts": [s + step * records for s in starts],
+        "records": [records] * n, "damaged_lines": [0] * n, "problem": [None] * n,
         "bad_lines": [0] * n,
     }  # fmt: skip
     registry = Registry(history.root / "lake" / SOURCE / "dumps", SOURCE)
@@ -718,6 +728,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, nargs="+", default=[1, 30, 365])
     parser.add_argument("--repeat", type=int, default=2, help="samples per measure")
     parser.add_argument(
+        "--records", type=int, default=RECORDS, help="per one-minute dump (default %(default)s)"
+    )
+    parser.add_argument(
         "--cli",
         action="store_true",
         help="also one window through reclock materialize --through (runs every window listed)",
@@ -760,7 +773,8 @@ def main(argv: list[str] | None = None) -> int:
             warm = stack.enter_context(server).address
         for days in args.days:
             log(f"{days} day(s): building")
-            history = build_history(base, days, int(time.time() * 1000), pending, log)
+            now_ms = int(time.time() * 1000)
+            history = build_history(base, days, now_ms, pending, log, args.records)
             ages[days] = measure(history, args.repeat, log, args.cli, warm)
             print_table(history, ages[days])
             save_results(base, days, ages[days])
