@@ -185,13 +185,19 @@ def write_class_archive(archive: Path = CLASS_ARCHIVE) -> None:
     jvm.wait()
     if not partial.is_file():
         raise RuntimeError(f"the JVM wrote no class archive at {partial} (Java 17 or later?)")
-    # A damaged archive crashes every JVM that maps it: one JVM must map it first.
-    java = Path(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else "java"
-    check = [str(java), f"-XX:SharedArchiveFile={partial}", "-Xlog:cds=off", "-version"]
-    if subprocess.run(check, capture_output=True).returncode != 0:
+    if not maps_cleanly(partial):
         partial.unlink()
         raise RuntimeError("the class archive written is damaged: none installed")
     partial.replace(archive)
+
+
+def maps_cleanly(archive: Path) -> bool:
+    """Whether a plain JVM starts with ``archive`` mapped: a damaged archive (a truncated
+    write) crashes every JVM that maps it, so none is installed before one has."""
+    java = Path(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else "java"
+    check = [str(java), f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off", "-version"]
+    with tempfile.TemporaryDirectory() as crash_reports:  # where a crashing JVM writes one
+        return subprocess.run(check, capture_output=True, cwd=crash_reports).returncode == 0
 
 
 def _instance() -> DagsterInstance:

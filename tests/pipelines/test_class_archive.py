@@ -1,5 +1,6 @@
 """The class archive (``reclock class-archive``, written by ``make``): a fresh process's
-session maps it, and the driver options that decide class sharing themselves are kept."""
+session maps it, a damaged one is never installed, and the driver options that decide
+class sharing themselves are kept."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 from cdc_core.spark import CLASS_ARCHIVE, DRIVER_JAVA_OPTIONS, session_conf, with_class_archive
+from pipelines.cli import maps_cleanly
 
 # A fresh process whose session logs where its JVM loaded each class from.
 SESSION = """
@@ -48,3 +50,13 @@ def test_a_configs_driver_options_reach_the_driver_with_the_archive() -> None:
     options = session_conf(conf={DRIVER_JAVA_OPTIONS: "-Dreclock.test=1"})[DRIVER_JAVA_OPTIONS]
     assert options.endswith("-Dreclock.test=1")
     assert (f"-XX:SharedArchiveFile={CLASS_ARCHIVE}" in options) == CLASS_ARCHIVE.is_file()
+
+
+def test_a_truncated_archive_is_found_damaged_before_it_is_installed(tmp_path: Path) -> None:
+    assert maps_cleanly(CLASS_ARCHIVE)
+    truncated = tmp_path / "truncated.jsa"
+    with CLASS_ARCHIVE.open("rb") as whole:
+        truncated.write_bytes(whole.read(CLASS_ARCHIVE.stat().st_size // 2))
+    reports = set(Path.cwd().glob("hs_err_pid*.log"))
+    assert not maps_cleanly(truncated)
+    assert set(Path.cwd().glob("hs_err_pid*.log")) == reports  # the crash report is not left here
