@@ -79,9 +79,10 @@ def delta_package() -> str:
 
 # A class-data sharing archive of the JVM classes a reclock session loads, written by
 # ``reclock class-archive`` (``make`` writes it after fetching the jars). A driver JVM that
-# maps it skips loading, parsing and verifying most of Spark's classes: its start and first
-# queries take about a quarter less. The JVM checks the archive against its own build and
-# class path and runs without it (quietly) when they differ.
+# maps it skips loading, parsing and verifying most of Spark's classes, which a fresh
+# process's start and first queries pay (README, "Two commands", has the figures). The JVM
+# checks the archive against its own build and class path and runs without it (quietly)
+# when they differ; a damaged file would crash it, so only a checked one is installed.
 CLASS_ARCHIVE = Path(
     os.environ.get("RECLOCK_CLASS_ARCHIVE", Path(sys.prefix) / "spark-classes.jsa")
 )
