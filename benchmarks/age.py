@@ -224,12 +224,12 @@ def ts_step(records: int) -> int:
 def dump_text(index: int, window_start_ms: int, records: int = RECORDS) -> str:
     """The dump of one window: ``records`` records of partition 0, offsets
     ``index * records`` on, Kafka timestamps inside the window."""
-    lines = []
+    lines, step = [], ts_step(records)
     for i in range(records):
         offset = index * records + i
         lines.append(json.dumps({
             "topic": SOURCE, "partition": 0, "offset": offset, "tstype": "create",
-            "ts": window_start_ms + ts_step(records) * (i + 1), "broker": 1, "headers": [],
+            "ts": window_start_ms + step * (i + 1), "broker": 1, "headers": [],
             "key": json.dumps({"id": offset % KEYS}), "payload": json.dumps({"name": f"n{offset}"}),
         }))  # fmt: skip
     return "\n".join(lines) + "\n"
