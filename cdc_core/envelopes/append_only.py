@@ -53,9 +53,10 @@ def apply_none(batch: EnvelopeBatch) -> EnvelopeResult:
         "time",
         F.lit(1).cast("long").alias("diff"),
     )
-    failed = error_rows(decoded.filter(F.col("reason").isNotNull()), batch.topic)
+    erring = decoded.filter(F.col("reason").isNotNull())
     return EnvelopeResult(
         changes=consolidate(rows, output.names),
-        errors=consolidate(failed, ERROR.names),
+        errors=consolidate(error_rows(erring, batch.topic), ERROR.names),
         cached=(decoded,),
+        error_witness=erring,
     )

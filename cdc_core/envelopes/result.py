@@ -35,6 +35,9 @@ class EnvelopeResult:
     # Persisted frames the outputs share (decoded records, latest commands), so that
     # writing changes and errors decodes the batch once; ``release`` after writing them.
     cached: tuple[DataFrame, ...] = ()
+    # A frame whose emptiness proves ``errors`` empty, cheap to test (a filter of a frame
+    # in ``cached``: no shuffle, no join); None when the envelope has none to offer.
+    error_witness: DataFrame | None = None
 
     def release(self) -> None:
         """Unpersist the frames cached while computing the result (after it is appended)."""

@@ -186,7 +186,11 @@ def apply_commands(
         batch.topic,
         diff=-1,
     )
-    new_errors = error_rows(sequenced.filter(F.col("reason").isNotNull()), batch.topic)
+    erring = sequenced.filter(F.col("reason").isNotNull())
+    new_errors = error_rows(erring, batch.topic)
+    # Without prior errors, every error update is a command's reason or its slot's
+    # previous one (the lag of a reason), so none errs iff no command does.
+    witness = erring if prior_errors is None else None
     if prior_errors is not None:
         old_errors = (
             prior_updates(keyed.sparkSession, prior_errors, ERROR)
@@ -200,6 +204,7 @@ def apply_commands(
         changes=changes,
         errors=consolidate(previous_errors.union(new_errors), ERROR.names),
         cached=(sequenced,),
+        error_witness=witness,
     )
 
 

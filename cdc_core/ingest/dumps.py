@@ -588,6 +588,15 @@ class CanonicalRecords:
         )
 
     @property
+    def erring_lines(self) -> DataFrame:
+        """The lines that yield an error row of any kind (a conflicting copy, a failed
+        line, a record's lost trailing text): when none does, every error of the read
+        comes from ``unreadable`` alone. A filter of ``lines`` only, no shuffle or join,
+        so testing it for emptiness costs one pass over a persisted read."""
+        erring = F.col("_kept_file").isNotNull() | F.col("reason").isNotNull()
+        return self.lines.where(erring | F.col("dropped").isNotNull())
+
+    @property
     def line_errors(self) -> DataFrame:
         """ERROR rows of the lines whose position is known: positioned damaged lines and
         records whose line went on after their JSON object. They belong to the binding

@@ -55,12 +55,15 @@ _FILE_ERROR = pa.schema(
 class ReclockedRange:
     """Reclocked records and errors for the binding times ``[lower, upper)``;
     ``records``: the ``reclocked_schema`` columns (headers as the reads carry them) + time
-    + diff, ``errors``: ERROR + time + diff."""
+    + diff, ``errors``: ERROR + time + diff. ``error_witness``: a frame whose emptiness
+    proves ``errors`` empty, testable without a shuffle or join (the run's persisted
+    lines, filtered); None when the driver already knows of errors to report."""
 
     lower: int
     upper: int
     records: DataFrame
     errors: DataFrame
+    error_witness: DataFrame | None
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,11 @@ def reclock_range(
         .unionByName(empty_files)
         .withColumn("diff", F.lit(1).cast("bigint"))
     )
-    return ReclockedRange(lower, upper, records, errors)
+    # Besides the rows of files without records and of damaged files (known to the
+    # registry), every error row comes from an erring line.
+    known_errors = bool(empty) or any(f.problem for f in needed)
+    witness = None if known_errors else canonical.erring_lines
+    return ReclockedRange(lower, upper, records, errors, witness)
 
 
 def reclock_windows(

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -102,7 +103,7 @@ class ShardWriter(ShardHandle):
 
     def append(
         self,
-        updates: DataFrame,
+        updates: Updates,
         lower: TimeFrontier | int,
         upper: TimeFrontier | int,
         *,
@@ -127,10 +128,15 @@ class ShardWriter(ShardHandle):
                 raise ShardUsageError(
                     f"batch [{lower}, {upper}) would leave a gap after the upper {current}"
                 )
-            uncovered = updates if lower == current else updates.where(F.col(TIME) >= current.time)
+            uncovered = updates if lower == current else _from_time(updates, current.time)
             staged = self.stage(uncovered, consolidated=consolidated)
             if self.commit(staged, current, upper) is None:
                 return dict(staged.counts)
+
+    def no_updates(self) -> pa.Table:
+        """An empty batch in the shard's layout: appended, it moves the upper and runs no
+        Spark job (for a batch the caller has proven empty)."""
+        return to_arrow_schema(self._schema, timezone="UTC").empty_table()
 
     def stage(self, updates: Updates, *, consolidated: bool = False) -> StagedBatch:
         """The first half of compare_and_append: consolidate ``updates`` (unless the caller
@@ -230,6 +236,13 @@ class ShardWriter(ShardHandle):
             return updates.to(self._schema)
         except PySparkException as failure:
             raise ShardUsageError(f"updates do not fit the shard schema: {failure}") from failure
+
+
+def _from_time(updates: Updates, time: int) -> Updates:
+    """The updates at ``time`` or later."""
+    if isinstance(updates, pa.Table):
+        return updates.filter(pc.field(TIME) >= time)
+    return updates.where(F.col(TIME) >= time)
 
 
 def _frontier(bound: TimeFrontier | int) -> TimeFrontier:

@@ -38,6 +38,7 @@ from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.ingest.landing_watch import LandingWatch
 from cdc_core.phases import phase
 from cdc_core.reclock import HeldPartition, Windows, frontier_at, held_partitions, reclock_windows
+from cdc_core.reclock.reclocking import ReclockedRange
 from cdc_core.reclock.remap import ImposedBindings
 from cdc_core.reclock.transactions import (
     Member,
@@ -49,6 +50,7 @@ from cdc_core.schemas import ERROR, REMAP, history_schema
 from cdc_core.shard import Shard, ShardUsageError, existing_table, stored_upper
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
+from cdc_core.shard.write import Updates
 from cdc_core.source.evolution import settle_schema
 from cdc_core.source.history import refresh_history
 from cdc_core.source.maintenance import (
@@ -360,9 +362,7 @@ class SourcePipeline:
                 updates_out: dict[int, int] = {}
                 errors_out: dict[int, int] = {}
                 for low, high in self._envelope_batches(lower, upper):
-                    changes, errors = self._apply_envelope(
-                        run.reclocked.records, run.reclocked.errors, low, high
-                    )
+                    changes, errors = self._apply_envelope(run.reclocked, low, high)
                     updates_out.update(changes)
                     errors_out.update(errors)
             finally:
@@ -465,16 +465,16 @@ class SourcePipeline:
         return list(zip(lowers, [end + 1 for end in ends], strict=True))
 
     def _apply_envelope(
-        self, records: DataFrame, reclock_errors: DataFrame, lower: int, upper: int
+        self, reclocked: ReclockedRange, lower: int, upper: int
     ) -> tuple[dict[int, int], dict[int, int]]:
-        """Apply the envelope to the records at times ``[lower, upper)`` and append its
-        outputs; returns the distinct changes and errors written per time."""
+        """Apply the envelope to the reclocked records at times ``[lower, upper)`` and
+        append its outputs; returns the distinct changes and errors written per time."""
         in_range = (F.col("time") >= lower) & (F.col("time") < upper)
         with phase(self.source.name, "plan envelope") as figures:
-            result = self._envelope_result(records, lower, upper)
+            result = self._envelope_result(reclocked.records, lower, upper)
             if result.completeness:  # a CDCv2 stream: how far it is complete, per window
                 figures["cdcv2_complete"] = {t: str(f) for t, f in result.completeness.items()}
-        errors = reclock_errors.filter(in_range).unionByName(result.errors)
+        errors: Updates = reclocked.errors.filter(in_range).unionByName(result.errors)
         try:
             with phase(self.source.name, "append changes") as figures:
                 changes = self.changes.append(  # envelope outputs come consolidated
@@ -483,6 +483,10 @@ class SourcePipeline:
                 figures["rows"] = sum(changes.values())
                 figures["rows_per_time"] = changes
             with phase(self.source.name, "append errors") as figures:
+                # Most batches have no error: proven so by one pass over persisted frames,
+                # they cost no write job (the errors' plan joins and shuffles).
+                if proven_empty(reclocked.error_witness, result.error_witness):
+                    errors = self.errors.no_updates()
                 written_errors = self.errors.append(errors, lower, upper) or {}
                 figures["rows"] = sum(written_errors.values())
                 figures["rows_per_time"] = written_errors
@@ -681,6 +685,16 @@ class SourcePipeline:
             archive=self.root / "archive",
             now_ms=int(time.time() * 1000),
         )
+
+
+def proven_empty(*witnesses: DataFrame | None) -> bool:
+    """Whether the witnesses (frames whose emptiness proves a part of a batch empty) are
+    all empty, tested in one job; False when some part has no witness."""
+    present = [witness for witness in witnesses if witness is not None]
+    if len(present) < len(witnesses):
+        return False
+    marks = [witness.select(F.lit(True).alias("erring")) for witness in present]
+    return functools.reduce(DataFrame.union, marks).isEmpty()
 
 
 def _iso_or_none(time: int | None) -> str:

@@ -42,6 +42,17 @@ def test_every_decodable_record_is_plus_one_and_tombstones_are_skipped(spark) ->
         error(0, 3, "zz", "key decode error: key is neither a JSON object nor a JSON scalar", 1),
         error(0, 4, 2, "value decode error: value is not a JSON object", 1),
     ]
+    assert result.error_witness is not None and not result.error_witness.isEmpty()
+
+
+def test_a_batch_of_decodable_records_proves_its_errors_empty(spark) -> None:
+    records = [(0, 0, 1, {"name": "a", "n": 1}), (0, 1, 2, None)]
+    result = apply_none(
+        EnvelopeBatch(reclocked(spark, records), time=10, topic="t", key_schema=KEY,
+                      value_schema=VALUE)  # fmt: skip
+    )
+    assert result.error_witness is not None and result.error_witness.isEmpty()
+    assert updates(result.errors, 10) == []
 
 
 def test_without_key_columns_the_key_is_ignored(spark) -> None:

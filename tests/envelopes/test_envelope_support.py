@@ -119,6 +119,7 @@ class Run:
         """Apply one window; returns its ``(changes, errors)`` updates and accumulates them."""
         result = self.apply(reclocked(self.spark, rows), time=time, topic=TOPIC, **prior)
         changes, errors = updates(result.changes, time), updates(result.errors, time)
+        assert_witness_exact(result, errors)
         accumulate(self.changes, changes)
         accumulate(self.errors, errors)
         if result.dedup_state is not None:
@@ -136,7 +137,8 @@ class Run:
             time,
             rows,
             prior_changes=self.prior(self.changes, self.output),
-            prior_errors=self.prior(self.errors, ERROR),
+            # None for no errors, as the pipeline passes an errors shard without updates
+            prior_errors=self.prior(self.errors, ERROR) if self.errors else None,
         )
 
     def dedup_window(self, time: int, rows: Iterable[tuple[int, int, object, object]]):
@@ -152,6 +154,13 @@ class Run:
             ),
             key=repr,
         )
+
+
+def assert_witness_exact(result: EnvelopeResult, errors: list[tuple]) -> None:
+    """An envelope's error witness, where it offers one, is empty exactly when its errors
+    are: never hiding an error, and proving a batch without any empty."""
+    if result.error_witness is not None:
+        assert result.error_witness.isEmpty() == (not errors), errors
 
 
 def accumulate(contents: Counter, rows: list[tuple]) -> None:

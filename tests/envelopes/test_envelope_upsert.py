@@ -6,8 +6,10 @@ import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from cdc_core.envelopes import EnvelopeBatch, EnvelopeConfigError, apply_upsert, output_schema
+from cdc_core.schemas import ERROR
 from tests.envelopes.test_envelope_support import (
     Run,
+    assert_witness_exact,
     batched,
     dataframe,
     error,
@@ -188,6 +190,22 @@ def test_errors_written_by_other_stages_are_never_retracted(spark) -> None:
     )
     assert updates(result.errors, 10) == []
     assert updates(result.changes, 10) == [(1, "a", 1, 1)]
+
+
+def test_a_batch_proves_its_errors_empty_only_without_prior_errors(spark) -> None:
+    """Without prior errors, each error update is a command's reason or the one it
+    replaces, so the commands witness them; a prior error may be retracted by any command."""
+    records = reclocked(spark, [(0, 0, 1, v("a", 1)), (0, 1, None, v("b", 2))])
+    prior_errors = dataframe(spark, [], with_diff(ERROR))
+    fresh, after_errors = (
+        apply_upsert(EnvelopeBatch(records, time=10, topic="t", key_schema=KEY,
+                                   value_schema=VALUE, prior_errors=prior))  # fmt: skip
+        for prior in (None, prior_errors)
+    )
+    assert fresh.error_witness is not None
+    assert_witness_exact(fresh, updates(fresh.errors, 10))
+    assert not fresh.error_witness.isEmpty()  # the null key's error
+    assert after_errors.error_witness is None
 
 
 def test_prior_state_may_be_unconsolidated_history(spark) -> None:

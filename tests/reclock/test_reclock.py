@@ -3,9 +3,12 @@ an event-time backfill that reproduces bindings and contents after the outputs a
 
 from __future__ import annotations
 
+import gzip
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.ingest import Registry
@@ -102,3 +105,57 @@ def test_two_topics_cut_consistently_and_a_backfill_reproduces_everything(
         shutil.rmtree(lake / topic / "reclocked")
     # The backfill binds and reclocks all windows in one pass, with the same result.
     assert reclock_both(spark, lake, registries, batch=True) == first
+
+
+CLEAN = [Rec(0, o, 10 * o) for o in range(4)]
+
+
+def landed(name: str, records: list[Rec], extra: str = "") -> Callable[[Path], None]:
+    return lambda landing: write_dump(landing, "t", name, records, extra=extra)
+
+
+def gzipped(name: str, data: bytes) -> Callable[[Path], None]:
+    def land(landing: Path) -> None:
+        (landing / "t" / name).write_bytes(data)
+
+    return land
+
+
+# Each range holds the clean records (twice: identical redeliveries are no error) plus one
+# kind of error, alone, so that no other error could make the witness non-empty.
+ONE_ERROR = {
+    "a conflicting copy": landed("b.json", [Rec(0, 1, 10, payload="other")]),
+    "text after a record": landed("b.json", [], extra=Rec(0, 4, 40).line("t") + " garbage\n"),
+    "a damaged line with its position": landed(
+        "b.json", [Rec(0, 4, 40)], extra='{"topic": "t", "partition": 0, "offset": 5, "ts": "x"}\n'
+    ),
+    "a line without a position": landed("b.json", [Rec(0, 4, 40)], extra="{oops\n"),
+    "an empty file": landed("b.json", []),
+    "a gzip stream cut short": gzipped(
+        "b.json.gz", gzip.compress(b"".join(r.line("t").encode() + b"\n" for r in CLEAN))[:-9]
+    ),
+}
+
+
+@pytest.mark.parametrize("error", [None, *ONE_ERROR])
+def test_the_error_witness_proves_a_clean_range_and_never_hides_an_error(
+    spark: SparkSession, tmp_path: Path, error: str | None
+) -> None:
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    write_dump(landing, "t", "a.json", CLEAN)
+    write_dump(landing, "t", "a-again.json", CLEAN)
+    if error is not None:
+        ONE_ERROR[error](landing)
+    registry = Registry(lake / "dumps", "t")
+    register_new(spark, registry, landing, arrival_ms=0)
+    remap, reclocked = open_shards(spark, lake)
+
+    # ``run_windows`` asserts that a non-empty errors frame has no empty witness.
+    [run] = run_windows(spark, Options(), registry, remap, reclocked, [100], WIDTH)
+
+    witness = run.reclocked.error_witness
+    if error is None:
+        assert witness is not None and witness.isEmpty()
+        assert run.reclocked.errors.isEmpty()
+    else:
+        assert not run.reclocked.errors.isEmpty(), error

@@ -125,7 +125,10 @@ def run_windows(
             spark, source, registry, remap, lower, windows, reported=frozenset(reported)
         )
         reclocked.append(run.reclocked.records, lower, windows.end + 1)
-        reported |= {row["file"] for row in run.reclocked.errors.select("file").collect()}
+        errors = run.reclocked.errors.select("file").collect()
+        witness = run.reclocked.error_witness
+        assert not errors or witness is None or not witness.isEmpty(), "the witness hid errors"
+        reported |= {row["file"] for row in errors}
         done.append(run)
     return done
 

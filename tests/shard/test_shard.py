@@ -205,14 +205,23 @@ def test_an_append_vouched_consolidated_is_written_as_given_and_a_false_vouch_is
     assert not verdict.passed and "stored twice" in verdict.description
 
 
+def test_appending_no_updates_moves_the_upper_without_a_data_file(spark, shard):
+    assert shard.append(shard.no_updates(), at(0), at(4)) == {}
+    assert (shard.refresh().upper, data_files(shard.path)) == (at(4), set())
+    assert shard.append(shard.no_updates(), at(2), at(7)) == {}
+    assert shard.refresh().upper == at(7)
+
+
 def test_append_with_a_gap_is_a_usage_error(spark, shard):
     with pytest.raises(ShardUsageError, match="gap"):
         shard.append(updates(spark, [("a", 1, 3, 1)]), at(2), at(5))
 
 
-def test_append_overlapping_the_upper_writes_only_the_uncovered_times(spark, shard):
+@pytest.mark.parametrize("form", ["DataFrame", "pyarrow"])
+def test_append_overlapping_the_upper_writes_only_the_uncovered_times(spark, shard, form):
     shard.append(updates(spark, [("a", 1, 1, 1)]), at(0), at(3))
-    overlapping = updates(spark, [("a", 1, 1, 1), ("b", 2, 3, 1), ("c", 3, 5, 1)])
+    rows = [("a", 1, 1, 1), ("b", 2, 3, 1), ("c", 3, 5, 1)]
+    overlapping = updates(spark, rows) if form == "DataFrame" else driver_rows(rows)
     assert shard.append(overlapping, at(0), at(6)) == {3: 1, 5: 1}
     assert shard.upper == at(6)
     assert table_rows(shard.path) == [("a", 1, 1, 1), ("b", 2, 3, 1), ("c", 3, 5, 1)]
