@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from cdc_core.cdcv2.chain import CountDiscrepancy, ProgressChain, count_discrepancies
 from cdc_core.cdcv2.model import Progress, ProgressLike
-from cdc_core.cdcv2.spark_counts import data_columns, facts_by_key, tally_per_time
+from cdc_core.cdcv2.spark_counts import TimeTally, data_columns, facts_by_key, tally_per_time
 from cdc_core.frontier import TimeFrontier
 
 
@@ -41,7 +41,7 @@ class CompletenessReport:
 
 
 def check_completeness(
-    updates: DataFrame,
+    updates: DataFrame | None,
     progress: Iterable[ProgressLike],
     lower: int,
     upper: TimeFrontier,
@@ -50,12 +50,11 @@ def check_completeness(
     ``[lower, upper)`` against ``progress`` (chained from the earliest statement's lower:
     a caller may pass only the statements from one reaching back to ``lower`` on; times
     before where they start are reported uncovered by the count discrepancies).
+    ``updates`` None: the storage proves none stored in the range (no file's statistics
+    reach it), so every time counts zero without a Spark job.
 
     Disagreeing progress statements raise ``CountDisagreement``."""
-    in_range = updates.filter(F.col("time") >= lower)
-    if not upper.is_empty:
-        in_range = in_range.filter(F.col("time") < upper.time)
-    tallies = tally_per_time(facts_by_key(in_range, data_columns(updates)))
+    tallies = {} if updates is None else _tallies(updates, lower, upper)
     statements = [Progress.of(statement) for statement in progress]
     chain = ProgressChain(min((s.lower for s in statements), key=lambda f: f.time or 0,
                               default=None))
@@ -69,3 +68,11 @@ def check_completeness(
         discrepancies=tuple(count_discrepancies(chain, found, TimeFrontier.at(lower), upper)),
         duplicated_times=tuple(duplicated),
     )
+
+
+def _tallies(updates: DataFrame, lower: int, upper: TimeFrontier) -> dict[int, TimeTally]:
+    """The per-time tallies of ``updates`` at times in ``[lower, upper)``."""
+    in_range = updates.filter(F.col("time") >= lower)
+    if not upper.is_empty:
+        in_range = in_range.filter(F.col("time") < upper.time)
+    return tally_per_time(facts_by_key(in_range, data_columns(updates)))

@@ -96,10 +96,11 @@ class ShardReader(ShardHandle):
             [schema.empty_table(), *(t.select(schema.names).cast(schema) for t in tables)]
         )
 
-    def holds_updates(self) -> bool:
-        """Whether any live file holds updates, from the log alone: a reader of a shard
+    def holds_updates(self, after: int | None = None, through: int | None = None) -> bool:
+        """Whether any live file may hold updates (at times in ``(after, through]``, when
+        given), from the log's file statistics alone: a reader of a shard, or of a range,
         that never received any can skip reading (and joining against) it altogether."""
-        return bool(self.live_files())
+        return bool(self._files_holding(None if after is None else after + 1, through))
 
     def progress(self, from_time: int | None = None) -> list[ProgressStatement]:
         """The progress statements recorded by the commits, oldest first; ``from_time``:

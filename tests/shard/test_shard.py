@@ -212,6 +212,26 @@ def test_appending_no_updates_moves_the_upper_without_a_data_file(spark, shard):
     assert shard.refresh().upper == at(7)
 
 
+def test_a_range_no_stored_file_reaches_is_recounted_as_empty_without_a_spark_job(
+    spark, shard
+):
+    shard.append(updates(spark, [("a", 1, 1, 1)]), at(0), at(3))
+    shard.append(updates(spark, [("b", 2, 4, 1)]), at(3), at(5))
+    shard.append(updates(spark, []), at(5), at(7))
+    DeltaTable(shard.path).delete("time = 4")  # a lost file: its commit announced one row
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("recount", "completeness of ranges without files")
+    try:
+        empty, lost = completeness(shard.refresh(), 5, 7), completeness(shard, 3, 5)
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    assert list(tracker.getJobIdsForGroup("recount")) == []
+    assert empty.passed
+    assert not lost.passed and "count mismatches" in lost.description
+    assert lost.figures["mismatches"] == [{"time": 4, "announced": 1, "found": 0}]
+    assert completeness(shard, 1, 3).passed  # the file that is left is still recounted
+
+
 def test_append_with_a_gap_is_a_usage_error(spark, shard):
     with pytest.raises(ShardUsageError, match="gap"):
         shard.append(updates(spark, [("a", 1, 3, 1)]), at(2), at(5))
