@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dagster import InitResourceContext
 from dagster_pyspark import PySparkResource
 
+from assets.partitions import ASSET_PARTITION_RANGE_START_TAG, PARTITION_NAME_TAG
 from cdc_core.spark import get_spark
 
 
@@ -28,8 +29,17 @@ class ReclockSparkResource(PySparkResource):
         return False
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        """Start (or attach) the run's one session."""
-        self._spark_session = get_spark(conf=self.spark_config, places=self.places)
+        """Start (or attach) the run's one session; a run of one partition (a scheduled
+        or sensed window, one picked in the UI) is a short job: its driver starts quick."""
+        tags = context.dagster_run.tags if context.dagster_run is not None else {}
+        self._spark_session = get_spark(
+            conf=self.spark_config, places=self.places, quick_start=is_one_partition(tags)
+        )
+
+
+def is_one_partition(tags: Mapping[str, str]) -> bool:
+    """Whether a run's tags select a single partition (not a range, not unpartitioned)."""
+    return PARTITION_NAME_TAG in tags and ASSET_PARTITION_RANGE_START_TAG not in tags
 
 
 def spark_resource(
