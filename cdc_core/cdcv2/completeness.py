@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc_core.cdcv2.chain import CountDiscrepancy, ProgressChain, count_discrepancies
 from cdc_core.cdcv2.model import Progress, ProgressLike
-from cdc_core.cdcv2.spark_counts import TimeTally, data_columns, facts_by_key, tally_per_time
+from cdc_core.cdcv2.spark_counts import data_columns, facts_by_key, tally_per_time
 from cdc_core.frontier import TimeFrontier
 
 
@@ -41,7 +43,7 @@ class CompletenessReport:
 
 
 def check_completeness(
-    updates: DataFrame | None,
+    updates: DataFrame | pa.Table | None,
     progress: Iterable[ProgressLike],
     lower: int,
     upper: TimeFrontier,
@@ -51,16 +53,22 @@ def check_completeness(
     a caller may pass only the statements from one reaching back to ``lower`` on; times
     before where they start are reported uncovered by the count discrepancies).
     ``updates`` None: the storage proves none stored in the range (no file's statistics
-    reach it), so every time counts zero without a Spark job.
+    reach it), so every time counts zero without a Spark job; a pyarrow Table: updates
+    small enough to be metadata (a remap's bindings), counted on the driver.
 
     Disagreeing progress statements raise ``CountDisagreement``."""
-    tallies = {} if updates is None else _tallies(updates, lower, upper)
+    if updates is None:
+        tallies = {}
+    elif isinstance(updates, pa.Table):
+        tallies = _driver_tallies(updates, lower, upper)
+    else:
+        tallies = _tallies(updates, lower, upper)
     statements = [Progress.of(statement) for statement in progress]
     chain = ProgressChain(min((s.lower for s in statements), key=lambda f: f.time or 0,
                               default=None))
     chain.add_all(statements)
-    found = {time: tally.distinct for time, tally in tallies.items()}
-    duplicated = sorted(time for time, tally in tallies.items() if tally.rows > tally.distinct)
+    found = {time: distinct for time, (distinct, _) in tallies.items()}
+    duplicated = sorted(time for time, (distinct, rows) in tallies.items() if rows > distinct)
     return CompletenessReport(
         lower=lower,
         upper=upper,
@@ -70,9 +78,26 @@ def check_completeness(
     )
 
 
-def _tallies(updates: DataFrame, lower: int, upper: TimeFrontier) -> dict[int, TimeTally]:
-    """The per-time tallies of ``updates`` at times in ``[lower, upper)``."""
+def _tallies(updates: DataFrame, lower: int, upper: TimeFrontier) -> dict[int, tuple[int, int]]:
+    """Per time in ``[lower, upper)``: its distinct ``(data, time)`` updates and its rows."""
     in_range = updates.filter(F.col("time") >= lower)
     if not upper.is_empty:
         in_range = in_range.filter(F.col("time") < upper.time)
-    return tally_per_time(facts_by_key(in_range, data_columns(updates)))
+    tallies = tally_per_time(facts_by_key(in_range, data_columns(updates)))
+    return {time: (tally.distinct, tally.rows) for time, tally in tallies.items()}
+
+
+def _driver_tallies(
+    updates: pa.Table, lower: int, upper: TimeFrontier
+) -> dict[int, tuple[int, int]]:
+    """What ``_tallies`` counts in Spark, counted with pyarrow on the driver."""
+    time = pc.field("time")
+    kept = time >= lower if upper.is_empty else (time >= lower) & (time < upper.time)
+    rows = updates.filter(kept)
+    keys = [name for name in rows.column_names if name != "diff"]
+    facts = rows.group_by(keys).aggregate([("diff", "count")])
+    per_time = facts.group_by("time").aggregate([("diff_count", "count"), ("diff_count", "sum")])
+    return {
+        row["time"]: (row["diff_count_count"], row["diff_count_sum"])
+        for row in per_time.to_pylist()
+    }

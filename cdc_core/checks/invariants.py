@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -43,23 +44,26 @@ def fingerprint(columns: Sequence[str]) -> Column:
     return F.xxhash64(*values, *[value.isNull() for value in values])
 
 
-def completeness(shard: Shard, lower: int, upper: int) -> CheckOutcome:
+def completeness(shard: Shard, lower: int, upper: int, *, on_driver: bool = False) -> CheckOutcome:
     """Distinct ``(data, time)`` updates per time in ``[lower, upper)`` equal the counts
     announced by the progress statements committed with them. ``listen`` returns the
     stored rows unconsolidated, so a double write shows up too (``lower`` >= 1). Rows are
     told apart by their fingerprint. Times at or before the shard's since are compacted (a
     retire folds them into the since) and can no longer be recounted, so the judged range
-    starts after it."""
+    starts after it. ``on_driver``: the shard is metadata (the remap), read and recounted
+    on the driver, where a Spark job would cost far more."""
     lower = max(lower, (shard.refresh().since.time or 0) + 1)
     if lower >= upper:
         return CheckOutcome(True, f"[.., {iso(upper)}) is compacted: nothing left to recount")
-    fingerprinted = None  # no stored file reaches the range: it holds no update
-    if shard.holds_updates(lower - 1, upper - 1):
-        fingerprinted = shard.listen(lower - 1, upper - 1).select(
+    stored: DataFrame | pa.Table | None = None  # no file reaches the range: no update
+    if on_driver:
+        stored = shard.updates_through(upper - 1)
+    elif shard.holds_updates(lower - 1, upper - 1):
+        stored = shard.listen(lower - 1, upper - 1).select(
             fingerprint(shard.data_schema.names).alias("fingerprint"), "time", "diff"
         )
     statements = shard.progress(from_time=lower)
-    report = check_completeness(fingerprinted, statements, lower, TimeFrontier.at(upper))
+    report = check_completeness(stored, statements, lower, TimeFrontier.at(upper))
     wrong = [
         {"time": d.time, "announced": d.announced, "found": d.found}
         for d in report.discrepancies[:MAX_EXAMPLES]
@@ -342,11 +346,13 @@ def _updates_from(shard: Shard, times: Sequence[int], as_of: int) -> DataFrame:
 def state_is_set(changes: Shard, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
     """Upsert state: every row's accumulated count is 1 and every key holds one row.
     One Spark job: rows consolidated by key and value fingerprint, then per key its rows
-    and their counts, then one summary row."""
+    and their counts, then one summary row. The updates are shuffled once, by key, which
+    both groupings share."""
     is_bad = F.col("diff") != 1
     values = [name for name in changes.data_schema.names if name not in key_columns]
     consolidated = (
         changes.updates_until(as_of)
+        .repartition(*key_columns)
         .groupBy(*key_columns, fingerprint(values).alias("_value"))
         .agg(F.sum("diff").alias("diff"))
         .where(F.col("diff") != 0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -88,13 +89,13 @@ class ShardReader(ShardHandle):
         schema = to_arrow_schema(self._schema, timezone="UTC")
         holding = self._files_holding(None, until)
         with location_failure(f"reading {self.path}"):
-            tables = [
-                files.read_parquet(files.join(self.path, f.path), filters=[(TIME, "<=", until)])
-                for f in holding
-            ]
-        return pa.concat_tables(
+            tables = [files.read_parquet(files.join(self.path, f.path)) for f in holding]
+        # Cast before filtering: another Delta writer (delta-rs) may store strings as views,
+        # which pyarrow's filter does not take.
+        stored = pa.concat_tables(
             [schema.empty_table(), *(t.select(schema.names).cast(schema) for t in tables)]
         )
+        return stored.filter(pc.field(TIME) <= until)
 
     def holds_updates(self, after: int | None = None, through: int | None = None) -> bool:
         """Whether any live file may hold updates (at times in ``(after, through]``, when

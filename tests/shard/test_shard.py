@@ -195,13 +195,14 @@ def test_append_writes_once_and_a_rerun_writes_no_new_version(spark, shard):
     assert table_rows(shard.path) == [("a", 1, 0, 1), ("b", 2, 4, 1)]
 
 
+@pytest.mark.parametrize("on_driver", [False, True], ids=["in Spark", "on the driver"])
 def test_an_append_vouched_consolidated_is_written_as_given_and_a_false_vouch_is_caught(
-    spark, shard
+    spark, shard, on_driver
 ):
     twice = updates(spark, [("a", 1, 3, 1), ("a", 1, 3, 1)])
     assert shard.append(twice, at(0), at(4), consolidated=True) == {3: 2}
     assert table_rows(shard.path) == [("a", 1, 3, 1), ("a", 1, 3, 1)]
-    verdict = completeness(shard, 1, 4)
+    verdict = completeness(shard, 1, 4, on_driver=on_driver)
     assert not verdict.passed and "stored twice" in verdict.description
 
 
@@ -230,6 +231,17 @@ def test_a_range_no_stored_file_reaches_is_recounted_as_empty_without_a_spark_jo
     assert not lost.passed and "count mismatches" in lost.description
     assert lost.figures["mismatches"] == [{"time": 4, "announced": 1, "found": 0}]
     assert completeness(shard, 1, 3).passed  # the file that is left is still recounted
+
+
+@pytest.mark.parametrize("on_driver", [False, True], ids=["in Spark", "on the driver"])
+def test_completeness_recounts_what_is_stored_against_what_was_announced(spark, shard, on_driver):
+    shard.append(updates(spark, [("a", 1, 1, 1), ("b", None, 1, 1), ("c", 3, 2, -1)]), 0, 3)
+    shard.append(updates(spark, [("a", 1, 4, -1)]), at(3), at(5))
+    assert completeness(shard, 1, 5, on_driver=on_driver).passed
+    DeltaTable(shard.path).delete("time = 1 and k = 'b'")  # one row of a file is lost
+    verdict = completeness(shard.refresh(), 1, 5, on_driver=on_driver)
+    assert verdict.figures["mismatches"] == [{"time": 1, "announced": 2, "found": 1}]
+    assert completeness(shard, 2, 5, on_driver=on_driver).passed  # the range after it
 
 
 def test_append_with_a_gap_is_a_usage_error(spark, shard):
