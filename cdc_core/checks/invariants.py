@@ -57,7 +57,7 @@ def completeness(shard: Shard, lower: int, upper: int, *, on_driver: bool = Fals
         return CheckOutcome(True, f"[.., {iso(upper)}) is compacted: nothing left to recount")
     stored: DataFrame | pa.Table | None = None  # no file reaches the range: no update
     if on_driver:
-        stored = shard.updates_through(upper - 1)
+        stored = shard.updates_through(upper - 1, after=lower - 1)
     elif shard.holds_updates(lower - 1, upper - 1):
         stored = shard.listen(lower - 1, upper - 1).select(
             fingerprint(shard.data_schema.names).alias("fingerprint"), "time", "diff"

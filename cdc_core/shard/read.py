@@ -79,15 +79,16 @@ class ShardReader(ShardHandle):
             selected &= F.col(TIME) <= until
         return self._read(as_of + 1, until).where(selected)
 
-    def updates_through(self, until: int) -> pa.Table:
-        """Every stored update at times ``<= until``, read on the driver without a Spark
-        job: for shards small enough to be metadata, like the remap, where a job would cost
-        far more than the read. Updates before since carry their own time or since, as
+    def updates_through(self, until: int, *, after: int | None = None) -> pa.Table:
+        """Every stored update at times ``<= until`` (and ``> after``, when given: only the
+        files reaching that range are read), read on the driver without a Spark job: for
+        shards small enough to be metadata, like the remap, where a job would cost far
+        more than the read. Updates before since carry their own time or since, as
         compaction left them. Requires since <= until < upper."""
         self._check_since(until, "until")
         self._check_complete(until, "until")
         schema = to_arrow_schema(self._schema, timezone="UTC")
-        holding = self._files_holding(None, until)
+        holding = self._files_holding(None if after is None else after + 1, until)
         with location_failure(f"reading {self.path}"):
             tables = [files.read_parquet(files.join(self.path, f.path)) for f in holding]
         # Cast before filtering: another Delta writer (delta-rs) may store strings as views,
@@ -95,7 +96,8 @@ class ShardReader(ShardHandle):
         stored = pa.concat_tables(
             [schema.empty_table(), *(t.select(schema.names).cast(schema) for t in tables)]
         )
-        return stored.filter(pc.field(TIME) <= until)
+        kept = pc.field(TIME) <= until
+        return stored.filter(kept if after is None else kept & (pc.field(TIME) > after))
 
     def holds_updates(self, after: int | None = None, through: int | None = None) -> bool:
         """Whether any live file may hold updates (at times in ``(after, through]``, when

@@ -305,12 +305,15 @@ def test_listen_returns_the_updates_in_the_half_open_range(history):
 
 
 def test_updates_through_reads_on_the_driver_what_listen_reads_in_spark(history):
-    def driver(until: int) -> list[Row]:
-        return sorted(tuple(row.values()) for row in history.updates_through(until).to_pylist())
+    def driver(until: int, after: int | None = None) -> list[Row]:
+        rows = history.updates_through(until, after=after).to_pylist()
+        return sorted(tuple(row.values()) for row in rows)
 
     assert driver(0) == []
     assert driver(4) == collected(history.listen(0, 4))
     assert driver(5) == collected(history.listen(0, 5))
+    assert driver(5, after=2) == collected(history.listen(2, 5))
+    assert driver(5, after=2) == [("a", 1, 4, -1), ("c", 3, 5, 1)]
     with pytest.raises(ShardUsageError, match="not before upper \\[6\\]"):
         history.updates_through(6)
     history.downgrade_since(at(4))
