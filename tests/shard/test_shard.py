@@ -314,6 +314,7 @@ def test_updates_through_reads_on_the_driver_what_listen_reads_in_spark(history)
     assert driver(5) == collected(history.listen(0, 5))
     assert driver(5, after=2) == collected(history.listen(2, 5))
     assert driver(5, after=2) == [("a", 1, 4, -1), ("c", 3, 5, 1)]
+    assert driver(5, after=4) == [("c", 3, 5, 1)]  # a file holding times 4 and 5
     with pytest.raises(ShardUsageError, match="not before upper \\[6\\]"):
         history.updates_through(6)
     history.downgrade_since(at(4))
