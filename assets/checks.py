@@ -10,7 +10,8 @@ for completeness, the last window's time for the others). Without partition tags
 """
 
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dagster import (
@@ -160,6 +161,32 @@ class CheckReports:
         )  # fmt: skip
 
 
+CONCURRENT_CHECKS = 4
+
+
+def judge_concurrently(
+    source: str,
+    selected: Sequence[SourceCheck],
+    judge: Callable[[SourceCheck], checks.CheckOutcome],
+) -> list[checks.CheckOutcome | Exception]:
+    """Each check's outcome (or what it raised), in ``selected``'s order.
+
+    The checks are independent reads, each a few small Spark jobs whose time is mostly
+    the driver's planning and scheduling: judged from a few threads over the one session,
+    their jobs overlap. ``judge`` must give each check its own table handles (a delta-rs
+    handle is not shared between threads)."""
+
+    def judged(check: SourceCheck) -> checks.CheckOutcome | Exception:
+        try:
+            with phase(source, f"check {check.asset}.{check.name}"):
+                return judge(check)
+        except Exception as failure:
+            return failure
+
+    with ThreadPoolExecutor(CONCURRENT_CHECKS, thread_name_prefix="check") as pool:
+        return list(pool.map(judged, selected))
+
+
 def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
     registered record accounted for, upsert state is a set, well-formed history (when kept),
@@ -189,26 +216,28 @@ def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition
     def _checks(
         context: AssetCheckExecutionContext, pyspark: PySparkResource, lake: LakeResource
     ) -> Iterator[AssetCheckResult | Output | AssetCheckEvaluation]:
-        pipeline = lake.open(pyspark.spark_session, config, source)
-        window = judged_range(context, config, pipeline)
-        failures: list[Exception] = []
-        for key in sorted(context.selected_asset_check_keys, key=str):
-            check = keys[key]
-            if window is None:
+        spark = pyspark.spark_session
+        window = judged_range(context, config, lake.open(spark, config, source))
+        selected = [keys[key] for key in sorted(context.selected_asset_check_keys, key=str)]
+        if window is None:
+            for check in selected:
                 yield from reports.report(context, AssetCheckResult(
-                    asset_key=key.asset_key, check_name=key.name, passed=True,
-                    description="no complete window yet",
+                    asset_key=output_key(name, check.asset), check_name=check.name,
+                    passed=True, description="no complete window yet",
                 ))  # fmt: skip
+            return
+        judged = judge_concurrently(
+            name, selected, lambda check: check.judge(lake.open(spark, config, source), *window)
+        )
+        failures: list[Exception] = []
+        for check, outcome in zip(selected, judged, strict=True):
+            if isinstance(outcome, Exception):  # re-raised once every other check reported
+                context.log.error(f"check {check.asset}.{check.name} failed to run: {outcome}")
+                failures.append(outcome)
                 continue
             default = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
             severity = check.severity or default
-            try:
-                with phase(name, f"check {check.asset}.{check.name}"):
-                    outcome = check.judge(pipeline, *window)
-            except Exception as failure:  # re-raised once every other check reported
-                context.log.error(f"check {check.asset}.{check.name} failed to run: {failure}")
-                failures.append(failure)
-                continue
+            key = AssetCheckKey(output_key(name, check.asset), check.name)
             yield from reports.report(context, to_result(outcome, window, severity, config, key))
         if failures:
             raise failures[0]

@@ -77,6 +77,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -84,6 +85,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -255,11 +257,32 @@ def land(history: History, through_end_ms: int) -> None:
 
 @dataclass(frozen=True)
 class Sample:
-    """One measurement: wall and CPU seconds, and what it printed last."""
+    """One measurement: wall and CPU seconds, what it printed last, and the seconds of
+    each engine phase and Dagster step its log reports."""
 
     wall: float
     cpu: float
     outcome: str = ""
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+PHASE_DONE = re.compile(r"- \w+: (?P<name>[\w .]+) done in (?P<seconds>[\d.]+) s")
+STEP_DONE = re.compile(
+    r'Finished execution of step "(?P<name>\w+)" in (?P<seconds>[\d.]+)(?P<unit>m?s)'
+)
+
+
+def logged_phases(lines: Sequence[str]) -> dict[str, float]:
+    """Seconds per engine phase (``register dumps``, summed over sources) and per Dagster
+    step (``step users_checks``) in a run's log."""
+    phases: dict[str, float] = defaultdict(float)
+    for line in lines:
+        if found := PHASE_DONE.search(line):
+            phases[found["name"]] += float(found["seconds"])
+        elif found := STEP_DONE.search(line):
+            scale = 1e-3 if found["unit"] == "ms" else 1.0
+            phases[f"step {found['name']}"] += float(found["seconds"]) * scale
+    return dict(phases)
 
 
 def run_process(command: Sequence[str], env: dict[str, str], log: Path) -> Sample:
@@ -276,7 +299,7 @@ def run_process(command: Sequence[str], env: dict[str, str], log: Path) -> Sampl
     outcome = (wanted or printed or [""])[-1][:90]
     if process.returncode != 0:
         outcome = f"exit {process.returncode}: {outcome}"
-    return Sample(wall, cpu, outcome)
+    return Sample(wall, cpu, outcome, logged_phases(printed))
 
 
 def in_process(call: Callable[[], Any]) -> Sample:
@@ -643,7 +666,19 @@ def print_table(history: History, results: dict[str, list[Sample]]) -> None:
         in_ui = name.startswith("(d)")
         figures = summary(samples, cpu=not in_ui)
         print(f"{name:<36} {figures:<34}  {samples[-1].outcome}")
+    for name, samples in results.items():
+        if name.startswith("(a)") and samples[0].phases:
+            print_phases(name, samples)
     sys.stdout.flush()
+
+
+def print_phases(name: str, samples: Sequence[Sample]) -> None:
+    """Median and max seconds of each phase and step over a measure's samples."""
+    print(f"\n  {name}, by phase ({len(samples)} samples)")
+    print(f"  {'phase':<34} {'median':>7} {'max':>7}")
+    for phase_name in samples[0].phases:
+        seconds = [s.phases.get(phase_name, 0.0) for s in samples]
+        print(f"  {phase_name:<34} {statistics.median(seconds):7.2f} {max(seconds):7.2f}")
 
 
 def save_results(base: Path, days: int, results: dict[str, list[Sample]]) -> None:

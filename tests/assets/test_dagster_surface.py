@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -39,8 +40,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
+from assets.checks import CONCURRENT_CHECKS, SourceCheck, judge_concurrently
 from assets.partitions import closed_windows, range_tags, window_partitions
 from assets.source_assets import ARRIVALS_TAG
+from cdc_core.checks.invariants import CheckOutcome
 from cdc_core.config import Config, ConfigError, parse_config
 from cdc_core.frontier import iso
 from cdc_core.ingest import Registry
@@ -578,3 +581,26 @@ def test_owners_and_tags_follow_the_config(tmp_path: Path) -> None:
     refused = r"sources\[0\]\.owners\[0\]: must be an e-mail address or team:<name>"
     with pytest.raises(ConfigError, match=refused):
         parse_config(data, tmp_path)
+
+
+def test_checks_are_judged_at_once_and_report_in_their_order() -> None:
+    """Every check waits at one barrier before judging: judged one after another, the
+    first would wait alone and break it. The outcomes keep the checks' order, and what a
+    check raises is its outcome while the others still judge."""
+    selected = [
+        SourceCheck("reclocked", name, lambda *_: CheckOutcome(True, ""), "")
+        for name in ("a", "b", "c", "raises")
+    ]
+    assert len(selected) <= CONCURRENT_CHECKS
+    barrier = threading.Barrier(len(selected), timeout=30)
+
+    def judge(check: SourceCheck) -> CheckOutcome:
+        barrier.wait()
+        if check.name == "raises":
+            raise ValueError("cannot judge")
+        return CheckOutcome(True, check.name)
+
+    outcomes = judge_concurrently(SOURCE, selected, judge)
+
+    assert [getattr(o, "description", None) for o in outcomes[:3]] == ["a", "b", "c"]
+    assert isinstance(outcomes[3], ValueError)
