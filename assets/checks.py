@@ -10,6 +10,7 @@ for completeness, the last window's time for the others). Without partition tags
 """
 
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -226,9 +227,14 @@ def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition
                     passed=True, description="no complete window yet",
                 ))  # fmt: skip
             return
-        judged = judge_concurrently(
-            name, selected, lambda check: check.judge(lake.open(spark, config, source), *window)
-        )
+        opened = threading.local()  # a pipeline per thread: its table handles are its own
+
+        def judge(check: SourceCheck) -> checks.CheckOutcome:
+            if not hasattr(opened, "pipeline"):
+                opened.pipeline = lake.open(spark, config, source)
+            return check.judge(opened.pipeline, *window)
+
+        judged = judge_concurrently(name, selected, judge)
         failures: list[Exception] = []
         for check, outcome in zip(selected, judged, strict=True):
             if isinstance(outcome, Exception):  # re-raised once every other check reported
