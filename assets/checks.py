@@ -30,9 +30,6 @@ from dagster import (
 from dagster_pyspark import PySparkResource
 
 from assets.partitions import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-    PARTITION_NAME_TAG,
     to_datetime,
     window_bounds,
     window_key,
@@ -48,6 +45,11 @@ from cdc_core.reclock.remap import frontier_in
 from cdc_core.source import SourcePipeline
 from cdc_core.vocabulary import Envelope
 from resources.lake import LakeResource
+from resources.run_tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
 
 
 def judged_range(

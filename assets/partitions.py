@@ -9,12 +9,9 @@ from dagster import TimeWindow, TimeWindowPartitionsDefinition
 
 from cdc_core.config import Config
 from cdc_core.reclock import Windows
+from resources.run_tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 PARTITION_FORMAT = "%Y-%m-%dT%H:%M:%S"
-# Dagster's documented run tags naming a run's partition, or its range of partitions.
-PARTITION_NAME_TAG = "dagster/partition"
-ASSET_PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
-ASSET_PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 def window_partitions(config: Config, now_ms: int | None = None) -> TimeWindowPartitionsDefinition:

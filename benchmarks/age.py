@@ -97,13 +97,14 @@ import yaml
 from dagster import AssetKey, DagsterInstance, build_sensor_context
 from deltalake import write_deltalake
 
-from assets.partitions import PARTITION_FORMAT, PARTITION_NAME_TAG, to_datetime
+from assets.partitions import PARTITION_FORMAT, to_datetime
 from benchmarks.age_instance import MINUTE_MS, instance_settings, write_runs
 from benchmarks.open_ended import tree_cpu_seconds
 from benchmarks.screenshot import graphql, running_webserver
 from cdc_core.config import DEFAULT_RETENTION, duration_ms
 from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry, fold_registry
 from cdc_core.spark_server import SparkServer, free_port
+from resources.run_tags import PARTITION_NAME_TAG
 
 SOURCE = "users"
 SPARK_CONF = {"spark.sql.shuffle.partitions": "4"}

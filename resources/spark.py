@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dagster import InitResourceContext
 from dagster_pyspark import PySparkResource
 
-from assets.partitions import ASSET_PARTITION_RANGE_START_TAG, PARTITION_NAME_TAG
 from cdc_core.spark import get_spark
+from resources.run_tags import ASSET_PARTITION_RANGE_START_TAG, PARTITION_NAME_TAG
 
 
 class ReclockSparkResource(PySparkResource):

@@ -31,10 +31,7 @@ from dagster import (
     build_sensor_context,
     define_asset_job,
 )
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
+from dagster._core.storage import tags as dagster_tags
 from deltalake import DeltaTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -49,6 +46,11 @@ from cdc_core.frontier import iso
 from cdc_core.ingest import Registry
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from resources.lake import LakeResource
+from resources.run_tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 START_MS = int(START.timestamp() * 1000)
@@ -604,3 +606,13 @@ def test_checks_are_judged_at_once_and_report_in_their_order() -> None:
 
     assert [getattr(o, "description", None) for o in outcomes[:3]] == ["a", "b", "c"]
     assert isinstance(outcomes[3], ValueError)
+
+
+def test_the_run_tags_read_are_the_ones_dagster_writes() -> None:
+    """reclock names Dagster's documented run tags itself (no public constant exports
+    them); they must be the very tags Dagster writes on a partitioned run."""
+    assert (PARTITION_NAME_TAG, ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG) == (
+        dagster_tags.PARTITION_NAME_TAG,
+        dagster_tags.ASSET_PARTITION_RANGE_START_TAG,
+        dagster_tags.ASSET_PARTITION_RANGE_END_TAG,
+    )

@@ -36,7 +36,6 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from assets.partitions import (
-    ASSET_PARTITION_RANGE_START_TAG,
     range_tags,
     window_key,
     window_partitions,
@@ -47,6 +46,7 @@ from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.cli import materialize
 from pipelines.maintenance import MAINTENANCE_JOB
 from resources.lake import LakeResource
+from resources.run_tags import ASSET_PARTITION_RANGE_START_TAG
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
