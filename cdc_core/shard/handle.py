@@ -128,7 +128,8 @@ class ShardHandle:
 
     def _reload(self) -> None:
         self._table.update_incremental()
-        self._load_state()
+        if self._table.version() != self._version:  # a version never changes once written
+            self._load_state()
 
     def live_files(self) -> list[DataFile]:
         """The data files of the version this handle last loaded."""
