@@ -196,9 +196,10 @@ def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition
     no transaction waiting past its group's timeout (for a member of a transaction group),
     and the source's data expectations.
 
-    They run as one step per source (any subset of them, e.g. one picked in the UI): the
-    source is opened once for all of them, not once per check. A check that raises does
-    not keep the others from reporting; the step fails after they did."""
+    They run as one step per source (any subset of them, e.g. one picked in the UI),
+    judged at once (``judge_concurrently``): the source is opened once per checking
+    thread, not once per check. A check that raises does not keep the others from
+    reporting; the step fails after they did."""
     name = source.name
     defined = _source_checks(config, source)
     keys = {AssetCheckKey(output_key(name, c.asset), c.name): c for c in defined}
