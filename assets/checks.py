@@ -221,6 +221,8 @@ def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition
         context: AssetCheckExecutionContext, pyspark: PySparkResource, lake: LakeResource
     ) -> Iterator[AssetCheckResult | Output | AssetCheckEvaluation]:
         spark = pyspark.spark_session
+        # Opened here first: an open settles the tables' schema (it may commit), which the
+        # checking threads' own opens below must find done, not race on.
         window = judged_range(context, config, lake.open(spark, config, source))
         selected = [keys[key] for key in sorted(context.selected_asset_check_keys, key=str)]
         if window is None:
