@@ -35,8 +35,9 @@ class EnvelopeResult:
     # Persisted frames the outputs share (decoded records, latest commands), so that
     # writing changes and errors decodes the batch once; ``release`` after writing them.
     cached: tuple[DataFrame, ...] = ()
-    # A frame whose emptiness proves ``errors`` empty, cheap to test (a filter of a frame
-    # in ``cached``: no shuffle, no join); None when the envelope has none to offer.
+    # A frame whose emptiness proves ``errors`` empty, cheaper to test than ``errors``
+    # (a filter of a frame in ``cached``, and for an upsert with prior errors those the
+    # touched keys still hold); None when the envelope has none to offer.
     error_witness: DataFrame | None = None
 
     def release(self) -> None:

@@ -188,9 +188,11 @@ def apply_commands(
     )
     erring = sequenced.filter(F.col("reason").isNotNull())
     new_errors = error_rows(erring, batch.topic)
-    # Without prior errors, every error update is a command's reason or its slot's
-    # previous one (the lag of a reason), so none errs iff no command does.
-    witness = erring if prior_errors is None else None
+    # Every error update is a command's reason, its slot's previous one (the lag of a
+    # reason), or the retraction of an error a touched slot still holds from before the
+    # batch. Errors carry their record's position, so none of these cancel another: the
+    # errors are empty iff no command errs and no touched slot holds a prior error.
+    witness = erring.select("time")
     if prior_errors is not None:
         old_errors = (
             prior_updates(keyed.sparkSession, prior_errors, ERROR)
@@ -200,6 +202,8 @@ def apply_commands(
             .select(*ERROR.names, "time", "diff")
         )
         previous_errors = negated(old_errors).unionByName(previous_errors)
+        held = consolidate(old_errors, ERROR.names).select("time")
+        witness = witness.unionByName(held)
     return EnvelopeResult(
         changes=changes,
         errors=consolidate(previous_errors.union(new_errors), ERROR.names),

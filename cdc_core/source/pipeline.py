@@ -483,8 +483,8 @@ class SourcePipeline:
                 figures["rows"] = sum(changes.values())
                 figures["rows_per_time"] = changes
             with phase(self.source.name, "append errors") as figures:
-                # Most batches have no error: proven so by one pass over persisted frames,
-                # they cost no write job (the errors' plan joins and shuffles).
+                # Most batches have no error, even for a source that once had some: proven
+                # so by one job over the witnesses, they cost no write job.
                 if proven_empty(reclocked.error_witness, result.error_witness):
                     errors = self.errors.no_updates()
                 written_errors = self.errors.append(errors, lower, upper) or {}
