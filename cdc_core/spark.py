@@ -6,6 +6,7 @@ import itertools
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -259,6 +260,41 @@ def server_conf(master: str | None = None, conf: Mapping[str, str] | None = None
     merged = session_conf(master, {k: v for k, v in (conf or {}).items() if k != "spark.remote"})
     merged.pop("spark.remote", None)
     return merged
+
+
+# A run that reads at most this much (its dumps and the prior outputs its envelope joins)
+# plans each query once, with SMALL_RUN_SHUFFLE_PARTITIONS. Adaptive execution runs every
+# shuffle stage as a Spark job of its own and plans again between them: a one-minute
+# window then costs twice the jobs, while its statistics can change nothing that matters
+# for data a task or two holds. Larger runs (a backfill, a source with a large state) keep
+# it: there it coalesces partitions and turns joins into broadcasts from measured sizes.
+SMALL_RUN_BYTES = 64 * 2**20
+SMALL_RUN_SHUFFLE_PARTITIONS = "2"
+ADAPTIVE = "spark.sql.adaptive.enabled"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+@contextmanager
+def planned_for_input(
+    spark: SparkSession, input_bytes: int, configured: Mapping[str, str]
+) -> Iterator[bool]:
+    """Plan the queries of the block for a run reading ``input_bytes``: statically when the
+    run is small (``SMALL_RUN_BYTES``), unless the ``configured`` settings (a config's
+    ``spark.conf``) decide adaptive execution or the shuffle partitions themselves. The
+    session's settings are restored after the block; yields whether the plans are static.
+    Plans change, never results: every query means the same either way."""
+    static = input_bytes <= SMALL_RUN_BYTES and not {ADAPTIVE, SHUFFLE_PARTITIONS} & set(configured)
+    if not static:
+        yield False
+        return
+    before = {key: spark.conf.get(key) for key in (ADAPTIVE, SHUFFLE_PARTITIONS)}
+    spark.conf.set(ADAPTIVE, "false")
+    spark.conf.set(SHUFFLE_PARTITIONS, SMALL_RUN_SHUFFLE_PARTITIONS)
+    try:
+        yield True
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)
 
 
 def local_frame(spark: SparkSession, data: Any, schema: Any = None) -> DataFrame:

@@ -69,6 +69,7 @@ from cdc_core.source.resumption import (
 )
 from cdc_core.source.state import current_rows, published_updates, refresh_state
 from cdc_core.source.swap import check_not_mid_swap
+from cdc_core.spark import planned_for_input
 from cdc_core.storage import Location, LocationLike, located
 from cdc_core.vocabulary import Envelope, RetirePolicy
 
@@ -340,7 +341,8 @@ class SourcePipeline:
             windows = windows.from_end(lower - 1)
         # Registered writers: a crash leaves staging that gc collects once the lease ran out.
         shards = [self.remap, *self.outputs]
-        with writing(shards, unique_reader_id("run"), self.config.readers.lease_ms):
+        planned = planned_for_input(self.spark, self._input_bytes(lower), self.config.spark.conf)
+        with writing(shards, unique_reader_id("run"), self.config.readers.lease_ms), planned:
             reads = CanonicalReads(self.spark, self.registry, headers=self.source.keeps_headers)
             try:
                 with phase(self.source.name, "bind windows"):
@@ -381,6 +383,19 @@ class SourcePipeline:
             for end in windows.ends
         ]
         return self._with_pending(reports)
+
+    def _input_bytes(self, lower: int) -> int:
+        """What a run from ``lower`` reads, in stored bytes (it decides how the run's
+        queries are planned): the registered dumps holding offsets the outputs have not
+        reached, and the prior outputs its envelope joins (the published state, else the
+        changes; a classic DEBEZIUM source's dedup state; a CDCv2 stream's records)."""
+        reached = frontier_at(self.remap, lower - 1).offsets
+        dumps = sum(f.size for f in self.registry.files(reaching=reached))
+        state = existing_table(str(self.root / "state"))
+        prior = live_files(state) if state is not None else self.changes.live_files()
+        for shard in (self.dedup, self.reclocked if self.source.format.cdcv2 else None):
+            prior += shard.live_files() if shard is not None else []
+        return dumps + sum(f.size for f in prior)
 
     @property
     def imposed_bindings(self) -> ImposedBindings | None:

@@ -1,0 +1,114 @@
+"""A run plans its queries for its input: a small run (a scheduled one-minute window)
+statically, with few shuffle partitions; a large one (a backfill, a large state) with
+adaptive execution. The session's own settings come back after the run either way, and a
+config that decides either setting itself is obeyed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from pyspark.sql import SparkSession
+
+import cdc_core.spark
+from cdc_core.config import Config, load_config
+from cdc_core.phases import PhaseEvent, observing
+from cdc_core.reclock import Windows
+from cdc_core.source import SourcePipeline
+from cdc_core.spark import ADAPTIVE, SHUFFLE_PARTITIONS, planned_for_input
+from pipelines.sample import write_sample
+
+SETTINGS = (ADAPTIVE, SHUFFLE_PARTITIONS)
+
+
+def settings(spark: SparkSession) -> dict[str, str]:
+    return {key: spark.conf.get(key) for key in SETTINGS}
+
+
+def first_window_planned(spark: SparkSession, config: Config) -> dict[str, dict[str, str]]:
+    """Run the first window of the sample's ``users``; the settings each phase ran with."""
+    seen: dict[str, dict[str, str]] = {}
+
+    def record(event: PhaseEvent) -> None:
+        if not event.ended:
+            seen[event.name] = settings(spark)
+
+    pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
+    with observing(record):
+        pipeline.register_dumps(config.start_ms + config.window_ms)
+        pipeline.run_windows(Windows.one(config.start_ms, config.start_ms + config.window_ms))
+    return seen
+
+
+def sample(folder: Path, spark_conf: dict[str, str] | None = None) -> Config:
+    config_file = write_sample(folder)
+    if spark_conf:
+        raw = yaml.safe_load(config_file.read_text())
+        raw["spark"] = {"conf": spark_conf}
+        config_file.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return load_config(config_file)
+
+
+def users_dump_bytes(spark: SparkSession, config: Config) -> int:
+    """The stored bytes of every dump of ``users``: what its first run reads."""
+    pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
+    pipeline.register_dumps(config.start_ms + config.window_ms)
+    return sum(f.size for f in pipeline.registry.files())
+
+
+def test_a_small_run_plans_statically_and_gives_the_session_its_settings_back(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    before = settings(spark)
+    assert before[ADAPTIVE] == "true"
+    seen = first_window_planned(spark, sample(tmp_path))
+    for step in ("bind windows", "append reclocked", "plan envelope", "append changes"):
+        assert seen[step] == {ADAPTIVE: "false", SHUFFLE_PARTITIONS: "2"}, step
+    assert seen["register dumps"] == before, "only the run's queries"
+    assert settings(spark) == before
+
+
+@pytest.mark.parametrize("below", [0, 1])
+def test_the_dumps_a_run_reads_decide_its_size(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, below: int
+) -> None:
+    """With the bound at the bytes of the dumps the first run reads (it holds no prior
+    outputs yet), the run is small; one byte lower, it is large."""
+    config = sample(tmp_path)
+    monkeypatch.setattr(cdc_core.spark, "SMALL_RUN_BYTES", users_dump_bytes(spark, config) - below)
+    before = settings(spark)
+    seen = first_window_planned(spark, config)
+    assert (seen["bind windows"][ADAPTIVE] == "false") == (below == 0)
+    assert seen["append changes"] == seen["bind windows"]
+    assert settings(spark) == before
+
+
+def test_a_config_that_sets_adaptive_execution_itself_is_obeyed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    before = settings(spark)
+    seen = first_window_planned(spark, sample(tmp_path, {ADAPTIVE: "true"}))
+    assert seen["bind windows"] == before
+    assert seen["append changes"] == before
+
+
+@pytest.mark.parametrize("configured", [{}, {SHUFFLE_PARTITIONS: "4"}])
+def test_the_settings_come_back_when_the_block_fails(
+    spark: SparkSession, configured: dict[str, str]
+) -> None:
+    before = settings(spark)
+    with pytest.raises(RuntimeError, match="in the run"), planned_for_input(
+        spark, 0, configured
+    ) as static:
+        assert static == (not configured)
+        assert settings(spark)[ADAPTIVE] == ("false" if static else before[ADAPTIVE])
+        raise RuntimeError("in the run")
+    assert settings(spark) == before
+
+
+def test_a_run_above_the_bound_keeps_adaptive_execution(spark: SparkSession) -> None:
+    before = settings(spark)
+    with planned_for_input(spark, cdc_core.spark.SMALL_RUN_BYTES + 1, {}) as static:
+        assert not static
+        assert settings(spark) == before
