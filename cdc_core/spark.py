@@ -280,10 +280,11 @@ def planned_for_input(
 ) -> Iterator[bool]:
     """Plan the queries of the block for a run reading ``input_bytes``: statically when the
     run is small (``SMALL_RUN_BYTES``), unless the ``configured`` settings (a config's
-    ``spark.conf``) decide adaptive execution or the shuffle partitions themselves. The
+    ``spark.conf``) decide adaptive execution themselves. A static plan takes its shuffle
+    partitions literally, so a small run gets few whatever a backfill is tuned to. The
     session's settings are restored after the block; yields whether the plans are static.
     Plans change, never results: every query means the same either way."""
-    static = input_bytes <= SMALL_RUN_BYTES and not {ADAPTIVE, SHUFFLE_PARTITIONS} & set(configured)
+    static = input_bytes <= SMALL_RUN_BYTES and ADAPTIVE not in configured
     if not static:
         yield False
         return
