@@ -1,7 +1,7 @@
 """A run plans its queries for its input: a small run (a scheduled one-minute window)
 statically, with few shuffle partitions; a large one (a backfill, a large state) with
 adaptive execution. The session's own settings come back after the run either way, and a
-config that decides either setting itself is obeyed."""
+config that decides adaptive execution itself is obeyed."""
 
 from __future__ import annotations
 
