@@ -33,9 +33,12 @@ ui: $(STAMP)
 		RECLOCK_WEBSERVER_URL=http://127.0.0.1:3000 \
 		$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000
 
+# Two workers, one per core of the machine CI runs on; a file's tests stay on one worker
+# (its module fixtures are built once), and the session's lakes are built once per run
+# (tests/conftest.py). README, "Tests share their expensive fixtures".
 test: $(STAMP) chromium
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadfile
 
 # The UI test drives headless Chromium. As root (CI on a clean Debian machine) it is
 # installed when missing; otherwise that test skips and says why.

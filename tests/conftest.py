@@ -4,8 +4,14 @@ that only reads their tables."""
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 from deltalake import DeltaTable
+from filelock import FileLock
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, load_config
@@ -39,28 +45,62 @@ def spark() -> SparkSession:
     )
 
 
-@pytest.fixture(scope="session")
-def sample_lake(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> SampleLake:
-    """Materializing the whole sample costs minutes: built once per session, read by every
-    test that needs a lake of it. Tests that write must copy it or build their own."""
-    config = load_config(write_sample(tmp_path_factory.mktemp("sample-lake")))
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], dict]
+) -> dict:
+    """``build(folder)`` once per test run, returning what it returned (JSON).
+
+    Under pytest-xdist (``make test`` runs two workers) the first worker to ask builds in
+    the run's shared temporary folder while the other waits on a lock, and both read the
+    one lake: a lake costs minutes to build and is only read. A build that failed leaves
+    its folder without the result, and the other worker refuses to build over it."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return build(tmp_path_factory.mktemp(name))
+    run_root = tmp_path_factory.getbasetemp().parent  # one per run, shared by its workers
+    folder, result = run_root / name, run_root / f"{name}.json"
+    with FileLock(str(run_root / f"{name}.lock")):
+        if not result.exists():
+            if folder.exists():
+                raise RuntimeError(f"{folder}: another worker's build failed (see its error)")
+            folder.mkdir()
+            result.write_text(json.dumps(build(folder)))
+    return json.loads(result.read_text())
+
+
+def _build_sample_lake(folder: Path) -> dict:
+    config_file = write_sample(folder)
+    config = load_config(config_file)
     first_run_ms = config.start_ms + SAMPLE_FIRST_RUN_WINDOWS * config.window_ms
     assert materialize(config, first_run_ms, exports=False)
     tables = [config.lake / s.name / table for s in config.sources for table in published_tables(s)]
-    first_run_versions = {path: DeltaTable(str(path)).version() for path in tables}
+    first_run_versions = {str(path): DeltaTable(str(path)).version() for path in tables}
     assert materialize(config, exports=False)
-    return SampleLake(config, first_run_ms, first_run_versions)
+    return {"config": str(config_file), "first_run_ms": first_run_ms,
+            "first_run_versions": first_run_versions}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def sample_lake(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> SampleLake:
+    """Materializing the whole sample costs minutes: built once per run, read by every
+    test that needs a lake of it. Tests that write must copy it or build their own."""
+    built = built_once(tmp_path_factory, "sample-lake", _build_sample_lake)
+    versions = {Path(path): version for path, version in built["first_run_versions"].items()}
+    return SampleLake(load_config(Path(built["config"])), built["first_run_ms"], versions)
+
+
+def _build_bad_input_lake(folder: Path) -> dict:
+    bad_inputs.write_landing(folder / "landing")
+    config = bad_inputs.write_config(folder)
+    assert materialize(config, exports=False), "bad inputs never fail a run"
+    return {"config": str(folder / bad_inputs.CONFIG_FILE)}
 
 
 @pytest.fixture(scope="session")
 def bad_input_lake(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Config:
     """The corpus of bad inputs (tests/source/test_bad_inputs.py) through one run: read by
     its own tests and by the comparison of a run over Spark Connect with a run in process."""
-    workdir = tmp_path_factory.mktemp("bad-inputs")
-    bad_inputs.write_landing(workdir / "landing")
-    config = bad_inputs.write_config(workdir)
-    assert materialize(config, exports=False), "bad inputs never fail a run"
-    return config
+    built = built_once(tmp_path_factory, "bad-inputs", _build_bad_input_lake)
+    return load_config(Path(built["config"]))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -266,6 +266,9 @@ def write_landing(landing: Path) -> None:
         case.make(path)
 
 
+CONFIG_FILE = "reclock.yaml"
+
+
 def write_config(workdir: Path) -> Config:
     def source(name: str, key: dict, value: dict, envelope: str) -> dict:
         return {"name": name, "topic": name, "format": "json", "key": key, "value": value,
@@ -284,7 +287,7 @@ def write_config(workdir: Path) -> Config:
             source("orders", {"id": "bigint"}, {"name": "string"}, "upsert"),
         ],
     }
-    path = workdir / "reclock.yaml"
+    path = workdir / CONFIG_FILE
     path.write_text(yaml.safe_dump(config))
     return load_config(path)
 
