@@ -1,6 +1,6 @@
-"""Shared fixtures: one real Spark session for the whole test run, and the lakes that cost
-a run each built once per session (``sample_lake``, ``bad_input_lake``) for every test
-that only reads their tables."""
+"""Shared fixtures: one real Spark session per test process, and the lakes that cost a
+run each built once per test run (``sample_lake``, ``bad_input_lake``; shared by the
+pytest-xdist workers) for every test that only reads their tables."""
 
 from __future__ import annotations
 
