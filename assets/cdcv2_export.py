@@ -44,6 +44,7 @@ from cdc_core.cdcv2.stream_files import (
 )
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import TimeFrontier, iso
+from cdc_core.phases import phase
 from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.leases import read_leases, reading
 from cdc_core.storage import LocationLike, files, located
@@ -357,7 +358,9 @@ def cdcv2_export_asset(
         reader = f"{EXPORT_READER}{context.run_id}"
         lease_ms = config.readers.lease_ms
         since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
-        with reading(pipeline.changes, reader, since.time or 0, lease_ms):
+        with phase(source.name, "export CDCv2"), reading(
+            pipeline.changes, reader, since.time or 0, lease_ms
+        ):
             exports = export_windows(
                 pipeline.changes,
                 root,

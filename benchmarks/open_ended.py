@@ -34,9 +34,12 @@ from cdc_core.config import load_config
 RECORDS = 12
 
 
-def write_case(workdir: Path, days: int, now: datetime) -> tuple[Path, str, int]:
-    """A config starting ``days`` back, and a dozen records in its first listed window;
-    returns the config file, the ``--through`` argument and how many windows Dagster lists."""
+def write_case(
+    workdir: Path, days: int, now: datetime, records: int = RECORDS
+) -> tuple[Path, str, int]:
+    """A config starting ``days`` back, and ``records`` records (over a fifth as many keys,
+    at least five) in its first listed window; returns the config file, the ``--through``
+    argument and how many windows Dagster lists."""
     start = now.replace(second=0, microsecond=0) - timedelta(days=days)
     config_file = workdir / "reclock.yaml"
     config_file.write_text(yaml.safe_dump({
@@ -50,11 +53,13 @@ def write_case(workdir: Path, days: int, now: datetime) -> tuple[Path, str, int]
     partitions = window_partitions(load_config(config_file))
     first = partitions.time_window_for_partition_key(partitions.get_first_partition_key())
     first_ms = int(first.start.timestamp() * 1000)
+    step_ms = min(1_000, 60_000 // (records + 1))  # all within the one-minute window
     lines = [
         json.dumps({"topic": "users", "partition": i % 2, "offset": i // 2, "tstype": "create",
-                    "ts": first_ms + 1_000 * (i + 1), "broker": 1, "headers": [],
-                    "key": json.dumps({"id": i % 5}), "payload": json.dumps({"name": f"n{i}"})})
-        for i in range(RECORDS)
+                    "ts": first_ms + step_ms * (i + 1), "broker": 1, "headers": [],
+                    "key": json.dumps({"id": i % max(5, records // 5)}),
+                    "payload": json.dumps({"name": f"n{i}"})})
+        for i in range(records)
     ]  # fmt: skip
     (workdir / "landing" / "users").mkdir(parents=True)
     (workdir / "landing" / "users" / "dump.json").write_text("\n".join(lines) + "\n")
