@@ -6,10 +6,12 @@ run, every engine phase, the checks and the CDCv2 export, for one window of abou
 hundred records of an open-ended upsert source (``benchmarks.open_ended``'s case):
 
     python -m benchmarks.cold_window [--records 100] [--repeat 5]
+    python -m benchmarks.cold_window --remote sc://127.0.0.1:15002   # a warm Spark Connect server
 
 Each run is a fresh process on a fresh lake. The process times its own steps: the
 engine's phase announcements (``cdc_core.phases``), the imports and the session's start
-(started as the run's Spark resource starts it); what no phase covers (Dagster's run
+(started as the run's Spark resource starts it, or attached to the ``--remote`` server:
+``reclock spark-server``); what no phase covers (Dagster's run
 machinery, the lake's opening) is reported as such. The figures are medians over the
 runs, with the whole command's wall and CPU time (the process and its JVM).
 """
@@ -28,12 +30,14 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+import yaml
+
 from benchmarks.open_ended import tree_cpu_seconds, write_case
 
 PROCESS_START = "interpreter start and imports (Dagster, pyspark, reclock)"
-SESSION = "JVM and Spark session start"
+SESSION = "Spark session start (JVM, or attaching)"
 OUTSIDE = "outside phases (Dagster run, opening tables)"
-EXIT = "process exit (the JVM stopping)"
+EXIT = "process exit (exit hooks, the session stopping)"
 
 
 def timed_run(config_file: Path, through: str, out: Path) -> None:
@@ -76,6 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100, help="in the window")
     parser.add_argument("--repeat", type=int, default=5, help="runs (medians are reported)")
+    parser.add_argument("--remote", help="a Spark Connect server the runs attach to")
     parser.add_argument("--child", nargs=3, metavar=("CONFIG", "THROUGH", "OUT"),
                         help=argparse.SUPPRESS)  # fmt: skip
     args = parser.parse_args()
@@ -90,6 +95,10 @@ def main() -> None:
             workdir = root / str(index)
             workdir.mkdir()
             config_file, through, _ = write_case(workdir, 1, datetime.now(UTC), args.records)
+            if args.remote:
+                settings = yaml.safe_load(config_file.read_text())
+                settings["spark"] = {"remote": args.remote, "conf": settings["spark"]["conf"]}
+                config_file.write_text(yaml.safe_dump(settings))
             out = workdir / "steps.json"
             command = [sys.executable, "-m", "benchmarks.cold_window",
                        "--child", str(config_file), through, str(out)]  # fmt: skip
@@ -112,7 +121,8 @@ def main() -> None:
             print(f"run {index}: {walls[-1]:.1f} s wall, {cpus[-1]:.1f} s CPU", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\none window of {args.records} records, cold, median of {args.repeat} runs: "
+    attached = f", attached to {args.remote}" if args.remote else ""
+    print(f"\none window of {args.records} records, cold{attached}, median of {args.repeat} runs: "
           f"{statistics.median(walls):.1f} s wall, {statistics.median(cpus):.1f} s CPU "
           f"(wall of each run: {', '.join(f'{w:.1f}' for w in walls)})")  # fmt: skip
     print(f"{'step':<58} {'median s':>9} {'max s':>7}")
