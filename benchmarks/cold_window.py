@@ -22,7 +22,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.open_ended import tree_cpu_seconds, write_case
+from benchmarks.open_ended import timed_command, write_case
 
 PROCESS_START = "interpreter start and imports (Dagster, pyspark, reclock)"
 SESSION = "Spark session start (JVM, or attaching)"
@@ -107,22 +106,18 @@ def main() -> None:
             out = workdir / "steps.json"
             command = [sys.executable, "-m", "benchmarks.cold_window",
                        "--child", str(config_file), through, str(out)]  # fmt: skip
-            spawned = time.time()
-            with tempfile.TemporaryFile("w+") as log:
-                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-                cpus.append(tree_cpu_seconds(process))
-                walls.append(time.time() - spawned)
-                log.seek(0)
-                printed = log.read()
-            if process.returncode or not out.exists():
-                sys.exit(f"run {index} failed (exit {process.returncode}):\n{printed[-3000:]}")
+            run = timed_command(command)
+            walls.append(run.wall)
+            cpus.append(run.cpu)
+            if run.returncode or not out.exists():
+                sys.exit(f"run {index} failed (exit {run.returncode}):\n{run.output[-3000:]}")
             result = json.loads(out.read_text())
             if not result["succeeded"]:
-                sys.exit(f"run {index}: the materialization failed:\n{printed[-3000:]}")
-            steps[PROCESS_START].append(result["imported"] - spawned)
+                sys.exit(f"run {index}: the materialization failed:\n{run.output[-3000:]}")
+            steps[PROCESS_START].append(result["imported"] - run.spawned)
             for name, seconds in result["steps"].items():
                 steps[name].append(seconds)
-            steps[EXIT].append(spawned + walls[-1] - result["ended"])
+            steps[EXIT].append(run.spawned + run.wall - result["ended"])
             print(f"run {index}: {walls[-1]:.1f} s wall, {cpus[-1]:.1f} s CPU", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)

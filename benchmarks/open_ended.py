@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -85,16 +86,12 @@ def main() -> None:
             config_file, through, listed = write_case(workdir, days, datetime.now(UTC))
             command = [sys.executable, "-m", "pipelines.cli", "materialize",
                        "--config", str(config_file), "--through", through]  # fmt: skip
-            began = time.perf_counter()
-            with tempfile.TemporaryFile("w+") as out:
-                process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, text=True)
-                cpu = tree_cpu_seconds(process)
-                runs.append((time.perf_counter() - began, cpu))
-                out.seek(0)
-                printed = out.read().splitlines()
+            run = timed_command(command)
+            runs.append((run.wall, run.cpu))
+            printed = run.output.splitlines()
             outcome = next(
                 (line for line in printed if line.startswith("Materialized")),
-                f"exit {process.returncode}: {printed[-1:]}",
+                f"exit {run.returncode}: {printed[-1:]}",
             )
         wall, cpu = min(r[0] for r in runs), min(r[1] for r in runs)
         every = " ".join(f"{w:.0f}/{c:.0f}" for w, c in runs)
@@ -102,6 +99,29 @@ def main() -> None:
               flush=True)  # fmt: skip
     if args.workdir is None:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class TimedCommand:
+    """A command run to its end: when it was spawned (epoch seconds), its wall and CPU
+    seconds, exit code and output (stdout and stderr together)."""
+
+    spawned: float
+    wall: float
+    cpu: float
+    returncode: int
+    output: str
+
+
+def timed_command(command: list[str]) -> TimedCommand:
+    """Run ``command`` in a fresh process, timing its wall and its tree's CPU."""
+    spawned = time.time()
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, text=True)
+        cpu = tree_cpu_seconds(process)
+        wall = time.time() - spawned
+        out.seek(0)
+        return TimedCommand(spawned, wall, cpu, process.returncode, out.read())
 
 
 def tree_cpu_seconds(process: subprocess.Popen) -> float:
