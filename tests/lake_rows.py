@@ -1,4 +1,5 @@
-"""Reading a lake's tables back for comparisons between two lakes built from the same dumps."""
+"""Building a lake's tables and reading them back, for comparisons between two lakes built
+from the same dumps."""
 
 from __future__ import annotations
 
@@ -7,8 +8,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from cdc_core.config import Config
+from cdc_core.reclock import Windows
+from cdc_core.source import SourcePipeline
+
+
+def run_through(spark: SparkSession, config: Config, name: str, through_ms: int) -> SourcePipeline:
+    """The windows of ``name`` through ``through_ms`` in one run, then its state published."""
+    source = config.source(name)
+    pipeline = SourcePipeline.from_config(spark, config, source)
+    pipeline.register_dumps(arrival_ms=through_ms)
+    pipeline.run_windows(Windows(config.start_ms, through_ms, config.window_ms))
+    pipeline.finish()
+    return pipeline
 
 
 def table_rows(config: Config, source: str, table: str, version: int | None = None) -> Counter:

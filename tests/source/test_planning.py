@@ -1,7 +1,8 @@
 """A run plans its queries for its input: a small run (a scheduled one-minute window)
-statically, with few shuffle partitions; a large one (a backfill, a large state) with
-adaptive execution. The session's own settings come back after the run either way, and a
-config that decides adaptive execution itself is obeyed."""
+statically, with few shuffle partitions, and interpreted (no generated code); a large one
+(a backfill, a large state) with adaptive execution and generated code. The session's own
+settings come back after the run either way, a config that decides adaptive execution or
+code generation itself is obeyed, and both plans write the same tables."""
 
 from __future__ import annotations
 
@@ -16,10 +17,19 @@ from cdc_core.config import Config, load_config
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
-from cdc_core.spark import ADAPTIVE, SHUFFLE_PARTITIONS, planned_for_input
+from cdc_core.spark import (
+    ADAPTIVE,
+    CODEGEN_FACTORY,
+    SHUFFLE_PARTITIONS,
+    WHOLE_STAGE_CODEGEN,
+    planned_for_input,
+)
 from pipelines.sample import write_sample
+from tests.lake_rows import SampleLake, run_through, table_rows
 
-SETTINGS = (ADAPTIVE, SHUFFLE_PARTITIONS)
+SETTINGS = (ADAPTIVE, SHUFFLE_PARTITIONS, WHOLE_STAGE_CODEGEN, CODEGEN_FACTORY)
+SMALL = {ADAPTIVE: "false", SHUFFLE_PARTITIONS: "2", WHOLE_STAGE_CODEGEN: "false",
+         CODEGEN_FACTORY: "NO_CODEGEN"}  # fmt: skip
 
 
 def settings(spark: SparkSession) -> dict[str, str]:
@@ -61,10 +71,10 @@ def test_a_small_run_plans_statically_and_gives_the_session_its_settings_back(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     before = settings(spark)
-    assert before[ADAPTIVE] == "true"
+    assert before[ADAPTIVE] == "true" and before[WHOLE_STAGE_CODEGEN] == "true"
     seen = first_window_planned(spark, sample(tmp_path))
     for step in ("bind windows", "append reclocked", "plan envelope", "append changes"):
-        assert seen[step] == {ADAPTIVE: "false", SHUFFLE_PARTITIONS: "2"}, step
+        assert seen[step] == SMALL, step
     assert seen["register dumps"] == before, "only the run's queries"
     assert settings(spark) == before
 
@@ -93,6 +103,17 @@ def test_a_config_that_sets_adaptive_execution_itself_is_obeyed(
     assert seen["append changes"] == before
 
 
+def test_a_config_that_decides_code_generation_keeps_it_in_a_small_run(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    before = settings(spark)
+    seen = first_window_planned(spark, sample(tmp_path, {WHOLE_STAGE_CODEGEN: "true"}))
+    for step in ("bind windows", "append changes"):
+        assert seen[step] == {**SMALL, WHOLE_STAGE_CODEGEN: "true",
+                              CODEGEN_FACTORY: before[CODEGEN_FACTORY]}, step  # fmt: skip
+    assert settings(spark) == before
+
+
 @pytest.mark.parametrize("configured", [{}, {SHUFFLE_PARTITIONS: "4"}, {ADAPTIVE: "true"}])
 def test_the_settings_come_back_when_the_block_fails(
     spark: SparkSession, configured: dict[str, str]
@@ -103,8 +124,7 @@ def test_the_settings_come_back_when_the_block_fails(
         spark, 0, configured
     ) as static:
         assert static == (ADAPTIVE not in configured)
-        assert settings(spark) == ({ADAPTIVE: "false", SHUFFLE_PARTITIONS: "2"} if static
-                                   else before)  # fmt: skip
+        assert settings(spark) == (SMALL if static else before)
         raise RuntimeError("in the run")
     assert settings(spark) == before
 
@@ -114,3 +134,33 @@ def test_a_run_above_the_bound_keeps_adaptive_execution(spark: SparkSession) -> 
     with planned_for_input(spark, cdc_core.spark.SMALL_RUN_BYTES + 1, {}) as static:
         assert not static
         assert settings(spark) == before
+
+
+# The sample's sources of every kind of envelope: users (upsert), orders and order_lines
+# (DEBEZIUM members of a transaction group), payments (upsert of Avro values).
+COMPARED = ("users", "orders", "order_lines", "payments")
+TABLES = ("remap", "reclocked", "changes", "errors", "state")
+
+
+def test_a_run_planned_large_writes_what_the_small_runs_wrote(
+    spark: SparkSession, sample_lake: SampleLake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plans change, never results: the sample's first run planned large (adaptive,
+    generated code) writes the tables the shared sample lake's first run wrote planned
+    small (static, interpreted: its dumps are a few KiB)."""
+    monkeypatch.setattr(cdc_core.spark, "SMALL_RUN_BYTES", -1)
+    config = sample(tmp_path)
+    planned: list[dict[str, str]] = []
+
+    def record(event: PhaseEvent) -> None:
+        if event.name == "append changes" and not event.ended:
+            planned.append(settings(spark))
+
+    with observing(record):
+        for name in COMPARED:
+            run_through(spark, config, name, sample_lake.first_run_ms)
+    assert planned and all(p[ADAPTIVE] == p[WHOLE_STAGE_CODEGEN] == "true" for p in planned)
+    for name in COMPARED:
+        for table in TABLES:
+            expected = sample_lake.rows(name, table, first_run=True)
+            assert table_rows(config, name, table) == expected, f"{name}/{table}"

@@ -12,11 +12,8 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_core.config import Config
-from cdc_core.reclock import Windows
-from cdc_core.source import SourcePipeline
 from cdc_core.storage import Location, delta_options, files
-from tests.lake_rows import SampleLake
+from tests.lake_rows import SampleLake, run_through
 
 # Every source of the sample but pageviews, whose Kafka Connect sink files carry no record
 # timestamps: its records take each file's modification time, which the upload here sets
@@ -43,16 +40,6 @@ def portable(table: pa.Table, root: str) -> Counter:
     )  # fmt: skip
 
 
-def run(spark: SparkSession, config: Config, name: str, through_ms: int) -> SourcePipeline:
-    """The windows of ``name`` through ``through_ms`` in one run, then its state published."""
-    source = config.source(name)
-    pipeline = SourcePipeline.from_config(spark, config, source)
-    pipeline.register_dumps(arrival_ms=through_ms)
-    pipeline.run_windows(Windows(config.start_ms, through_ms, config.window_ms))
-    pipeline.finish()
-    return pipeline
-
-
 def test_a_run_on_s3_writes_what_a_run_in_folders_writes_and_retires_from_the_store(
     s3_spark: SparkSession, sample_lake: SampleLake, s3_bucket: str
 ) -> None:
@@ -62,7 +49,7 @@ def test_a_run_on_s3_writes_what_a_run_in_folders_writes_and_retires_from_the_st
                                        "landing": Location.parse(f"{bucket}/landing")})
     pipelines = {}
     for name in SOURCES:
-        pipelines[name] = run(s3_spark, remote, name, sample_lake.first_run_ms)
+        pipelines[name] = run_through(s3_spark, remote, name, sample_lake.first_run_ms)
         for table in TABLES:
             path = f"{bucket}/lake/{name}/{table}"
             written = DeltaTable(path, storage_options=delta_options(path)).to_pyarrow_table()
