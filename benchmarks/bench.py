@@ -27,8 +27,10 @@ Contenders, all in one process on one Spark session, run in a rotating order per
   ``--s3 s3://bucket/prefix``; endpoint and keys from the AWS environment): the dumps are
   uploaded once under ``<prefix>/dumps/``, each run's lake goes under ``<prefix>/scratch/``;
 * RECLOCK (per window): the windows one run each, as a schedule produces them, through
-  ``SourcePipeline`` directly, timed per window: the per-window cost against the history
-  length.
+  ``SourcePipeline`` directly (each run publishing ``state``, as a scheduled run does),
+  timed per window with its Spark jobs and code generator compilations: the per-window
+  cost against the history length. ``--records 1000000 --keys 100000 --windows 100``:
+  10k records a window, a history of 100.
 
 Reported: medians, records/s, ratios to FLOOR and FLOOR-PARSE, output rows, peak memory
 (this process plus its descendants, i.e. the Spark JVM), per-window seconds against the
@@ -172,6 +174,8 @@ class Outcome:
     window_seconds: tuple[float, ...] = ()
     steps: dict[str, float] = dataclasses.field(default_factory=dict)
     jobs: dict[str, int] = dataclasses.field(default_factory=dict)  # Spark jobs per step
+    window_jobs: tuple[int, ...] = ()  # Spark jobs per window (per-window contenders)
+    window_compilations: tuple[int, ...] = ()  # code generator compilations per window
 
 
 @dataclasses.dataclass(frozen=True)
@@ -412,22 +416,40 @@ def reclock_per_window(spark: SparkSession, dataset: Dataset, scratch: Path) -> 
 def reclock_runs(
     spark: SparkSession, dataset: Dataset, scratch: Path, runs: Sequence[Windows]
 ) -> Outcome:
-    """The engine alone (no Dagster, no checks) over ``runs`` (each a pipeline run), timed
-    per run and per step."""
+    """The engine alone (no Dagster, no checks) over ``runs`` (each a pipeline run that
+    ends by publishing ``state``, as a scheduled run does), timed per run and per step,
+    with the Spark jobs and code generator compilations of each run."""
     config = dataset.config_for(scratch / "lake")
     steps: Counter[str] = Counter()
     jobs: Counter[str] = Counter()
-    seconds = []
+    seconds, run_jobs, compilations = [], [], []
     with timed_engine_steps(spark, steps, jobs):
         pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
         pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
         for windows in runs:
+            jobs_before, compiled_before = spark_work(spark)
             started = time.perf_counter()
             pipeline.run_windows(windows)
+            pipeline.finish()
             seconds.append(time.perf_counter() - started)
-        pipeline.finish()
-    window_seconds = tuple(seconds) if len(runs) > 1 else ()
-    return Outcome(state_rows(config), window_seconds, dict(steps), dict(jobs))
+            jobs_after, compiled_after = spark_work(spark)
+            run_jobs.append(jobs_after - jobs_before)
+            compilations.append(compiled_after - compiled_before)
+    if len(runs) < 2:
+        return Outcome(state_rows(config), steps=dict(steps), jobs=dict(jobs))
+    return Outcome(state_rows(config), tuple(seconds), dict(steps), dict(jobs),
+                   tuple(run_jobs), tuple(compilations))  # fmt: skip
+
+
+def spark_work(spark: SparkSession) -> tuple[int, int]:
+    """Spark jobs started and code generator compilations done so far by this session's
+    JVM: ids are sequential, and the newest job is always retained. (0, 0) over Spark
+    Connect: the work happens in the server, out of this process's sight."""
+    if is_connect(spark):
+        return 0, 0
+    started = max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1) + 1
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+    return started, metrics.METRIC_COMPILATION_TIME().getCount()
 
 
 CONTENDERS: dict[str, Contender] = {
@@ -569,20 +591,17 @@ def timed_engine_steps(
     """Accumulate wall time (and Spark jobs started) per engine phase, as the engine
     announces its phases (cdc_core.phases); the run's other time is Dagster and checks.
     Over Spark Connect the jobs run in the server, out of this process's sight: no counts."""
-    tracker = None if is_connect(spark) else spark.sparkContext.statusTracker()
+    counted = not is_connect(spark)
     started: dict[str, int] = {}
-
-    def job_count() -> int:
-        """Jobs started so far: ids are sequential, and the newest is always retained."""
-        return 0 if tracker is None else max(tracker.getJobIdsForGroup(None), default=-1) + 1
 
     def record(event: PhaseEvent) -> None:
         if not event.ended:
-            started[event.name] = job_count()
+            started[event.name] = spark_work(spark)[0]
             return
         steps[event.name] += event.seconds or 0.0
-        if jobs is not None and tracker is not None:
-            jobs[event.name] += job_count() - started.pop(event.name, job_count())
+        if jobs is not None and counted:
+            now = spark_work(spark)[0]
+            jobs[event.name] += now - started.pop(event.name, now)
 
     with observing(record):
         yield
@@ -702,8 +721,12 @@ def median_seconds(runs: Sequence[Run]) -> float:
 
 def window_medians(runs: Sequence[Run]) -> list[float]:
     """Per window index, the median over repeats."""
-    series = [run.outcome.window_seconds for run in runs]
-    return [statistics.median(times) for times in zip(*series, strict=True)]
+    return _per_window_median([run.outcome.window_seconds for run in runs])
+
+
+def _per_window_median(series: Sequence[Sequence[float]]) -> list[float]:
+    """Per window index, the median of ``series`` (one per repeat)."""
+    return [statistics.median(values) for values in zip(*series, strict=True)]
 
 
 def history_growth(series: Sequence[float]) -> tuple[int, int, float] | None:
@@ -798,7 +821,30 @@ def _window_section(result: BenchResult) -> list[str]:
                 f"\n{name}: window {late} / window {early} = {ratio:.2f}x "
                 f"(history {late / early:.0f}x longer)"
             )
+        lines += _window_work(name, values, result.runs[name])
     return lines
+
+
+def _window_work(name: str, seconds: Sequence[float], runs: Sequence[Run]) -> list[str]:
+    """A per-window contender's typical window: median seconds, Spark jobs and code
+    generator compilations over its windows after the first (which creates the tables),
+    and the last tenth of the windows against ten around the tenth window."""
+    outcome = runs[0].outcome
+    if len(seconds) < 20 or not outcome.window_jobs:
+        return []
+    tenth = len(seconds) // 10
+    first = max(1, tenth - 5)  # never the first window
+    early = statistics.median(seconds[first:tenth + 5])
+    late = statistics.median(seconds[-tenth:])
+    jobs = _per_window_median([r.outcome.window_jobs for r in runs])
+    compiled = _per_window_median([r.outcome.window_compilations for r in runs])
+    return [
+        f"\n{name}, windows 2 to {len(seconds)}: median {statistics.median(seconds[1:]):.2f} s, "
+        f"{statistics.median(jobs[1:]):.0f} Spark jobs (at most {max(jobs[1:]):.0f}) and "
+        f"{statistics.median(compiled[1:]):.0f} code generator compilations per window "
+        f"(first window {jobs[0]:.0f} jobs, {compiled[0]:.0f} compilations); the last "
+        f"{tenth} windows' median / windows {first + 1} to {tenth + 5}'s = {late / early:.2f}x"
+    ]
 
 
 def _steps_section(result: BenchResult) -> list[str]:
