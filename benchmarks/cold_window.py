@@ -7,6 +7,7 @@ hundred records of an open-ended upsert source (``benchmarks.open_ended``'s case
 
     python -m benchmarks.cold_window [--records 100] [--repeat 5]
     python -m benchmarks.cold_window --remote sc://127.0.0.1:15002   # a warm Spark Connect server
+    python -m benchmarks.cold_window --against spark.sql.codegen.wholeStage=true  # in turn
 
 Each run is a fresh process on a fresh lake. The process times its own steps: the
 engine's phase announcements (``cdc_core.phases``), the imports and the session's start
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -80,54 +82,93 @@ def timed_run(config_file: Path, through: str, out: Path) -> None:
     ))  # fmt: skip
 
 
+@dataclass
+class Side:
+    """The runs of one case: the config as written, or with ``settings`` added."""
+
+    label: str
+    settings: dict[str, str]
+    walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+    steps: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def run(self, workdir: Path, records: int, remote: str | None) -> None:
+        """One fresh process on a fresh lake in ``workdir``; its figures join the side's."""
+        config_file, through, _ = write_case(workdir, 1, datetime.now(UTC), records)
+        case = yaml.safe_load(config_file.read_text())
+        case["spark"]["conf"].update(self.settings)
+        if remote:
+            case["spark"] = {"remote": remote, "conf": case["spark"]["conf"]}
+        config_file.write_text(yaml.safe_dump(case))
+        out = workdir / "steps.json"
+        command = [sys.executable, "-m", "benchmarks.cold_window",
+                   "--child", str(config_file), through, str(out)]  # fmt: skip
+        run = timed_command(command)
+        if run.returncode or not out.exists():
+            sys.exit(f"{self.label}: a run failed (exit {run.returncode}):\n{run.output[-3000:]}")
+        result = json.loads(out.read_text())
+        if not result["succeeded"]:
+            sys.exit(f"{self.label}: the materialization failed:\n{run.output[-3000:]}")
+        self.walls.append(run.wall)
+        self.cpus.append(run.cpu)
+        self.steps[PROCESS_START].append(result["imported"] - run.spawned)
+        for name, seconds in result["steps"].items():
+            self.steps[name].append(seconds)
+        self.steps[EXIT].append(run.spawned + run.wall - result["ended"])
+        print(f"{self.label} run {len(self.walls)}: {run.wall:.1f} s wall, {run.cpu:.1f} s CPU",
+              flush=True)  # fmt: skip
+
+    def report(self, records: int, attached: str) -> None:
+        print(f"\n{self.label}: one window of {records} records, cold{attached}, median of "
+              f"{len(self.walls)} runs: {statistics.median(self.walls):.1f} s wall, "
+              f"{statistics.median(self.cpus):.1f} s CPU (wall of each run: "
+              f"{', '.join(f'{w:.1f}' for w in self.walls)})")  # fmt: skip
+        print(f"{'step':<58} {'median s':>9} {'max s':>7}")
+        for name, seconds in self.steps.items():
+            print(f"{name:<58} {statistics.median(seconds):>9.2f} {max(seconds):>7.2f}")
+
+
+def setting(text: str) -> tuple[str, str]:
+    key, _, value = text.partition("=")
+    if not value:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text}")
+    return key, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100, help="in the window")
     parser.add_argument("--repeat", type=int, default=5, help="runs (medians are reported)")
     parser.add_argument("--remote", help="a Spark Connect server the runs attach to")
+    parser.add_argument("--against", nargs="+", type=setting, metavar="KEY=VALUE",
+                        help="also run the case with these Spark settings in its config, in "
+                             "turn with the case as written; report the paired ratio")  # fmt: skip
     parser.add_argument("--child", nargs=3, metavar=("CONFIG", "THROUGH", "OUT"),
                         help=argparse.SUPPRESS)  # fmt: skip
     args = parser.parse_args()
     if args.child:
         timed_run(Path(args.child[0]), args.child[1], Path(args.child[2]))
         return
+    sides = [Side("as written", {})]
+    if args.against:
+        settings = dict(args.against)
+        sides.append(Side(", ".join(f"{k}={v}" for k, v in settings.items()), settings))
     root = Path(tempfile.mkdtemp(prefix="cold-window-"))
-    walls, cpus = [], []
-    steps: dict[str, list[float]] = defaultdict(list)
     try:
         for index in range(args.repeat):
-            workdir = root / str(index)
-            workdir.mkdir()
-            config_file, through, _ = write_case(workdir, 1, datetime.now(UTC), args.records)
-            if args.remote:
-                settings = yaml.safe_load(config_file.read_text())
-                settings["spark"] = {"remote": args.remote, "conf": settings["spark"]["conf"]}
-                config_file.write_text(yaml.safe_dump(settings))
-            out = workdir / "steps.json"
-            command = [sys.executable, "-m", "benchmarks.cold_window",
-                       "--child", str(config_file), through, str(out)]  # fmt: skip
-            run = timed_command(command)
-            walls.append(run.wall)
-            cpus.append(run.cpu)
-            if run.returncode or not out.exists():
-                sys.exit(f"run {index} failed (exit {run.returncode}):\n{run.output[-3000:]}")
-            result = json.loads(out.read_text())
-            if not result["succeeded"]:
-                sys.exit(f"run {index}: the materialization failed:\n{run.output[-3000:]}")
-            steps[PROCESS_START].append(result["imported"] - run.spawned)
-            for name, seconds in result["steps"].items():
-                steps[name].append(seconds)
-            steps[EXIT].append(run.spawned + run.wall - result["ended"])
-            print(f"run {index}: {walls[-1]:.1f} s wall, {cpus[-1]:.1f} s CPU", flush=True)
+            for side_index, side in enumerate(sides):
+                workdir = root / f"{index}-{side_index}"
+                workdir.mkdir()
+                side.run(workdir, args.records, args.remote)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     attached = f", attached to {args.remote}" if args.remote else ""
-    print(f"\none window of {args.records} records, cold{attached}, median of {args.repeat} runs: "
-          f"{statistics.median(walls):.1f} s wall, {statistics.median(cpus):.1f} s CPU "
-          f"(wall of each run: {', '.join(f'{w:.1f}' for w in walls)})")  # fmt: skip
-    print(f"{'step':<58} {'median s':>9} {'max s':>7}")
-    for name, seconds in steps.items():
-        print(f"{name:<58} {statistics.median(seconds):>9.2f} {max(seconds):>7.2f}")
+    for side in sides:
+        side.report(args.records, attached)
+    if len(sides) == 2:
+        ratios = [a / b for a, b in zip(sides[0].walls, sides[1].walls, strict=True)]
+        print(f"\nwall, as written / {sides[1].label}, run by run in turn: median "
+              f"{statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})")
 
 
 if __name__ == "__main__":
