@@ -27,10 +27,10 @@ Contenders, all in one process on one Spark session, run in a rotating order per
   ``--s3 s3://bucket/prefix``; endpoint and keys from the AWS environment): the dumps are
   uploaded once under ``<prefix>/dumps/``, each run's lake goes under ``<prefix>/scratch/``;
 * RECLOCK (per window): the windows one run each, as a schedule produces them, through
-  ``SourcePipeline`` directly (each run publishing ``state``, as a scheduled run does),
-  timed per window with its Spark jobs and code generator compilations: the per-window
-  cost against the history length. ``--records 1000000 --keys 100000 --windows 100``:
-  10k records a window, a history of 100.
+  ``SourcePipeline`` directly (each window's dumps land before its run, which registers
+  them, reclocks the window and publishes ``state``), timed per window with its Spark jobs
+  and code generator compilations: the per-window cost against the history length.
+  ``--records 1000000 --keys 100000 --windows 100``: 10k records a window, 100 windows.
 
 Reported: medians, records/s, ratios to FLOOR and FLOOR-PARSE, output rows, peak memory
 (this process plus its descendants, i.e. the Spark JVM), per-window seconds against the
@@ -408,35 +408,35 @@ def reclock_backfill(spark: SparkSession, config: Config) -> Outcome:
 
 
 def reclock_per_window(spark: SparkSession, dataset: Dataset, scratch: Path) -> Outcome:
-    return reclock_runs(
-        spark, dataset, scratch, [Windows.one(start, end) for start, end in dataset.windows()]
+    """The engine alone (no Dagster, no checks), one run per window as a schedule runs it:
+    the window's dumps land (hard links into a landing zone of the run's own), then the run
+    registers them, reclocks the window and publishes ``state``. Timed per window, with its
+    Spark jobs and code generator compilations. Landing the dumps as they arrive keeps
+    what a run reads what a scheduled run reads: with every dump registered at once, each
+    run would count the dumps still ahead of it as its input."""
+    landing = scratch / "landing"
+    config = dataset.config_for(scratch / "lake").model_copy(
+        update={"landing": Location.parse(str(landing))}
     )
-
-
-def reclock_runs(
-    spark: SparkSession, dataset: Dataset, scratch: Path, runs: Sequence[Windows]
-) -> Outcome:
-    """The engine alone (no Dagster, no checks) over ``runs`` (each a pipeline run that
-    ends by publishing ``state``, as a scheduled run does), timed per run and per step,
-    with the Spark jobs and code generator compilations of each run."""
-    config = dataset.config_for(scratch / "lake")
     steps: Counter[str] = Counter()
     jobs: Counter[str] = Counter()
     seconds, run_jobs, compilations = [], [], []
     with timed_engine_steps(spark, steps, jobs):
         pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
-        pipeline.register_dumps(arrival_ms=int(time.time() * 1000))
-        for windows in runs:
+        for (start, end), paths in zip(dataset.windows(), dataset.window_files, strict=True):
+            for path in paths:
+                arrived = landing / Path(path).relative_to(dataset.landing)
+                arrived.parent.mkdir(parents=True, exist_ok=True)
+                os.link(path, arrived)
             jobs_before, compiled_before = spark_work(spark)
             started = time.perf_counter()
-            pipeline.run_windows(windows)
+            pipeline.register_dumps(arrival_ms=end)
+            pipeline.run_windows(Windows.one(start, end))
             pipeline.finish()
             seconds.append(time.perf_counter() - started)
             jobs_after, compiled_after = spark_work(spark)
             run_jobs.append(jobs_after - jobs_before)
             compilations.append(compiled_after - compiled_before)
-    if len(runs) < 2:
-        return Outcome(state_rows(config), steps=dict(steps), jobs=dict(jobs))
     return Outcome(state_rows(config), tuple(seconds), dict(steps), dict(jobs),
                    tuple(run_jobs), tuple(compilations))  # fmt: skip
 
