@@ -428,28 +428,32 @@ def reclock_per_window(spark: SparkSession, dataset: Dataset, scratch: Path) -> 
                 arrived = landing / Path(path).relative_to(dataset.landing)
                 arrived.parent.mkdir(parents=True, exist_ok=True)
                 os.link(path, arrived)
-            jobs_before, compiled_before = spark_work(spark)
+            jobs_before, compiled_before = jobs_started(spark), compilations_done(spark)
             started = time.perf_counter()
             pipeline.register_dumps(arrival_ms=end)
             pipeline.run_windows(Windows.one(start, end))
             pipeline.finish()
             seconds.append(time.perf_counter() - started)
-            jobs_after, compiled_after = spark_work(spark)
-            run_jobs.append(jobs_after - jobs_before)
-            compilations.append(compiled_after - compiled_before)
+            run_jobs.append(jobs_started(spark) - jobs_before)
+            compilations.append(compilations_done(spark) - compiled_before)
     return Outcome(state_rows(config), tuple(seconds), dict(steps), dict(jobs),
                    tuple(run_jobs), tuple(compilations))  # fmt: skip
 
 
-def spark_work(spark: SparkSession) -> tuple[int, int]:
-    """Spark jobs started and code generator compilations done so far by this session's
-    JVM: ids are sequential, and the newest job is always retained. (0, 0) over Spark
-    Connect: the work happens in the server, out of this process's sight."""
+def jobs_started(spark: SparkSession) -> int:
+    """Spark jobs started so far by this session's JVM: ids are sequential, and the newest
+    job is always retained. 0 over Spark Connect: the jobs run in the server, out of sight."""
     if is_connect(spark):
-        return 0, 0
-    started = max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1) + 1
+        return 0
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1) + 1
+
+
+def compilations_done(spark: SparkSession) -> int:
+    """Code generator compilations so far in this session's JVM (0 over Spark Connect)."""
+    if is_connect(spark):
+        return 0
     metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
-    return started, metrics.METRIC_COMPILATION_TIME().getCount()
+    return metrics.METRIC_COMPILATION_TIME().getCount()
 
 
 CONTENDERS: dict[str, Contender] = {
@@ -596,11 +600,11 @@ def timed_engine_steps(
 
     def record(event: PhaseEvent) -> None:
         if not event.ended:
-            started[event.name] = spark_work(spark)[0]
+            started[event.name] = jobs_started(spark)
             return
         steps[event.name] += event.seconds or 0.0
         if jobs is not None and counted:
-            now = spark_work(spark)[0]
+            now = jobs_started(spark)
             jobs[event.name] += now - started.pop(event.name, now)
 
     with observing(record):
