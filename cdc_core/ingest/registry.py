@@ -32,7 +32,8 @@ from cdc_core.ingest.dumps import (
     DumpFile,
     scan_dump_files,
 )
-from cdc_core.shard.log import append_rows, existing_table, rewrite_table
+from cdc_core.shard.delta_io import conformed
+from cdc_core.shard.log import append_rows, existing_table, merge_small_files, rewrite_table
 from cdc_core.storage import files as storage_files
 
 FILES_SCHEMA = pa.schema(
@@ -230,7 +231,7 @@ class Registry:
         if not new:
             return []
         rows = _registration_rows(spark, new, arrival_ms, self.topic)
-        append_rows(self.files_path, rows, "register", f"{len(new)} dump file(s)")
+        _append(self.files_path, rows, FILES_SCHEMA, "register", f"{len(new)} dump file(s)")
         return self._named({str(d.path) for d in new})
 
     def _named(self, paths: set[str]) -> list[RegisteredFile]:
@@ -250,7 +251,7 @@ class Registry:
                 for path, to in sorted(retired.items())
             ]
             table = pa.Table.from_pylist(rows, RETIRED_SCHEMA)
-            append_rows(self.retired_path, table, "retire", f"{len(rows)} dump file(s)")
+            _append(self.retired_path, table, RETIRED_SCHEMA, "retire", f"{len(rows)} dump file(s)")
 
     def end_offsets(self) -> OffsetFrontier:
         """Per partition, the highest registered offset + 1 (retired files included)."""
@@ -313,6 +314,18 @@ def fold_registry(registry: Registry) -> bool:
         detail = "rows of folded files folded, sorted by path"
         rewrite_table(retired, registry.retired_path, parts, PATH_ROW_GROUP, detail)
     return True
+
+
+def _append(path: str, rows: pa.Table, schema: pa.Schema, operation: str, detail: str) -> None:
+    """Append ``rows`` to one of a registry's tables, then merge its small files once they
+    are enough (a registration a window would otherwise leave a file a window for every
+    run to read until maintenance), in maintenance's layout: sorted by path in row groups
+    of ``PATH_ROW_GROUP``; folded files stay as they are."""
+    table = append_rows(path, rows, operation, detail)
+    merge_small_files(
+        table, path, schema, uuid.uuid4().hex,
+        sort_by="path", row_group_rows=PATH_ROW_GROUP, kept_apart=_is_folded,
+    )  # fmt: skip
 
 
 def _is_folded(data_file: str) -> bool:
@@ -443,7 +456,7 @@ def _parts(table: DeltaTable | None, schema: pa.Schema) -> tuple[pa.Table, pa.da
     kept = [f for f in fragments if not _is_folded(f.path)]
     folded = [f for f in fragments if _is_folded(f.path)]
     rows = _of(dataset, kept).to_table()
-    return _conformed(rows, schema), _of(dataset, folded)
+    return conformed(rows, schema), _of(dataset, folded)
 
 
 def _of(dataset: pa.dataset.FileSystemDataset, fragments: list) -> pa.dataset.Dataset:
@@ -452,16 +465,6 @@ def _of(dataset: pa.dataset.FileSystemDataset, fragments: list) -> pa.dataset.Da
     on ``path`` (the statistics reclock writes name integer columns alone)."""
     plain = [dataset.format.make_fragment(f.path, dataset.filesystem) for f in fragments]
     return pa.dataset.FileSystemDataset(plain, dataset.schema, dataset.format, dataset.filesystem)
-
-
-def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``rows`` with ``schema``'s columns (columns a registry written by an older reclock
-    lacks read as nulls)."""
-    return pa.table({
-        f.name: rows[f.name].cast(f.type) if f.name in rows.column_names
-        else pa.nulls(rows.num_rows, f.type)
-        for f in schema
-    })  # fmt: skip
 
 
 _TOPS_SCHEMA = pa.schema(
@@ -558,13 +561,13 @@ def _rows_of(
     table sorted by path, only the row groups whose path range holds one are read, and
     none when none is asked."""
     if paths is None:
-        return _conformed(dataset.to_table(), schema)
+        return conformed(dataset.to_table(), schema)
     if len(paths) == 0:
         return schema.empty_table()
     low, high = pc.min_max(paths).values()
     path = pc.field("path")
     where = (path >= low.as_py()) & (path <= high.as_py()) & path.isin(paths)
-    return _conformed(dataset.to_table(filter=where), schema)
+    return conformed(dataset.to_table(filter=where), schema)
 
 
 def _registered(rows: pa.Table, retired: pa.Table) -> list[RegisteredFile]:

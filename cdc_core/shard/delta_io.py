@@ -269,6 +269,39 @@ def live_files(table: DeltaTable) -> list[DataFile]:
     ]
 
 
+# A table the driver appends to (a remap, a registry) gains one small file per commit; once
+# it holds MERGE_AT files under SMALL_FILE_BYTES, they are merged into one as it goes, so
+# what a run reads of it between two maintenances stays a few files (maintenance still
+# compacts it fully). A merged file stays small, and is merged again, until it outgrows
+# that size.
+MERGE_AT = 8
+SMALL_FILE_BYTES = 1 << 20
+
+
+def files_to_merge(files: Sequence[DataFile]) -> list[DataFile]:
+    """The small files of ``files`` (under SMALL_FILE_BYTES), when there are MERGE_AT of
+    them or more; else none. At most MERGE_AT x SMALL_FILE_BYTES of rows to read."""
+    small = [f for f in files if f.size < SMALL_FILE_BYTES]
+    return small if len(small) >= MERGE_AT else []
+
+
+def read_arrow(table_path: str, chosen: Sequence[DataFile], schema: pa.Schema) -> pa.Table:
+    """The rows of the ``chosen`` files of a table of metadata, read on the driver, in
+    ``schema`` (each file cast on its own: another Delta writer may store strings as
+    views; columns a file written by an older reclock lacks read as nulls)."""
+    tables = [files.read_parquet(files.join(table_path, f.path)) for f in chosen]
+    return pa.concat_tables([schema.empty_table(), *(conformed(t, schema) for t in tables)])
+
+
+def conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` with ``schema``'s columns, cast (a column ``rows`` lacks reads as nulls)."""
+    return pa.table({
+        f.name: rows[f.name].cast(f.type) if f.name in rows.column_names
+        else pa.nulls(rows.num_rows, f.type)
+        for f in schema
+    }, schema=schema)  # fmt: skip
+
+
 def read_files(
     spark: SparkSession, table_path: str, files: Sequence[DataFile], schema: StructType
 ) -> DataFrame:

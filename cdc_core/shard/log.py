@@ -14,7 +14,7 @@ versions, so they move in the same commit as the data they describe.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -239,11 +239,12 @@ def add_missing_columns(table: DeltaTable, path: str, wanted: DeltaSchema) -> li
     return names
 
 
-def append_rows(path: str, rows: pa.Table, operation: str, detail: str) -> None:
+def append_rows(path: str, rows: pa.Table, operation: str, detail: str) -> DeltaTable:
     """Append driver-held ``rows`` (a few rows of metadata, never data) to the plain Delta
     table at ``path``, creating it with their schema; columns the table lacks (it was
     written by an older reclock) are added first. Appends commute, so a conflict is
-    simply attempted again on the new version; every attempt's outcome is definite."""
+    simply attempted again on the new version; every attempt's outcome is definite.
+    Returns the table, loaded at the version of the append or later."""
     schema = DeltaSchema.from_arrow(rows.schema)
     table = open_or_create(path, schema, detail="empty")
     add_missing_columns(table, path, schema)
@@ -251,18 +252,25 @@ def append_rows(path: str, rows: pa.Table, operation: str, detail: str) -> None:
     written = delta_io.write_arrow(path, rows, batch_id)
     add = [delta_io.add_action(written, data_change=True)]
     _commit_batch(table, path, add, [batch_id], commit_metadata(operation, detail), again=True)
+    return table
 
 
 def rewrite_table(
-    table: DeltaTable, path: str, parts: Mapping[str, pa.Table], row_group_rows: int, detail: str
+    table: DeltaTable,
+    path: str,
+    parts: Mapping[str, pa.Table],
+    row_group_rows: int | None,
+    detail: str,
+    replaced: Sequence[delta_io.DataFile] | None = None,
 ) -> bool:
-    """Replace every file of ``table`` (the plain Delta table at ``path``, as read) by one
-    file per part (its batch folder name -> its rows, in row groups of ``row_group_rows``):
-    driver-held metadata rows (a registry) laid out anew, the rows themselves the same (no
-    data change). Attempted once, at the version read: False when another commit came
-    first (nothing changed, the files written are deleted; the next maintenance tries
-    again)."""
-    replaced = delta_io.live_files(table)
+    """Replace the ``replaced`` files of ``table`` (the Delta table at ``path``, as read;
+    by default every file) by one file per part (its batch folder name -> its rows, in row
+    groups of ``row_group_rows``): driver-held metadata rows laid out anew, the rows
+    themselves the same (no data change). Attempted once, at the version read: False
+    when another commit came first (nothing changed, the files written are deleted; the
+    next merge or maintenance tries again)."""
+    if replaced is None:
+        replaced = delta_io.live_files(table)
     written = [
         delta_io.write_arrow(path, rows, batch_id, row_group_rows)
         for batch_id, rows in parts.items()
@@ -274,6 +282,31 @@ def rewrite_table(
     return _commit_batch(
         table, path, actions, list(parts), commit_metadata("compact", detail), again=False
     )
+
+
+def merge_small_files(
+    table: DeltaTable,
+    path: str,
+    schema: pa.Schema,
+    batch_id: str,
+    *,
+    sort_by: str,
+    row_group_rows: int | None = None,
+    kept_apart: Callable[[str], bool] = lambda _: False,
+) -> bool:
+    """Merge the small files of a table the driver appends metadata to into one file of
+    ``schema``, sorted by ``sort_by`` (``delta_io.files_to_merge`` says which and when;
+    files whose path ``kept_apart`` names never take part). The rows stay the same, so no
+    snapshot changes. One attempt at ``table``'s version (see ``rewrite_table``); False
+    when nothing was merged."""
+    live = [f for f in delta_io.live_files(table) if not kept_apart(f.path)]
+    chosen = delta_io.files_to_merge(live)
+    if not chosen:
+        return False
+    with location_failure(f"reading the small files of {path}"):
+        rows = delta_io.read_arrow(path, chosen, schema).sort_by(sort_by)
+    detail = f"{len(chosen)} small file(s) merged, sorted by {sort_by}"
+    return rewrite_table(table, path, {batch_id: rows}, row_group_rows, detail, chosen)
 
 
 def _commit_batch(

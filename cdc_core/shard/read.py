@@ -15,9 +15,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from cdc_core.frontier import TimeFrontier
+from cdc_core.shard import delta_io
 from cdc_core.shard.handle import ShardHandle, ShardUsageError
 from cdc_core.shard.log import PROGRESS_KEY, location_failure
-from cdc_core.storage import files
 from cdc_core.updates import DIFF, TIME
 
 # How many commits a bounded progress read looks at first (then four times more each step).
@@ -90,12 +90,7 @@ class ShardReader(ShardHandle):
         schema = to_arrow_schema(self._schema, timezone="UTC")
         holding = self._files_holding(None if after is None else after + 1, until)
         with location_failure(f"reading {self.path}"):
-            tables = [files.read_parquet(files.join(self.path, f.path)) for f in holding]
-        # Cast before filtering: another Delta writer (delta-rs) may store strings as views,
-        # which pyarrow's filter does not take.
-        stored = pa.concat_tables(
-            [schema.empty_table(), *(t.select(schema.names).cast(schema) for t in tables)]
-        )
+            stored = delta_io.read_arrow(self.path, holding, schema)  # cast before filtering
         kept = pc.field(TIME) <= until
         return stored.filter(kept if after is None else kept & (pc.field(TIME) > after))
 

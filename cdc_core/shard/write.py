@@ -27,6 +27,7 @@ from cdc_core.shard.log import (
     commit_metadata,
     frontier_transactions,
     location_failure,
+    merge_small_files,
 )
 from cdc_core.updates import TIME, consolidate, consolidate_rows
 
@@ -99,7 +100,10 @@ class ShardWriter(ShardHandle):
         self.refresh()
         if self._upper != expected_upper:
             return UpperMismatch(expected_upper, self._upper)
-        return self.commit(self.stage(updates), expected_upper, new_upper)
+        mismatch = self.commit(self.stage(updates), expected_upper, new_upper)
+        if mismatch is None and isinstance(updates, pa.Table):
+            self._merge_small_files()
+        return mismatch
 
     def append(
         self,
@@ -131,6 +135,8 @@ class ShardWriter(ShardHandle):
             uncovered = updates if lower == current else _from_time(updates, current.time)
             staged = self.stage(uncovered, consolidated=consolidated)
             if self.commit(staged, current, upper) is None:
+                if isinstance(updates, pa.Table):
+                    self._merge_small_files()
                 return dict(staged.counts)
 
     def no_updates(self) -> pa.Table:
@@ -197,6 +203,23 @@ class ShardWriter(ShardHandle):
             return None
         self.discard(staged)
         return UpperMismatch(expected_upper, self._upper)
+
+    def _merge_small_files(self) -> None:
+        """After a driver-held append: merge the shard's small files once there are enough
+        (``delta_io.files_to_merge``), so that a shard of metadata appended every window
+        (a remap) is a few files to read between maintenances, not one per window. Rows
+        and frontiers stay as they are; a lost race merges nothing (the next append tries
+        again); a registered writer whose lease ran out merges nothing."""
+        try:
+            self._writer_live()
+        except leases.LeaseExpired:
+            return
+        schema = to_arrow_schema(self._schema, timezone="UTC")
+        batch_id = delta_io.new_batch_id(self.writer)
+        try:
+            merge_small_files(self._table, self.path, schema, batch_id, sort_by=TIME)
+        finally:
+            self._load_state()
 
     def discard(self, staged: StagedBatch) -> None:
         """Delete the files of a batch that will not be committed."""

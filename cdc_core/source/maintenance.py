@@ -32,8 +32,10 @@ from cdc_core.source.resumption import (
 )
 from cdc_core.vocabulary import RetirePolicy
 
-# A registry table with this many files or more is compacted into one.
-SMALL_FILES = 8
+# A registry table with this many files or more is compacted: it gained some since the
+# last maintenance (each registration merges the small files it leaves once they are
+# ``delta_io.MERGE_AT``, so between two maintenances they stay few, never one alone).
+SMALL_FILES = 2
 
 
 @dataclass(frozen=True)

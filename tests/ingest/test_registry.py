@@ -22,6 +22,7 @@ from cdc_core.ingest.registry import (
     RegisteredPaths,
     fold_registry,
 )
+from cdc_core.shard import delta_io
 from tests.reclock.test_reclock_support import Rec, register_new, write_dump
 
 
@@ -318,3 +319,58 @@ def test_a_fold_cut_short_after_the_files_table_changes_no_answer(
     monkeypatch.undo()
     assert fold_registry(registry)
     assert _answers(registry) == before
+
+
+def test_a_registration_a_window_leaves_a_few_files_and_changes_no_answer(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service registers a dump a minute and retires as it goes; each append merges the
+    small files it leaves (sorted by path, as maintenance lays them out) once they are
+    ``MERGE_AT``, so a run between two maintenances reads a few files, and every answer a
+    run, ``inspect`` or the sensor gets is the one a registry never merged gives. Folded
+    files stay as maintenance left them."""
+    landing = tmp_path / "landing"
+    registries = {name: Registry(tmp_path / name, "t") for name in ("merged", "kept")}
+    for registry in registries.values():
+        _year_of_files(registry)
+        fold_registry(registry)
+    folded = {name: _folded_files(r.files_path) for name, r in registries.items()}
+    unmerged = delta_io.MERGE_AT
+    registrations = 2 * delta_io.MERGE_AT + 1
+    for i in range(registrations):
+        write_dump(landing, "t", f"new-{i:02d}.json", [Rec(0, 400 + i, 200 + i)])
+        for name, registry in registries.items():
+            if name == "kept":
+                monkeypatch.setattr(delta_io, "MERGE_AT", 10**6)
+            register_new(spark, registry, landing, arrival_ms=1_000 + i)
+            registry.mark_retired({f"/landing/t/{30 + i % 10:03d}.json": None}, 2_000 + i)
+            monkeypatch.setattr(delta_io, "MERGE_AT", unmerged)
+        merged = registries["merged"]
+        for path in (merged.files_path, merged.retired_path):
+            assert len(_unfolded_files(path)) < delta_io.MERGE_AT
+    assert len(_unfolded_files(registries["kept"].files_path)) == 1 + registrations
+    assert {name: _folded_files(r.files_path) for name, r in registries.items()} == folded
+
+    def answers(registry: Registry) -> tuple:
+        """Everything asked of a registry, with the landing's paths named alike."""
+        return _answers(registry), [(f.path, f.arrival_ms) for f in registry.files()]
+
+    assert answers(Registry(tmp_path / "merged", "t")) == answers(registries["kept"])
+    new = [str(landing / "t" / f"new-{i:02d}.json") for i in range(registrations)]
+    assert registries["merged"].unregistered([*new, "/landing/t/other.json"]) == [
+        "/landing/t/other.json"
+    ]
+    [merged_file] = [
+        uri for uri in DeltaTable(registries["merged"].files_path).file_uris()
+        if "/folded-" not in uri and pq.ParquetFile(uri).metadata.num_rows > 1
+    ]  # fmt: skip
+    paths = pq.ParquetFile(merged_file).read(columns=["path"])["path"].to_pylist()
+    assert paths == sorted(paths)  # maintenance's layout
+
+
+def _unfolded_files(path: str) -> list[str]:
+    return [uri for uri in DeltaTable(path).file_uris() if "/folded-" not in uri]
+
+
+def _folded_files(path: str) -> set[str]:
+    return {uri for uri in DeltaTable(path).file_uris() if "/folded-" in uri}

@@ -30,7 +30,9 @@ from cdc_core.shard import (
     ShardStorageError,
     ShardUsageError,
     UpperMismatch,
+    delta_io,
 )
+from cdc_core.shard.log import merge_small_files
 
 KV = StructType([StructField("k", StringType()), StructField("v", LongType())])
 UPDATE_DDL = "k string, v long, time long, diff long"
@@ -356,6 +358,67 @@ def test_physical_compaction_merges_small_files_once(spark, shard):
     version = shard.version
     shard.compact()
     assert shard.refresh().version == version  # nothing left to do: no new version
+
+
+def test_a_shard_appended_from_the_driver_every_window_stays_a_few_files(spark, shard):
+    """A remap gains a small file a window; its appends merge them as they go, so a year
+    of windows between two maintenances is a few files to read, not one per window. Every
+    snapshot, every update and every progress statement stays as appended, and a reader
+    still on a version from before a merge reads it whole."""
+    appended: list[Row] = []
+    windows = 3 * delta_io.MERGE_AT + 2
+    pinned = None
+    for t in range(windows):
+        rows = [(f"k{t % 5}", t, t, 1)] + ([(f"k{(t - 1) % 5}", t - 1, t, -1)] if t else [])
+        if t == delta_io.MERGE_AT - 1:
+            pinned = Shard.open(spark, shard.path, KV)  # the version just before a merge
+        assert shard.compare_and_append(driver_rows(rows), at(t), at(t + 1)) is None
+        appended += rows
+        assert len(committed_files(shard.path)) < delta_io.MERGE_AT
+    # a merge at every MERGE_AT - 1 appends after the first: one merged file and the rest
+    assert len(committed_files(shard.path)) == 1 + (windows - 1) % (delta_io.MERGE_AT - 1)
+    assert table_rows(shard.path) == sorted(appended)
+    stored = shard.updates_through(windows - 1)
+    assert sorted(tuple(row.values()) for row in stored.to_pylist()) == sorted(appended)
+    for t in (0, delta_io.MERGE_AT, windows - 1):
+        live = {r[:2] for r in appended if r[2] <= t and r[3] > 0} - {
+            r[:2] for r in appended if r[2] <= t and r[3] < 0
+        }
+        assert collected(shard.snapshot(t)) == sorted((*row, t, 1) for row in live)
+    assert [p.counts for p in shard.progress()] == [
+        ((t, 2 if t else 1),) for t in range(windows)
+    ]  # one statement per append: a merge records none
+    assert collected(pinned.snapshot(delta_io.MERGE_AT - 2)) == [
+        (f"k{(delta_io.MERGE_AT - 2) % 5}", delta_io.MERGE_AT - 2, delta_io.MERGE_AT - 2, 1)
+    ]
+
+
+def test_a_shard_appended_by_spark_keeps_its_files_for_maintenance(spark, shard):
+    """Data shards (Spark appends) are not merged as they go: that is compaction's work,
+    on the executors."""
+    for t in range(delta_io.MERGE_AT + 1):
+        shard.compare_and_append(updates(spark, [(f"k{t}", t, t, 1)]), at(t), at(t + 1))
+    assert len(committed_files(shard.path)) == delta_io.MERGE_AT + 1
+
+
+def test_a_merge_that_loses_the_race_changes_nothing_and_leaves_no_file(spark, shard):
+    """A merge commits once at the version it read: after another commit it merges
+    nothing, and the file it wrote is gone."""
+    for t in range(delta_io.MERGE_AT - 1):
+        shard.compare_and_append(driver_rows([(f"k{t}", t, t, 1)]), at(t), at(t + 1))
+    stale = DeltaTable(shard.path)
+    t = delta_io.MERGE_AT - 1
+    shard.compare_and_append(updates(spark, [(f"k{t}", t, t, 1)]), at(t), at(t + 1))
+    before = data_files(shard.path)
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64()), ("time", pa.int64()),
+                        ("diff", pa.int64())])  # fmt: skip
+    assert len(delta_io.files_to_merge(delta_io.live_files(DeltaTable(shard.path)))) == 8
+    assert not merge_small_files(stale, shard.path, schema, "merge-batch", sort_by="time")
+    assert data_files(shard.path) == before
+    assert len(committed_files(shard.path)) == delta_io.MERGE_AT
+    assert merge_small_files(DeltaTable(shard.path), shard.path, schema, "again", sort_by="time")
+    assert table_rows(shard.path) == [(f"k{t}", t, t, 1) for t in range(delta_io.MERGE_AT)]
+    assert len(committed_files(shard.path)) == 1
 
 
 def test_gc_keeps_what_readers_may_still_need_and_then_removes_replaced_files(spark, history):
