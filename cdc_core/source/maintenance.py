@@ -98,9 +98,9 @@ def maintain_table(
     path: Path | str, log_keep_ms: int, *, compact: Callable[[str], object] | None = None
 ) -> TableUpkeep | None:
     """Collect and trim a table that is no shard (None when it does not exist yet);
-    ``compact``: how to merge its small files first, once there are ``SMALL_FILES`` (an
-    append-only registry gains one per registration; ``state`` is rewritten whole by
-    every publish and is not compacted)."""
+    ``compact``: how to lay it out anew first, once there are ``SMALL_FILES`` (an
+    append-only registry gains files with its registrations, and merges them as it goes;
+    ``state`` is rewritten whole by every publish and is not compacted)."""
     table = existing_table(str(path))
     if table is None:
         return None
