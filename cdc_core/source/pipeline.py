@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -302,14 +302,28 @@ class SourcePipeline:
             registries += [m.registry for m in self.group.members.values()]
             registries.append(self.group.registry)
         with phase(self.source.name, "register dumps") as figures:
-            counts = [self._register(r, arrival_ms, arrived or {}) for r in registries]
+            landed = [list_dump_files(self.landing, r.topic) for r in registries]
+            with planned_for_input(
+                self.spark, _new_bytes(registries, landed), self.config.spark.conf
+            ):  # a scheduled run's dump is small: its scan (a cold process's first job) too
+                counts = [
+                    self._register(r, dumps, arrival_ms, arrived or {})
+                    for r, dumps in zip(registries, landed, strict=True)
+                ]
             figures["files"] = counts[0]
         return figures["files"]
 
-    def _register(self, registry: Registry, arrival_ms: int, arrived: Mapping[str, int]) -> int:
-        """Register the new dumps of ``registry``'s topic; how many were new."""
+    def _register(
+        self,
+        registry: Registry,
+        landed: Sequence[DumpFile],
+        arrival_ms: int,
+        arrived: Mapping[str, int],
+    ) -> int:
+        """Register the new ones of the ``landed`` dumps of ``registry``'s topic; how many
+        were new."""
         by_arrival: dict[int, list[DumpFile]] = {}
-        for dump in list_dump_files(self.landing, registry.topic):
+        for dump in landed:
             by_arrival.setdefault(arrived.get(dump.path, arrival_ms), []).append(dump)
         return sum(
             len(registry.register(self.spark, files, moment))
@@ -700,6 +714,16 @@ class SourcePipeline:
             archive=self.root / "archive",
             now_ms=int(time.time() * 1000),
         )
+
+
+def _new_bytes(registries: Sequence[Registry], landed: Sequence[Sequence[DumpFile]]) -> int:
+    """The stored bytes of the ``landed`` dumps (per registry) that registering would scan:
+    those not registered yet (an unreadable path counts nothing)."""
+    total = 0
+    for registry, dumps in zip(registries, landed, strict=True):
+        new = set(registry.unregistered([d.path for d in dumps]))
+        total += sum(max(d.size, 0) for d in dumps if d.path in new)
+    return total
 
 
 def proven_empty(*witnesses: DataFrame | None) -> bool:

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 import cdc_core.spark
 from cdc_core.config import Config, load_config
+from cdc_core.ingest import Registry, list_dump_files
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
@@ -67,15 +68,46 @@ def users_dump_bytes(spark: SparkSession, config: Config) -> int:
     return sum(f.size for f in pipeline.registry.files())
 
 
+def registrations_planned(
+    spark: SparkSession, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, dict[str, str]], list[dict[str, str]]]:
+    """``first_window_planned``, with the settings each registration's scan ran with
+    (observed as ``Registry.register`` is called; the call itself is the real one)."""
+    registering: list[dict[str, str]] = []
+    register = Registry.register
+
+    def observed(registry: Registry, session: SparkSession, *rest: object) -> object:
+        registering.append(settings(session))
+        return register(registry, session, *rest)
+
+    monkeypatch.setattr(Registry, "register", observed)
+    return first_window_planned(spark, config), registering
+
+
 def test_a_small_run_plans_statically_and_gives_the_session_its_settings_back(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = settings(spark)
     assert before[ADAPTIVE] == "true" and before[WHOLE_STAGE_CODEGEN] == "true"
-    seen = first_window_planned(spark, sample(tmp_path))
+    seen, registering = registrations_planned(spark, sample(tmp_path), monkeypatch)
     for step in ("bind windows", "append reclocked", "plan envelope", "append changes"):
         assert seen[step] == SMALL, step
-    assert seen["register dumps"] == before, "only the run's queries"
+    assert registering and all(s == SMALL for s in registering), "a few KiB of dumps scanned"
+    assert settings(spark) == before
+
+
+@pytest.mark.parametrize("below", [0, 1])
+def test_the_dumps_a_registration_scans_decide_its_plan(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, below: int
+) -> None:
+    """With the bound at the bytes of the dumps not registered yet, the registration's
+    scan (a cold process's first Spark job) is planned small; one byte lower, large."""
+    config = sample(tmp_path)
+    landed = list_dump_files(config.landing, config.source("users").topic)
+    monkeypatch.setattr(cdc_core.spark, "SMALL_RUN_BYTES", sum(d.size for d in landed) - below)
+    before = settings(spark)
+    _, registering = registrations_planned(spark, config, monkeypatch)
+    assert registering == [SMALL if below == 0 else before]
     assert settings(spark) == before
 
 
