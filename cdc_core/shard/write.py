@@ -100,9 +100,10 @@ class ShardWriter(ShardHandle):
         self.refresh()
         if self._upper != expected_upper:
             return UpperMismatch(expected_upper, self._upper)
-        mismatch = self.commit(self.stage(updates), expected_upper, new_upper)
-        if mismatch is None and isinstance(updates, pa.Table):
-            self._merge_small_files()
+        staged = self.stage(updates)
+        mismatch = self.commit(staged, expected_upper, new_upper)
+        if mismatch is None:
+            self._merge_after(staged, updates)
         return mismatch
 
     def append(
@@ -135,8 +136,7 @@ class ShardWriter(ShardHandle):
             uncovered = updates if lower == current else _from_time(updates, current.time)
             staged = self.stage(uncovered, consolidated=consolidated)
             if self.commit(staged, current, upper) is None:
-                if isinstance(updates, pa.Table):
-                    self._merge_small_files()
+                self._merge_after(staged, updates)
                 return dict(staged.counts)
 
     def no_updates(self) -> pa.Table:
@@ -204,12 +204,17 @@ class ShardWriter(ShardHandle):
         self.discard(staged)
         return UpperMismatch(expected_upper, self._upper)
 
-    def _merge_small_files(self) -> None:
-        """After a driver-held append: merge the shard's small files once there are enough
-        (``delta_io.files_to_merge``), so that a shard of metadata appended every window
-        (a remap) is a few files to read between maintenances, not one per window. Rows
-        and frontiers stay as they are; a lost race merges nothing (the next append tries
-        again); a registered writer whose lease ran out merges nothing."""
+    def _merge_after(self, staged: StagedBatch, updates: Updates) -> None:
+        """After a committed append that wrote driver-held rows (metadata: a remap's
+        bindings), merge the shard's small files once there are enough
+        (``delta_io.files_to_merge``): a shard of metadata appended every window is a few
+        files to read between maintenances, not one per window. A data shard's files
+        (Spark's, rows that must not pass through the driver) are never merged here: an
+        empty batch, the driver's only append to a data shard, writes no file and merges
+        nothing. Rows and frontiers stay as they are; a lost race merges nothing (the next
+        append tries again); a registered writer whose lease ran out merges nothing."""
+        if not (isinstance(updates, pa.Table) and staged.files):
+            return
         try:
             self._writer_live()
         except leases.LeaseExpired:

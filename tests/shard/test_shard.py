@@ -394,10 +394,15 @@ def test_a_shard_appended_from_the_driver_every_window_stays_a_few_files(spark, 
 
 
 def test_a_shard_appended_by_spark_keeps_its_files_for_maintenance(spark, shard):
-    """Data shards (Spark appends) are not merged as they go: that is compaction's work,
-    on the executors."""
+    """Data shards (Spark appends) are not merged as they go, not even by the empty
+    batches the driver appends to them (a clean window's errors): their rows must not
+    pass through the driver; that is compaction's work, on the executors."""
     for t in range(delta_io.MERGE_AT + 1):
         shard.compare_and_append(updates(spark, [(f"k{t}", t, t, 1)]), at(t), at(t + 1))
+    end = delta_io.MERGE_AT + 1
+    assert shard.compare_and_append(shard.no_updates(), at(end), at(end + 1)) is None
+    assert shard.append(shard.no_updates(), end + 1, end + 2) == {}
+    assert shard.refresh().upper == at(end + 2)
     assert len(committed_files(shard.path)) == delta_io.MERGE_AT + 1
 
 
