@@ -32,8 +32,8 @@ from cdc_core.ingest.dumps import (
     DumpFile,
     scan_dump_files,
 )
-from cdc_core.shard.delta_io import conformed
-from cdc_core.shard.log import append_rows, existing_table, merge_small_files, rewrite_table
+from cdc_core.shard import delta_io
+from cdc_core.shard.log import append_rows, existing_table, merge_files, rewrite_table
 from cdc_core.storage import files as storage_files
 
 FILES_SCHEMA = pa.schema(
@@ -322,10 +322,13 @@ def _append(path: str, rows: pa.Table, schema: pa.Schema, operation: str, detail
     run to read until maintenance), in maintenance's layout: sorted by path in row groups
     of ``PATH_ROW_GROUP``; folded files stay as they are."""
     table = append_rows(path, rows, operation, detail)
-    merge_small_files(
-        table, path, schema, uuid.uuid4().hex,
-        sort_by="path", row_group_rows=PATH_ROW_GROUP, kept_apart=_is_folded,
-    )  # fmt: skip
+    unfolded = [f for f in delta_io.live_files(table) if not _is_folded(f.path)]
+    chosen = delta_io.files_to_merge(unfolded)
+    if chosen:
+        merge_files(
+            table, path, chosen, schema, uuid.uuid4().hex,
+            sort_by="path", row_group_rows=PATH_ROW_GROUP,
+        )  # fmt: skip
 
 
 def _is_folded(data_file: str) -> bool:
@@ -456,7 +459,7 @@ def _parts(table: DeltaTable | None, schema: pa.Schema) -> tuple[pa.Table, pa.da
     kept = [f for f in fragments if not _is_folded(f.path)]
     folded = [f for f in fragments if _is_folded(f.path)]
     rows = _of(dataset, kept).to_table()
-    return conformed(rows, schema), _of(dataset, folded)
+    return delta_io.conformed(rows, schema), _of(dataset, folded)
 
 
 def _of(dataset: pa.dataset.FileSystemDataset, fragments: list) -> pa.dataset.Dataset:
@@ -561,13 +564,13 @@ def _rows_of(
     table sorted by path, only the row groups whose path range holds one are read, and
     none when none is asked."""
     if paths is None:
-        return conformed(dataset.to_table(), schema)
+        return delta_io.conformed(dataset.to_table(), schema)
     if len(paths) == 0:
         return schema.empty_table()
     low, high = pc.min_max(paths).values()
     path = pc.field("path")
     where = (path >= low.as_py()) & (path <= high.as_py()) & path.isin(paths)
-    return conformed(dataset.to_table(filter=where), schema)
+    return delta_io.conformed(dataset.to_table(filter=where), schema)
 
 
 def _registered(rows: pa.Table, retired: pa.Table) -> list[RegisteredFile]:

@@ -14,7 +14,7 @@ versions, so they move in the same commit as the data they describe.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -284,25 +284,20 @@ def rewrite_table(
     )
 
 
-def merge_small_files(
+def merge_files(
     table: DeltaTable,
     path: str,
+    chosen: Sequence[delta_io.DataFile],
     schema: pa.Schema,
     batch_id: str,
     *,
     sort_by: str,
     row_group_rows: int | None = None,
-    kept_apart: Callable[[str], bool] = lambda _: False,
 ) -> bool:
-    """Merge the small files of a table the driver appends metadata to into one file of
-    ``schema``, sorted by ``sort_by`` (``delta_io.files_to_merge`` says which and when;
-    files whose path ``kept_apart`` names never take part). The rows stay the same, so no
-    snapshot changes. One attempt at ``table``'s version (see ``rewrite_table``); False
-    when nothing was merged."""
-    live = [f for f in delta_io.live_files(table) if not kept_apart(f.path)]
-    chosen = delta_io.files_to_merge(live)
-    if not chosen:
-        return False
+    """Merge the ``chosen`` small files of a table the driver appends metadata to (what
+    ``delta_io.files_to_merge`` picks) into one file of ``schema``, sorted by
+    ``sort_by``. The rows stay the same, so no snapshot changes. One attempt at
+    ``table``'s version (see ``rewrite_table``): False when another commit came first."""
     with location_failure(f"reading the small files of {path}"):
         rows = delta_io.read_arrow(path, chosen, schema).sort_by(sort_by)
     detail = f"{len(chosen)} small file(s) merged, sorted by {sort_by}"

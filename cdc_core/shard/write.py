@@ -27,7 +27,7 @@ from cdc_core.shard.log import (
     commit_metadata,
     frontier_transactions,
     location_failure,
-    merge_small_files,
+    merge_files,
 )
 from cdc_core.updates import TIME, consolidate, consolidate_rows
 
@@ -215,6 +215,9 @@ class ShardWriter(ShardHandle):
         append tries again); a registered writer whose lease ran out merges nothing."""
         if not (isinstance(updates, pa.Table) and staged.files):
             return
+        chosen = delta_io.files_to_merge(self.live_files())
+        if not chosen:
+            return
         try:
             self._writer_live()
         except leases.LeaseExpired:
@@ -222,7 +225,7 @@ class ShardWriter(ShardHandle):
         schema = to_arrow_schema(self._schema, timezone="UTC")
         batch_id = delta_io.new_batch_id(self.writer)
         try:
-            merge_small_files(self._table, self.path, schema, batch_id, sort_by=TIME)
+            merge_files(self._table, self.path, chosen, schema, batch_id, sort_by=TIME)
         finally:
             self._load_state()
 

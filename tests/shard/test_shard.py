@@ -32,7 +32,7 @@ from cdc_core.shard import (
     UpperMismatch,
     delta_io,
 )
-from cdc_core.shard.log import merge_small_files
+from cdc_core.shard.log import merge_files
 
 KV = StructType([StructField("k", StringType()), StructField("v", LongType())])
 UPDATE_DDL = "k string, v long, time long, diff long"
@@ -417,11 +417,13 @@ def test_a_merge_that_loses_the_race_changes_nothing_and_leaves_no_file(spark, s
     before = data_files(shard.path)
     schema = pa.schema([("k", pa.string()), ("v", pa.int64()), ("time", pa.int64()),
                         ("diff", pa.int64())])  # fmt: skip
-    assert len(delta_io.files_to_merge(delta_io.live_files(DeltaTable(shard.path)))) == 8
-    assert not merge_small_files(stale, shard.path, schema, "merge-batch", sort_by="time")
+    fresh = DeltaTable(shard.path)
+    chosen = delta_io.files_to_merge(delta_io.live_files(fresh))
+    assert len(chosen) == delta_io.MERGE_AT
+    assert not merge_files(stale, shard.path, chosen, schema, "merge-batch", sort_by="time")
     assert data_files(shard.path) == before
     assert len(committed_files(shard.path)) == delta_io.MERGE_AT
-    assert merge_small_files(DeltaTable(shard.path), shard.path, schema, "again", sort_by="time")
+    assert merge_files(fresh, shard.path, chosen, schema, "again", sort_by="time")
     assert table_rows(shard.path) == [(f"k{t}", t, t, 1) for t in range(delta_io.MERGE_AT)]
     assert len(committed_files(shard.path)) == 1
 
