@@ -358,7 +358,7 @@ def cdcv2_export_asset(
         reader = f"{EXPORT_READER}{context.run_id}"
         lease_ms = config.readers.lease_ms
         since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
-        with phase(source.name, "export CDCv2"), reading(
+        with pipeline.planned_by_tables("changes"), phase(source.name, "export CDCv2"), reading(
             pipeline.changes, reader, since.time or 0, lease_ms
         ):
             exports = export_windows(

@@ -165,6 +165,9 @@ class CheckReports:
 
 
 CONCURRENT_CHECKS = 4
+# The tables the checks read with Spark (the registry and the remap's bindings are read
+# on the driver): their size decides how the checks' queries are planned.
+CHECKED_TABLES = ("reclocked", "changes", "errors", "history")
 
 
 def judge_concurrently(
@@ -223,7 +226,8 @@ def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition
         spark = pyspark.spark_session
         # Opened here first: an open settles the tables' schema (it may commit), which the
         # checking threads' own opens below must find done, not race on.
-        window = judged_range(context, config, lake.open(spark, config, source))
+        pipeline = lake.open(spark, config, source)
+        window = judged_range(context, config, pipeline)
         selected = [keys[key] for key in sorted(context.selected_asset_check_keys, key=str)]
         if window is None:
             for check in selected:
@@ -239,7 +243,9 @@ def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition
                 opened.pipeline = lake.open(spark, config, source)
             return check.judge(opened.pipeline, *window)
 
-        judged = judge_concurrently(name, selected, judge)
+        # Planned once for every checking thread (the plan settings are the session's).
+        with pipeline.planned_by_tables(*CHECKED_TABLES):
+            judged = judge_concurrently(name, selected, judge)
         failures: list[Exception] = []
         for check, outcome in zip(selected, judged, strict=True):
             if isinstance(outcome, Exception):  # re-raised once every other check reported

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -411,6 +412,21 @@ class SourcePipeline:
             prior += shard.live_files() if shard is not None else []
         return dumps + sum(f.size for f in prior)
 
+    def planned_by_tables(self, *tables: str) -> AbstractContextManager[bool]:
+        """Plan the block's queries as a run's are (``planned_for_input``), by the stored
+        bytes of the source's ``tables`` (their live files, whole): a step after the run
+        (publishing, the checks, the export) reads no more than these, so where they are
+        small it plans small, statically and interpreted, as the run did. Counting whole
+        tables errs towards large plans only, which change no result."""
+        stored = 0
+        for name in tables:
+            shard = getattr(self, name, None)
+            if isinstance(shard, Shard):
+                stored += sum(f.size for f in shard.live_files())
+            elif (table := existing_table(str(self.root / name))) is not None:
+                stored += sum(f.size for f in live_files(table))  # state, history
+        return planned_for_input(self.spark, stored, self.config.spark.conf)
+
     @property
     def imposed_bindings(self) -> ImposedBindings | None:
         """For a member of a transaction group, its part of the group's bindings (what
@@ -424,8 +440,12 @@ class SourcePipeline:
         binding holds back (nothing for a source in no group)."""
         if self.group is None:
             return {}
-        with phase(self.source.name, "pending transactions") as figures:
-            pending = self.group.pending(ends)
+        group = self.group
+        stored = [f.size for f in group.registry.live_files()]
+        stored += [f.size for shard in (group.bindings, group.admitted) for f in shard.live_files()]
+        planned = planned_for_input(self.spark, sum(stored), self.config.spark.conf)
+        with phase(self.source.name, "pending transactions") as figures, planned:
+            pending = group.pending(ends)
             figures["pending"] = {end: p.count for end, p in pending.items()}
         return pending
 
@@ -580,6 +600,11 @@ class SourcePipeline:
 
     def finish(self) -> SourceStatus:
         """Publish ``state`` at the newest complete time and report the source's status."""
+        read = ("changes", "state") + (("reclocked", "history") if self.source.history else ())
+        with self.planned_by_tables(*read):
+            return self._publish()
+
+    def _publish(self) -> SourceStatus:
         with phase(self.source.name, "publish state"):
             refresh_state(self.changes, str(self.root / "state"), self.source.output_schema)
         if self.source.history:

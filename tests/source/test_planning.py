@@ -1,8 +1,10 @@
 """A run plans its queries for its input: a small run (a scheduled one-minute window)
 statically, with few shuffle partitions, and interpreted (no generated code); a large one
-(a backfill, a large state) with adaptive execution and generated code. The session's own
-settings come back after the run either way, a config that decides adaptive execution or
-code generation itself is obeyed, and both plans write the same tables."""
+(a backfill, a large state) with adaptive execution and generated code. The steps after
+the run (publishing, the pending transactions, the checks, the export) plan the same way
+by the size of the tables they read. The session's own settings come back after each
+either way, a config that decides adaptive execution or code generation itself is
+obeyed, and both plans write the same tables."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from cdc_core.config import Config, load_config
 from cdc_core.ingest import Registry, list_dump_files
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows
+from cdc_core.shard import existing_table
+from cdc_core.shard.delta_io import live_files
 from cdc_core.source import SourcePipeline
 from cdc_core.spark import (
     ADAPTIVE,
@@ -25,6 +29,7 @@ from cdc_core.spark import (
     WHOLE_STAGE_CODEGEN,
     planned_for_input,
 )
+from pipelines.cli import materialize
 from pipelines.sample import write_sample
 from tests.lake_rows import SampleLake, run_through, table_rows
 
@@ -196,3 +201,62 @@ def test_a_run_planned_large_writes_what_the_small_runs_wrote(
         for table in TABLES:
             expected = sample_lake.rows(name, table, first_run=True)
             assert table_rows(config, name, table) == expected, f"{name}/{table}"
+
+
+def stored_bytes(config: Config, source: str, tables: tuple[str, ...]) -> int:
+    """The bytes of the live files of ``source``'s ``tables``, read from their logs here."""
+    found = [existing_table(str(config.lake / source / table)) for table in tables]
+    return sum(f.size for table in found if table is not None for f in live_files(table))
+
+
+@pytest.mark.parametrize("below", [0, 1])
+def test_the_tables_publishing_reads_decide_its_plan(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, below: int
+) -> None:
+    """With the bound at the bytes of the tables publishing reads (``changes`` and, for a
+    source keeping history, ``reclocked``; ``state`` and ``history`` do not exist yet),
+    publishing ``state`` and ``history`` is planned small; one byte lower, large."""
+    config = sample(tmp_path)
+    first_window_planned(spark, config)
+    read = stored_bytes(config, "users", ("changes", "state", "reclocked", "history"))
+    monkeypatch.setattr(cdc_core.spark, "SMALL_RUN_BYTES", read - below)
+    before = settings(spark)
+    seen: dict[str, dict[str, str]] = {}
+
+    def record(event: PhaseEvent) -> None:
+        if not event.ended:
+            seen[event.name] = settings(spark)
+
+    with observing(record):
+        SourcePipeline.from_config(spark, config, config.source("users")).finish()
+    expected = SMALL if below == 0 else before
+    assert seen["publish state"] == seen["publish history"] == expected
+    assert settings(spark) == before
+
+
+def test_a_small_run_publishes_checks_and_exports_planned_small(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The sample's first window through Dagster: every step after the run (publishing,
+    a transaction group member's pending transactions, each check in its thread, the
+    CDCv2 export) ran static and interpreted, and the session has its settings back."""
+    config = sample(tmp_path)
+    seen: dict[tuple[str, str], dict[str, str]] = {}
+
+    def record(event: PhaseEvent) -> None:
+        if not event.ended:
+            seen[(event.source, event.name)] = settings(spark)
+
+    with observing(record):
+        assert materialize(config, config.start_ms + config.window_ms)
+    after_run = ("publish state", "publish history", "pending transactions", "export CDCv2")
+    names = {name for _, name in seen}
+    assert set(after_run) <= names and any(name.startswith("check ") for name in names)
+    unplanned = [
+        step for step, planned in seen.items()
+        if (step[1] in after_run or step[1].startswith("check ")) and planned != SMALL
+    ]  # fmt: skip
+    assert not unplanned
+    # The run's session settings (as a source's registration began, before it planned)
+    # are back at the end.
+    assert settings(spark) == seen[("users", "register dumps")] != SMALL
