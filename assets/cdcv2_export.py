@@ -358,7 +358,8 @@ def cdcv2_export_asset(
         reader = f"{EXPORT_READER}{context.run_id}"
         lease_ms = config.readers.lease_ms
         since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
-        with pipeline.planned_by_tables("changes"), phase(source.name, "export CDCv2"), reading(
+        planned = pipeline.planned_by_tables("changes", after={"changes": windows[0][0]})
+        with planned, phase(source.name, "export CDCv2"), reading(
             pipeline.changes, reader, since.time or 0, lease_ms
         ):
             exports = export_windows(

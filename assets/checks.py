@@ -166,7 +166,8 @@ class CheckReports:
 
 CONCURRENT_CHECKS = 4
 # The tables the checks read with Spark (the registry and the remap's bindings are read
-# on the driver): their size decides how the checks' queries are planned.
+# on the driver), ``reclocked`` and ``errors`` from the judged range on, ``changes`` whole
+# (a state's every key): their rows decide how the checks' queries are planned.
 CHECKED_TABLES = ("reclocked", "changes", "errors", "history")
 
 
@@ -244,7 +245,8 @@ def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition
             return check.judge(opened.pipeline, *window)
 
         # Planned once for every checking thread (the plan settings are the session's).
-        with pipeline.planned_by_tables(*CHECKED_TABLES):
+        judged_from = {"reclocked": window[0], "errors": window[0]}
+        with pipeline.planned_by_tables(*CHECKED_TABLES, after=judged_from):
             judged = judge_concurrently(name, selected, judge)
         failures: list[Exception] = []
         for check, outcome in zip(selected, judged, strict=True):

@@ -293,15 +293,22 @@ INTERPRETED = {WHOLE_STAGE_CODEGEN: "false", CODEGEN_FACTORY: "NO_CODEGEN"}
 def planned_for_input(
     spark: SparkSession, input_bytes: int, configured: Mapping[str, str]
 ) -> Iterator[bool]:
-    """Plan the queries of the block for a run reading ``input_bytes``: statically
-    (``STATIC_PLAN``) and interpreted (``INTERPRETED``) when the run is small
-    (``SMALL_RUN_BYTES``), unless the ``configured`` settings (a config's ``spark.conf``)
-    decide adaptive execution themselves; a config that sets either ``INTERPRETED`` key
-    decides code generation itself. A static plan takes its shuffle partitions
-    literally, so a small run gets few whatever a backfill is tuned to. The session's
-    settings are restored after the block; yields whether the plans are static. Plans
-    change, never results: every query means the same either way."""
-    static = input_bytes <= SMALL_RUN_BYTES and ADAPTIVE not in configured
+    """Plan the queries of the block for a run reading ``input_bytes``: small
+    (``planned_as``) up to ``SMALL_RUN_BYTES``; yields whether the plans are static."""
+    with planned_as(spark, input_bytes <= SMALL_RUN_BYTES, configured) as static:
+        yield static
+
+
+@contextmanager
+def planned_as(spark: SparkSession, small: bool, configured: Mapping[str, str]) -> Iterator[bool]:
+    """Plan the queries of the block statically (``STATIC_PLAN``) and interpreted
+    (``INTERPRETED``) when ``small``, unless the ``configured`` settings (a config's
+    ``spark.conf``) decide adaptive execution themselves; a config that sets either
+    ``INTERPRETED`` key decides code generation itself. A static plan takes its shuffle
+    partitions literally, so a small run gets few whatever a backfill is tuned to. The
+    session's settings are restored after the block; yields whether the plans are static.
+    Plans change, never results: every query means the same either way."""
+    static = small and ADAPTIVE not in configured
     if not static:
         yield False
         return

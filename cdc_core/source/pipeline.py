@@ -68,13 +68,22 @@ from cdc_core.source.resumption import (
     inspect_source,
     retire,
 )
-from cdc_core.source.state import current_rows, published_updates, refresh_state
+from cdc_core.source.state import (
+    current_rows,
+    published_as_of,
+    published_updates,
+    refresh_state,
+)
 from cdc_core.source.swap import check_not_mid_swap
-from cdc_core.spark import planned_for_input
+from cdc_core.spark import planned_as, planned_for_input
 from cdc_core.storage import Location, LocationLike, located
 from cdc_core.vocabulary import Envelope, RetirePolicy
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
+# A step after the run that reads at most this many rows plans small (``planned_by_tables``):
+# a scheduled window's checks and publishing, a small source's; a backfill's checks over a
+# million records keep adaptive plans and generated code.
+SMALL_STEP_ROWS = 250_000
 # Under the lake: one folder per transaction group (its bindings and transaction dumps).
 TRANSACTIONS_FOLDER = "_transactions"
 
@@ -412,20 +421,27 @@ class SourcePipeline:
             prior += shard.live_files() if shard is not None else []
         return dumps + sum(f.size for f in prior)
 
-    def planned_by_tables(self, *tables: str) -> AbstractContextManager[bool]:
-        """Plan the block's queries as a run's are (``planned_for_input``), by the stored
-        bytes of the source's ``tables`` (their live files, whole): a step after the run
-        (publishing, the checks, the export) reads no more than these, so where they are
-        small it plans small, statically and interpreted, as the run did. Counting whole
-        tables errs towards large plans only, which change no result."""
-        stored = 0
+    def planned_by_tables(
+        self, *tables: str, after: Mapping[str, int] | None = None
+    ) -> AbstractContextManager[bool]:
+        """Plan the block's queries as a small run's are (``planned_as``) when the
+        source's ``tables`` hold at most ``SMALL_STEP_ROWS`` rows, counted from their logs
+        (of a shard named in ``after``, only the files that may hold times after its
+        time): a step after the run (publishing, the checks, the export) reads no more.
+        Rows, not bytes, because a step evaluates every row it reads: interpreted, a check
+        over a million records costs more than it saves. Counting more than is read errs
+        towards large plans only, which change no result."""
+        after = after or {}
+        rows = 0
         for name in tables:
             shard = getattr(self, name, None)
             if isinstance(shard, Shard):
-                stored += sum(f.size for f in shard.live_files())
+                low = after[name] + 1 if name in after else None
+                files = [f for f in shard.live_files() if f.may_hold_times(low, None)]
+                rows += sum(f.num_records for f in files)
             elif (table := existing_table(str(self.root / name))) is not None:
-                stored += sum(f.size for f in live_files(table))  # state, history
-        return planned_for_input(self.spark, stored, self.config.spark.conf)
+                rows += sum(f.num_records for f in live_files(table))  # state, history
+        return planned_as(self.spark, rows <= SMALL_STEP_ROWS, self.config.spark.conf)
 
     @property
     def imposed_bindings(self) -> ImposedBindings | None:
@@ -601,7 +617,9 @@ class SourcePipeline:
     def finish(self) -> SourceStatus:
         """Publish ``state`` at the newest complete time and report the source's status."""
         read = ("changes", "state") + (("reclocked", "history") if self.source.history else ())
-        with self.planned_by_tables(*read):
+        published = published_as_of(str(self.root / "state"))
+        since = {} if published is None else {"changes": published, "reclocked": published}
+        with self.planned_by_tables(*read, after=since):
             return self._publish()
 
     def _publish(self) -> SourceStatus:

@@ -14,13 +14,13 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
+import cdc_core.source.pipeline
 import cdc_core.spark
 from cdc_core.config import Config, load_config
 from cdc_core.ingest import Registry, list_dump_files
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows
 from cdc_core.shard import existing_table
-from cdc_core.shard.delta_io import live_files
 from cdc_core.source import SourcePipeline
 from cdc_core.spark import (
     ADAPTIVE,
@@ -203,23 +203,42 @@ def test_a_run_planned_large_writes_what_the_small_runs_wrote(
             assert table_rows(config, name, table) == expected, f"{name}/{table}"
 
 
-def stored_bytes(config: Config, source: str, tables: tuple[str, ...]) -> int:
-    """The bytes of the live files of ``source``'s ``tables``, read from their logs here."""
-    found = [existing_table(str(config.lake / source / table)) for table in tables]
-    return sum(f.size for table in found if table is not None for f in live_files(table))
+def rows_after(config: Config, source: str, table: str, published: int | None) -> int:
+    """The rows of ``source``'s ``table`` (all, or those at times after ``published``),
+    read here with deltalake."""
+    found = existing_table(str(config.lake / source / table))
+    if found is None:
+        return 0
+    rows = found.to_pyarrow_table()
+    if published is None:
+        return rows.num_rows
+    return sum(time > published for time in rows["time"].to_pylist())
 
 
+@pytest.mark.parametrize("published", [False, True])
 @pytest.mark.parametrize("below", [0, 1])
-def test_the_tables_publishing_reads_decide_its_plan(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, below: int
+def test_the_rows_publishing_reads_decide_its_plan(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, below: int,
+    published: bool,
 ) -> None:
-    """With the bound at the bytes of the tables publishing reads (``changes`` and, for a
-    source keeping history, ``reclocked``; ``state`` and ``history`` do not exist yet),
-    publishing ``state`` and ``history`` is planned small; one byte lower, large."""
+    """With the bound at the rows publishing reads, publishing ``state`` and ``history``
+    is planned small; one row lower, large. Before the first publish that is all of
+    ``changes`` and ``reclocked`` (the source keeps history); after one, ``state`` and
+    ``history`` whole and the rows of ``changes`` and ``reclocked`` written since."""
     config = sample(tmp_path)
     first_window_planned(spark, config)
-    read = stored_bytes(config, "users", ("changes", "state", "reclocked", "history"))
-    monkeypatch.setattr(cdc_core.spark, "SMALL_RUN_BYTES", read - below)
+    pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
+    as_of = None
+    if published:
+        pipeline.finish()
+        as_of = config.start_ms + config.window_ms  # the first window's time: its end
+        width = config.window_ms
+        second = Windows.one(config.start_ms + width, config.start_ms + 2 * width)
+        pipeline.register_dumps(second.end)
+        pipeline.run_windows(second)
+    read = sum(rows_after(config, "users", t, as_of) for t in ("changes", "reclocked"))
+    read += sum(rows_after(config, "users", t, None) for t in ("state", "history"))
+    monkeypatch.setattr(cdc_core.source.pipeline, "SMALL_STEP_ROWS", read - below)
     before = settings(spark)
     seen: dict[str, dict[str, str]] = {}
 
@@ -228,7 +247,7 @@ def test_the_tables_publishing_reads_decide_its_plan(
             seen[event.name] = settings(spark)
 
     with observing(record):
-        SourcePipeline.from_config(spark, config, config.source("users")).finish()
+        pipeline.finish()
     expected = SMALL if below == 0 else before
     assert seen["publish state"] == seen["publish history"] == expected
     assert settings(spark) == before
