@@ -358,7 +358,10 @@ def cdcv2_export_asset(
         reader = f"{EXPORT_READER}{context.run_id}"
         lease_ms = config.readers.lease_ms
         since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
-        planned = pipeline.planned_by_tables("changes", after={"changes": windows[0][0]})
+        # From the shard's since, the export reads the snapshot there too: all of changes.
+        from_since = pipeline.changes.since == TimeFrontier.at(windows[0][0] + 1)
+        after = {} if from_since else {"changes": windows[0][0]}
+        planned = pipeline.planned_by_tables("changes", after=after)
         with planned, phase(source.name, "export CDCv2"), reading(
             pipeline.changes, reader, since.time or 0, lease_ms
         ):
