@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from cdc_core.source import published_tables
 from cdc_core.spark import get_spark
 from pipelines.cli import materialize
 from pipelines.sample import write_sample
+from tests.connect_server import running_server
 from tests.lake_rows import SampleLake
 from tests.source import test_bad_inputs as bad_inputs
 
@@ -43,6 +44,15 @@ def spark() -> SparkSession:
             "spark.databricks.delta.snapshotPartitions": DELTA_SNAPSHOT_PARTITIONS,
         },
     )
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One warm Spark Connect server for the test process, started when a test first asks
+    (tests/connect_server.py): the ``reclock`` subprocesses whose local JVM is not what
+    they test attach to it as thin clients."""
+    with running_server(tmp_path_factory.mktemp("spark-server") / "server.log") as remote:
+        yield remote
 
 
 def built_once(

@@ -1,7 +1,8 @@
 """reclock over Spark Connect equals reclock in process, table by table.
 
-One real server for the session: ``reclock spark-server`` on 127.0.0.1 and a free port,
-stopped with SIGTERM at the end (and it must stop cleanly). Every Connect run is a
+One real server for the test process (``connect_server``, tests/conftest.py):
+``reclock spark-server`` on 127.0.0.1 and a free port, stopped with SIGTERM at the end
+(and it must stop cleanly). Every Connect run is a
 ``reclock materialize`` process of its own, selected by the config's ``spark.remote``
 alone (a process has one Spark session, and the suite's is in process); the in-process
 reference runs in the suite's session. Small data: the demo cut to two sources (users:
@@ -12,14 +13,11 @@ and the bad-input corpus (damaged and truncated gzip files among others).
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,46 +25,16 @@ import yaml
 
 from assets.cdcv2_export import EXPORT_FOLDER
 from cdc_core.config import Config, load_config
-from cdc_core.spark_server import free_port, listening
+from cdc_core.spark_server import listening
 from pipelines.cli import materialize
 from pipelines.sample import write_sample
+from tests.connect_server import REPO, attached, client_env
 from tests.lake_rows import table_rows
 from tests.source import test_bad_inputs as bad_inputs
 
-REPO = Path(__file__).parents[2]
 TABLES = ("remap", "reclocked", "changes", "errors", "state")
 SOURCES = ("users", "pageviews")
 RUN_TIMEOUT_S = 900
-
-
-@pytest.fixture(scope="session")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``reclock spark-server`` in the foreground of a child process, as a user runs it."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("spark-server") / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.cli", "spark-server", "--port", str(port),
-             "--conf", "spark.driver.memory=2g"],
-            stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=_client_env(),
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 180
-        while not listening(port):
-            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "the server never listened"
-            time.sleep(0.3)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(60)
-    assert code == 0, log.read_text(errors="replace")[-3000:]
-    assert not listening(port), "the server's JVM outlived SIGTERM"
-
-
-def _client_env() -> dict[str, str]:
-    """This process's environment without a Dagster home or a Connect address of its own."""
-    return {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "SPARK_REMOTE")}
 
 
 def _small_sample(workdir: Path, remote: str | None = None) -> Path:
@@ -76,23 +44,14 @@ def _small_sample(workdir: Path, remote: str | None = None) -> Path:
     settings["sources"] = [s for s in settings["sources"] if s["name"] in SOURCES]
     settings.pop("transactions", None)
     settings["end"] = "2026-01-01T00:04:00Z"
-    if remote:
-        settings["spark"] = {"remote": remote}
     config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
-    return config_file
-
-
-def _with_remote(config_file: Path, remote: str) -> Path:
-    settings = yaml.safe_load(config_file.read_text())
-    settings["spark"] = {"remote": remote}
-    config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
-    return config_file
+    return attached(config_file, remote) if remote else config_file
 
 
 def _materialize(config_file: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "pipelines.cli", "materialize", "--config", str(config_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=_client_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=client_env(),
     )  # fmt: skip
 
 
@@ -204,14 +163,14 @@ PROBE = textwrap.dedent(
 def test_each_client_process_has_a_session_of_its_own(connect_server: str) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", PROBE, connect_server, "hold"], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True, cwd=REPO, env=_client_env(),
+        stdout=subprocess.PIPE, text=True, cwd=REPO, env=client_env(),
     )  # fmt: skip
     try:
         assert holder.stdout is not None and holder.stdin is not None
         assert holder.stdout.readline().strip() == "ready"
         other = subprocess.run(
             [sys.executable, "-c", PROBE, connect_server, "look"], capture_output=True,
-            text=True, cwd=REPO, env=_client_env(), timeout=300,
+            text=True, cwd=REPO, env=client_env(), timeout=300,
         )  # fmt: skip
         assert other.returncode == 0, other.stderr[-3000:]
         seen = json.loads(other.stdout.strip().splitlines()[-1])

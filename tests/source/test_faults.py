@@ -26,6 +26,7 @@ from cdc_core.shard import ShardStorageError
 from cdc_core.source import SourcePipeline, published_tables
 from pipelines.cli import materialize
 from pipelines.sample import write_sample
+from tests.connect_server import REPO, attached, client_env
 from tests.lake_rows import SampleLake, table_rows
 
 SOURCE = "users"
@@ -65,17 +66,26 @@ def never_killed(sample_lake: SampleLake) -> dict[str, Counter]:
     return contents(sample_lake.config)
 
 
-@pytest.mark.parametrize("phase", PHASES)
-def test_a_run_killed_after_a_phase_then_rerun_equals_a_clean_run(
-    phase: str, never_killed: dict[str, Counter], tmp_path: Path
-) -> None:
-    config_file = one_source_sample(tmp_path)
+def killed_at(config_file: Path, source: str, phase: str) -> None:
+    """A ``reclock materialize`` of ``config_file`` in a process of its own, SIGKILLed as
+    ``source``'s ``phase`` ends (tests/source/kill_at_phase.py)."""
     script = Path(__file__).with_name("kill_at_phase.py")
     killed = subprocess.run(
-        [sys.executable, str(script), str(config_file), SOURCE, phase],
-        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2],
+        [sys.executable, str(script), str(config_file), source, phase],
+        capture_output=True, text=True, timeout=600, cwd=REPO, env=client_env(),
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_run_killed_after_a_phase_then_rerun_equals_a_clean_run(
+    phase: str, never_killed: dict[str, Counter], connect_server: str, tmp_path: Path
+) -> None:
+    """The killed run attaches to the suite's warm Spark Connect server: what dies is the
+    run's process, which makes every commit (the engine commits from the driver), while
+    its Spark work already ended with the phase. The rerun runs in process."""
+    config_file = one_source_sample(tmp_path)
+    killed_at(attached(config_file, connect_server), SOURCE, phase)
     config = load_config(config_file)
     assert materialize(config, exports=False)
     assert contents(config) == never_killed
@@ -118,12 +128,7 @@ def test_a_group_run_killed_after_one_member_bound_then_rerun_equals_a_clean_run
     """Killed once ``source`` copied the group's bindings (the other member may not have
     yet): the rerun finishes both from the same durable group bindings."""
     config_file = group_sample(tmp_path)
-    script = Path(__file__).with_name("kill_at_phase.py")
-    killed = subprocess.run(
-        [sys.executable, str(script), str(config_file), source, "bind windows"],
-        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2],
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    killed_at(config_file, source, "bind windows")
     config = load_config(config_file)
     assert materialize(config, exports=False)
     assert group_contents(config) == group_never_killed

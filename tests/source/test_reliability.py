@@ -36,6 +36,7 @@ from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.cli import main, materialize
+from tests.connect_server import REPO, attached, client_env
 from tests.upsert_config import write_upsert_config
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -278,13 +279,18 @@ def test_a_late_redelivery_with_bad_lines_and_damage_is_reported_once(
 
 @pytest.mark.parametrize("second", ["reclock materialize", "dagster job execute"])
 def test_two_runs_of_one_config_at_once_both_succeed_with_exact_outputs(
-    lakes: Lakes, tmp_path: Path, second: str
+    lakes: Lakes, tmp_path: Path, second: str, request: pytest.FixtureRequest
 ) -> None:
     """A real ``reclock materialize`` process and, started together with it, another one
     or a Dagster run of the job over the same windows (exports included): each succeeds,
-    or fails naming the conflict; the lake equals the reference lake, which one run built."""
+    or fails naming the conflict; the lake equals the reference lake, which one run built.
+    The two ``reclock materialize`` processes run Spark in process, a JVM each; the pair
+    with a Dagster run both attach to the suite's Spark Connect server (their config names
+    it), two sessions of one server."""
     config_path = write_config(tmp_path)
     config = load_config(config_path)
+    if second == "dagster job execute":
+        config_path = attached(config_path, request.getfixturevalue("connect_server"))
     (config.landing / "users" / "early.json").write_text(dump(EARLY))
     (config.landing / "users" / "late.json").write_text(dump(LATE))
     command = [sys.executable, "-m", "pipelines.cli", "materialize", "--config", str(config_path)]
@@ -293,9 +299,7 @@ def test_two_runs_of_one_config_at_once_both_succeed_with_exact_outputs(
         "-m", "pipelines.definitions", "-j", ALL_WINDOWS_JOB,
         "--tags", json.dumps(range_tags(KEYS[0], KEYS[-1])),
     ]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-           "RECLOCK_CONFIG": str(config_path)}
-    env.pop("DAGSTER_HOME", None)
+    env = {**client_env(), "PYTHONPATH": str(REPO), "RECLOCK_CONFIG": str(config_path)}
     runs = [
         subprocess.Popen(other, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         for other in (command, command if second == "reclock materialize" else job)
