@@ -236,7 +236,7 @@ def _export_in_place(
         for path in stale[window.key]:
             if not is_progress_file(posixpath.basename(path)):
                 files.delete_file(path)
-        _, statements = write_progress(stream, part, EXPORT_ENCODING, owner)
+        _, statements = write_progress(stream, part, update_files, EXPORT_ENCODING, owner)
         written.append((folder, update_files.updates, statements))
     return written
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -26,13 +27,22 @@ DEFAULT_TIMES_PER_STATEMENT = 1000
 @dataclass(frozen=True)
 class CdcStream:
     """A CDCv2 stream of ``[lower, upper)``: ``updates`` (data columns + ``time`` +
-    ``diff``, consolidated, lazy on the executors) and ``progress`` (on the driver)."""
+    ``diff``, consolidated, lazy on the executors) and its progress statements, each
+    listing at most ``times_per_statement`` times."""
 
     data_schema: StructType
     updates: DataFrame
-    progress: tuple[Progress, ...]
     lower: int
     upper: TimeFrontier
+    times_per_statement: int = DEFAULT_TIMES_PER_STATEMENT
+
+    @cached_property
+    def progress(self) -> tuple[Progress, ...]:
+        """The statements of the whole stream, counted by a Spark job of their own (on the
+        driver once counted). Writing the stream needs none: its writers count what they
+        write (``part_progress``)."""
+        counts = count_per_time(self.updates)
+        return tile_progress(counts, self.lower, self.upper, self.times_per_statement)
 
 
 def tile_progress(
@@ -76,26 +86,22 @@ def export_updates(
         .agg(F.sum("diff").alias("diff"))
         .filter(F.col("diff") != 0)
     )
-    progress = tile_progress(count_per_time(consolidated), lower, upper, times_per_statement)
     schema = StructType([updates.schema[c] for c in columns])
-    return CdcStream(schema, consolidated, progress, lower, upper)
+    return CdcStream(schema, consolidated, lower, upper, times_per_statement)
 
 
-def progress_within(stream: CdcStream, lower: int, upper: TimeFrontier) -> tuple[Progress, ...]:
-    """Progress statements tiling ``[lower, upper)``, a part of the stream's interval, with
-    the stream's own counts there: splitting an exported stream by window needs no Spark
-    job, and the parts chain back into the stream."""
-    if lower == stream.lower and upper == stream.upper:
-        return stream.progress
+def part_progress(
+    stream: CdcStream, lower: int, upper: TimeFrontier, counts: Mapping[int, int]
+) -> tuple[Progress, ...]:
+    """Progress statements tiling ``[lower, upper)``, a part of the stream's interval (or
+    all of it), from ``counts``: the updates per time written there, as the tasks that
+    wrote them counted. A part is a stream of its own and chains with the parts beside it;
+    the whole stream is tiled as it was asked (``times_per_statement``)."""
     if not (stream.lower <= lower and TimeFrontier.at(lower) < upper <= stream.upper):
         raise ValueError(f"[{lower}, {upper}) is not a part of [{stream.lower}, {stream.upper})")
-    counts = {
-        time: count
-        for statement in stream.progress
-        for time, count in statement.counts
-        if lower <= time and not upper.less_equal(time)
-    }
-    return tile_progress(counts, lower, upper, DEFAULT_TIMES_PER_STATEMENT)
+    whole = lower == stream.lower and upper == stream.upper
+    per_statement = stream.times_per_statement if whole else DEFAULT_TIMES_PER_STATEMENT
+    return tile_progress(counts, lower, upper, per_statement)
 
 
 def export_shard(

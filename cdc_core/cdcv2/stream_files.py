@@ -14,7 +14,8 @@ import bisect
 import itertools
 import operator
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -28,7 +29,7 @@ from pyspark.sql.types import StructType
 from cdc_core.cdcv2 import codec_json
 from cdc_core.cdcv2.codec_avro import AvroCodec
 from cdc_core.cdcv2.data_columns import DataColumns
-from cdc_core.cdcv2.export import CdcStream, progress_within
+from cdc_core.cdcv2.export import CdcStream, part_progress
 from cdc_core.cdcv2.model import Message, Updates
 from cdc_core.cdcv2.spark_decode import DecodedStream, Packing, decode_messages
 from cdc_core.frontier import TimeFrontier
@@ -45,11 +46,13 @@ class Encoding(Enum):
 
 @dataclass(frozen=True)
 class UpdateFiles:
-    """The update files ``write_updates`` wrote for one part, with their counts."""
+    """The update files ``write_updates`` wrote for one part, with their counts:
+    ``per_time``, the updates at each time, is what the part's progress statements say."""
 
     paths: tuple[str, ...]
     messages: int
     updates: int
+    per_time: Mapping[int, int]
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,11 @@ class StreamFiles:
     progress_statements: int
 
 
-_SUMMARY = "part long, path string, messages long, updates long"
+# What a writing task reports per file: its counts, and its updates per time (two
+# arrays, ``times[i]`` with ``at_time[i]`` updates).
+_SUMMARY = (
+    "part long, path string, messages long, updates long, times array<long>, at_time array<long>"
+)
 
 
 def write_stream(
@@ -94,7 +101,7 @@ def write_parts(
     written = write_updates(stream, parts, encoding, batch_size)
     files = []
     for part, updates in zip(parts, written, strict=True):
-        progress_file, statements = write_progress(stream, part, encoding)
+        progress_file, statements = write_progress(stream, part, updates, encoding)
         files.append(
             StreamFiles(updates.paths, progress_file, updates.messages, updates.updates, statements)
         )
@@ -110,7 +117,8 @@ def write_updates(
 ) -> list[UpdateFiles]:
     """Write the updates of each part into its folder (``owner``, if given, in every file
     name: see ``file_owner``). One Spark job writes every part's updates (each task
-    routes its rows by time); updates at times outside every part are not written."""
+    routes its rows by time, and counts them per time for the progress statements);
+    updates at times outside every part are not written."""
     bounds = []
     for lower, upper, directory in parts:
         files.make_folder(str(directory))
@@ -125,23 +133,31 @@ def write_updates(
     found = []
     for index in range(len(parts)):
         mine = [row for row in written if row["part"] == index]
+        per_time: Counter[int] = Counter()
+        for row in mine:
+            per_time.update(dict(zip(row["times"], row["at_time"], strict=True)))
         found.append(
             UpdateFiles(
                 tuple(sorted(row["path"] for row in mine)),
                 sum(row["messages"] for row in mine),
                 sum(row["updates"] for row in mine),
+                dict(per_time),
             )
         )
     return found
 
 
 def write_progress(
-    stream: CdcStream, part: StreamPart, encoding: Encoding, owner: str | None = None
+    stream: CdcStream,
+    part: StreamPart,
+    written: UpdateFiles,
+    encoding: Encoding,
+    owner: str | None = None,
 ) -> tuple[str, int]:
-    """Write the progress statements of ``part`` (the stream's own counts in its range)
-    into its folder; returns the file's path and how many statements it holds."""
+    """Write the progress statements of ``part`` (the counts of the updates ``written``
+    there) into its folder; returns the file's path and how many statements it holds."""
     lower, upper, directory = part
-    progress = progress_within(stream, lower, upper)
+    progress = part_progress(stream, lower, upper, written.per_time)
     columns = DataColumns(stream.data_schema)
     path, _ = _write_file(str(directory), "progress", encoding, columns, owner, progress)
     return path, len(progress)
@@ -198,13 +214,24 @@ def _partition_writer(
         routed = (item for batch in batches for item in _route(batch, bounds))
         # A file per run of one part's rows: one per part when the rows come time-ordered.
         for index, run in itertools.groupby(routed, key=operator.itemgetter(0)):
-            messages = _update_messages((part for _, part in run), columns, batch_size)
+            per_time: Counter[int] = Counter()
+            rows = (_tallied(part, per_time) for _, part in run)
+            messages = _update_messages(rows, columns, batch_size)
             path, counts = _write_file(
                 bounds[index][2], "updates", encoding, columns, owner, messages
             )
-            yield pa.RecordBatch.from_pylist([{"part": index, "path": path, **counts}])
+            summary = {"part": index, "path": path, **counts,
+                       "times": list(per_time), "at_time": list(per_time.values())}  # fmt: skip
+            yield pa.RecordBatch.from_pylist([summary])
 
     return write_partition
+
+
+def _tallied(batch: pa.RecordBatch, per_time: Counter[int]) -> pa.RecordBatch:
+    """``batch``, its rows counted per time into ``per_time`` on the way."""
+    for entry in pc.value_counts(batch.column("time")).to_pylist():
+        per_time[entry["values"]] += entry["counts"]
+    return batch
 
 
 def _route(
