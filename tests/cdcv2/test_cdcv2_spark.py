@@ -34,6 +34,7 @@ from cdc_core.cdcv2.stream_files import Encoding, read_stream_files, write_parts
 from cdc_core.frontier import TimeFrontier
 from cdc_core.schemas import DUMP_RECORD
 from cdc_core.shard import ProgressStatement, Shard, ShardUsageError
+from cdc_core.spark import planned_as
 from tests.cdcv2.test_cdcv2_scramble import retile, scramble
 from tests.spark_examples import SPARK_EXAMPLES
 
@@ -158,6 +159,32 @@ def test_a_stream_split_into_parts_reads_back_part_by_part_and_whole(
     decoded = read_stream_files(spark, [str(f) for _, _, f in parts], DATA, Encoding.JSON)
     whole = read_stream(decoded.updates, decoded.progress)
     assert (whole.frontier, facts_of(whole.updates)) == (T(12), expected)
+
+
+def test_the_tasks_writing_a_stream_count_its_progress_in_the_one_job_that_writes_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """No counting job before the writing one: each part's progress statements come from
+    the counts of the tasks that wrote its updates, and say exactly what its files hold.
+    Planned as a small run's export is (statically: adaptive execution would run each
+    shuffle's map stage as a job of its own)."""
+    rows = [(1, "a", 1, 1), (2, "b", 1, 1), (2, "b", 1, 1), (3, "c", 2, -1), (3, "c", 5, 1),
+            (3, "c", 5, -1), (1, "a", 5, -1), (4, None, 7, 2)]  # fmt: skip
+    updates = spark.createDataFrame(rows, DDL).repartition(3)
+    parts = [(0, T(3), tmp_path / "early"), (3, T(9), tmp_path / "late")]
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("export", "a stream written in two parts")
+    try:
+        with planned_as(spark, True, {}):
+            written = write_parts(export_updates(updates, 0, T(9)), parts, Encoding.JSON)
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    assert len(tracker.getJobIdsForGroup("export")) == 1
+    counted = {"early": [(1, 2), (2, 1)], "late": [(5, 1), (7, 1)]}  # (3, "c", 5) sums to 0
+    for (_, _, folder), files in zip(parts, written, strict=True):
+        decoded = read_stream_files(spark, str(folder), DATA, Encoding.JSON)
+        assert [c for p in decoded.progress for c in p.counts] == counted[folder.name]
+        assert files.updates == sum(n for _, n in counted[folder.name])
 
 
 def _dump_frame(spark: SparkSession, rows: list[tuple[int, str | None]]) -> DataFrame:
