@@ -30,6 +30,7 @@ from benchmarks.screenshot import find_chromium, rendered_text, running_webserve
 from cdc_core.config import Config, SourceConfig, load_config
 from cdc_core.source import published_tables
 from pipelines.cli import main, materialize
+from tests.connect_server import client_env
 
 SINK_NAME = re.compile(r"(.+)\+(\d+)\+(\d+)\.(json|avro)(\.gz)?")
 
@@ -156,7 +157,7 @@ def state_rows(config: Config, source: SourceConfig) -> Counter:
 def demo(tmp_path_factory: pytest.TempPathFactory, spark) -> Config:
     """``reclock demo`` as ``make demo`` runs it, in its own process."""
     workdir = tmp_path_factory.mktemp("demo")
-    env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    env = client_env()
     run = subprocess.run(
         [sys.executable, "-m", "pipelines.cli", "demo", "--workdir", str(workdir)],
         capture_output=True, text=True, timeout=900, env=env,

@@ -4,7 +4,6 @@ throughput, and a config's own choice wins."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -13,6 +12,7 @@ from pathlib import Path
 from assets.partitions import PARTITION_FORMAT, range_tags
 from cdc_core.spark import DRIVER_JAVA_OPTIONS, QUICK_START_OPTIONS, session_conf
 from resources.spark import is_one_partition
+from tests.connect_server import client_env
 from tests.upsert_config import write_upsert_config
 
 # A run worker's work in a fresh process: the windows' job for one partition, then the
@@ -36,7 +36,7 @@ def test_a_one_partition_runs_driver_compiles_with_c1_alone(tmp_path: Path) -> N
     # An open-ended source lists its recent windows: one started minutes ago.
     start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)
     config = write_upsert_config(tmp_path, start=start.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "DAGSTER_HOME")}
+    env = client_env()
     done = subprocess.run(
         [sys.executable, "-c", ONE_PARTITION_RUN, str(config), start.strftime(PARTITION_FORMAT)],
         capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env, check=False,

@@ -5,7 +5,6 @@ store); each window's CDCv2 export reads as that window of ``changes``."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from cdc_core.config import Config, load_config
 from cdc_core.frontier import TimeFrontier
 from cdc_core.storage import delta_options, files
 from pipelines.cli import main, materialize
+from tests.connect_server import REPO, client_env
 from tests.source.test_reliability import (
     EARLY,
     FINAL_STATE,
@@ -36,7 +36,6 @@ from tests.storage.test_export_s3 import window_facts
 from tests.upsert_config import write_upsert_config
 
 TABLES = ("remap", "reclocked", "changes", "errors", "history")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def table_rows(config: Config, table: str) -> Counter:
@@ -75,10 +74,9 @@ def s3_config(bucket: str, workdir: Path) -> Path:
 
 def start(*command: str) -> subprocess.Popen[bytes]:
     """A process of this interpreter from the project's root, the AWS environment set."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("DAGSTER_HOME", None)
+    env = {**client_env(), "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, *command], env=env, cwd=ROOT,
+        [sys.executable, *command], env=env, cwd=REPO,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
 
@@ -149,7 +147,7 @@ def test_a_run_on_s3_killed_after_appending_changes_then_rerun_equals_a_clean_ru
     reference: Config, s3_bucket: str, tmp_path: Path
 ) -> None:
     config_path = s3_config(f"s3://{s3_bucket}", tmp_path)
-    script = ROOT / "tests" / "source" / "kill_at_phase.py"
+    script = REPO / "tests" / "source" / "kill_at_phase.py"
     killed = start(str(script), str(config_path), "users", "append changes")
     output = killed.communicate(timeout=900)[0].decode(errors="replace")
     assert killed.returncode == -signal.SIGKILL, output[-3000:]
