@@ -31,10 +31,12 @@ def client_env() -> dict[str, str]:
 
 
 def attached(config_file: Path, remote: str) -> Path:
-    """A copy of ``config_file`` beside it (same lake, same landing zone) that runs over the
-    Connect server at ``remote``; the original still runs in process."""
+    """A copy of ``config_file`` beside it (same lake, same landing zone, same Spark
+    settings) that runs over the Connect server at ``remote`` instead of its master; the
+    original still runs in process."""
     settings = yaml.safe_load(config_file.read_text())
-    settings["spark"] = {"remote": remote}
+    spark = {k: v for k, v in settings.get("spark", {}).items() if k != "master"}
+    settings["spark"] = {**spark, "remote": remote}
     copy = config_file.with_name(f"connect-{config_file.name}")
     copy.write_text(yaml.safe_dump(settings, sort_keys=False))
     return copy
