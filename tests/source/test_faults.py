@@ -123,12 +123,13 @@ def group_never_killed(sample_lake: SampleLake) -> dict[str, Counter]:
 
 @pytest.mark.parametrize("source", GROUP)
 def test_a_group_run_killed_after_one_member_bound_then_rerun_equals_a_clean_run(
-    source: str, group_never_killed: dict[str, Counter], tmp_path: Path
+    source: str, group_never_killed: dict[str, Counter], connect_server: str, tmp_path: Path
 ) -> None:
     """Killed once ``source`` copied the group's bindings (the other member may not have
-    yet): the rerun finishes both from the same durable group bindings."""
+    yet): the rerun finishes both from the same durable group bindings. The killed run
+    attaches to the warm server, as the phase kills' do (the kill lands as a phase ends)."""
     config_file = group_sample(tmp_path)
-    killed_at(config_file, source, "bind windows")
+    killed_at(attached(config_file, connect_server), source, "bind windows")
     config = load_config(config_file)
     assert materialize(config, exports=False)
     assert group_contents(config) == group_never_killed
