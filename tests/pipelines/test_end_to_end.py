@@ -154,10 +154,15 @@ def state_rows(config: Config, source: SourceConfig) -> Counter:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory, spark) -> Config:
-    """``reclock demo`` as ``make demo`` runs it, in its own process."""
+def demo(tmp_path_factory: pytest.TempPathFactory, spark, connect_server: str) -> Config:
+    """``reclock demo`` as ``make demo`` runs it, in its own process, attached to the
+    suite's warm Spark Connect server by ``SPARK_REMOTE`` as under ``make ui`` (the sample's
+    config names no master): the end-to-end demo over Connect. The demo's engine in
+    process is the shared sample lake's (``tests/conftest.py``), and a ``reclock``
+    process starting its own JVM is tested by the quick start, the cluster run and the
+    concurrent runs."""
     workdir = tmp_path_factory.mktemp("demo")
-    env = client_env()
+    env = {**client_env(), "SPARK_REMOTE": connect_server}
     run = subprocess.run(
         [sys.executable, "-m", "pipelines.cli", "demo", "--workdir", str(workdir)],
         capture_output=True, text=True, timeout=900, env=env,
