@@ -22,7 +22,7 @@ from pyspark.find_spark_home import _find_spark_home
 
 from cdc_core.config import ConfigError, load_config
 from cdc_core.frontier import iso
-from cdc_core.spark import SPARK_REMOTE, SparkConnectConflict, get_spark
+from cdc_core.spark import QUICK_START_OPTIONS, SPARK_REMOTE, SparkConnectConflict, get_spark
 from pipelines.sample import write_sample
 from tests.lake_rows import SampleLake, table_rows
 
@@ -107,7 +107,11 @@ def test_the_demo_on_a_standalone_cluster_equals_the_local_run(
     settings["spark"] = {
         "master": standalone_master,
         "conf": {"spark.executor.memory": "1g", "spark.cores.max": "2",
-                 "spark.driver.memory": "1g"},
+                 "spark.driver.memory": "1g",
+                 # A short run's JVMs, as a one-window run's driver is (cdc_core.spark):
+                 # C2's compilations would fight the run's tasks for the two cores.
+                 "spark.driver.extraJavaOptions": QUICK_START_OPTIONS,
+                 "spark.executor.extraJavaOptions": QUICK_START_OPTIONS},
     }
     config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
     run = _run_cli(config_file, "materialize", "--through", iso(sample_lake.first_run_ms))
