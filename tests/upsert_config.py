@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from cdc_core.spark import DRIVER_JAVA_OPTIONS, QUICK_START_OPTIONS
+
 
 def write_upsert_config(
     workdir: Path,
@@ -23,7 +25,10 @@ def write_upsert_config(
     config = {
         "lake": "lake", "landing": "landing", "window": "1m", "start": start,
         **({"end": end} if end is not None else {}),
-        "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "4"}},
+        # A run in a process of its own is short here: its driver compiles with C1 alone
+        # (as a one-window run's does); a session that is running already ignores it.
+        "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "4",
+                                                 DRIVER_JAVA_OPTIONS: QUICK_START_OPTIONS}},
         "sources": [{"name": "users", "topic": "users", "format": "json",
                      "key": {"id": "bigint"}, "value": {"name": "string"},
                      "envelope": "upsert", "reclock": "event-time", **(source or {})}],
