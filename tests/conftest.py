@@ -1,11 +1,15 @@
-"""Shared fixtures: one real Spark session per test process, and the lakes that cost a
-run each built once per test run (``sample_lake``, ``bad_input_lake``; shared by the
-pytest-xdist workers) for every test that only reads their tables."""
+"""Shared fixtures: one real Spark session per test process, one Spark Connect server per
+test run, and the lakes that cost a run each built once per test run (``sample_lake``,
+``bad_input_lake``) for every test that only reads their tables; the pytest-xdist
+workers share the server and the lakes."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,7 +23,7 @@ from cdc_core.source import published_tables
 from cdc_core.spark import get_spark
 from pipelines.cli import materialize
 from pipelines.sample import write_sample
-from tests.connect_server import running_server
+from tests.connect_server import SHARED_SERVER, running_server, shared_server, stop_shared_server
 from tests.lake_rows import SampleLake
 from tests.source import test_bad_inputs as bad_inputs
 
@@ -48,11 +52,42 @@ def spark() -> SparkSession:
 
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One warm Spark Connect server for the test process, started when a test first asks
-    (tests/connect_server.py): the ``reclock`` subprocesses whose local JVM is not what
-    they test attach to it as thin clients."""
+    """One warm Spark Connect server for the test run (under pytest-xdist, for every
+    worker), started when a test first asks (tests/connect_server.py): the ``reclock``
+    subprocesses whose local JVM is not what they test attach to it as thin clients."""
+    if shared := os.environ.get(SHARED_SERVER):  # one for every pytest-xdist worker
+        yield shared_server(Path(shared))
+        return
     with running_server(tmp_path_factory.mktemp("spark-server") / "server.log") as remote:
         yield remote
+
+
+_SHARED_FOLDER = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The pytest-xdist controller names the folder of the run's one Connect server before
+    it starts its workers, which inherit it (``SHARED_SERVER``)."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        folder = Path(tempfile.mkdtemp(prefix="reclock-spark-server-"))
+        os.environ[SHARED_SERVER] = str(folder)
+        config.stash[_SHARED_FOLDER] = folder
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The controller, every worker done, stops the shared server: a server that does not
+    stop cleanly fails the run."""
+    folder = session.config.stash.get(_SHARED_FOLDER, None)
+    if folder is None:
+        return
+    try:
+        stop_shared_server(folder)
+    except AssertionError as failed:
+        print(f"\nthe shared Spark Connect server did not stop cleanly: {failed}",
+              file=sys.stderr)  # fmt: skip
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def built_once(

@@ -8,6 +8,7 @@ child process, on 127.0.0.1 and a free port.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+from filelock import FileLock
 
 from cdc_core.spark_server import free_port, listening
 
@@ -42,26 +44,81 @@ def attached(config_file: Path, remote: str) -> Path:
     return copy
 
 
-@contextmanager
-def running_server(log: Path) -> Iterator[str]:
-    """A server for the block, at the ``sc://`` address yielded; at the end it must stop
-    cleanly on SIGTERM (exit 0, its port closed), as the README says it does."""
+def address(port: int) -> str:
+    return f"sc://127.0.0.1:{port}"
+
+
+def _started(log: Path, *, detached: bool = False) -> tuple[subprocess.Popen[bytes], int]:
+    """A ``reclock spark-server`` on a free port, once it listens (``detached``: in a
+    session of its own, so that it outlives the process that started it)."""
     port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "pipelines.cli", "spark-server", "--port", str(port),
              "--conf", "spark.driver.memory=2g"],
             stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=client_env(),
+            start_new_session=detached,
         )  # fmt: skip
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not listening(port):
+        assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, "the server never listened"
+        time.sleep(0.3)
+    return process, port
+
+
+@contextmanager
+def running_server(log: Path) -> Iterator[str]:
+    """A server for the block, at the ``sc://`` address yielded; at the end it must stop
+    cleanly on SIGTERM (exit 0, its port closed), as the README says it does."""
+    process, port = _started(log)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not listening(port):
-            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "the server never listened"
-            time.sleep(0.3)
-        yield f"sc://127.0.0.1:{port}"
+        yield address(port)
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(60)
     assert code == 0, log.read_text(errors="replace")[-3000:]
     assert not listening(port), "the server's JVM outlived SIGTERM"
+
+
+# Set by the pytest-xdist controller for its workers: the folder of the run's one server.
+SHARED_SERVER = "RECLOCK_TESTS_SPARK_SERVER"
+STOPPED = "reclock spark-server: stopped"  # what ``serve`` prints after a clean stop
+
+
+def shared_server(folder: Path) -> str:
+    """The test run's one server, shared by its workers: the first worker to ask starts
+    it detached (it outlives that worker) and writes where it listens; the others read
+    that. ``stop_shared_server`` ends it once every worker is done."""
+    found = folder / "spark-server.json"
+    with FileLock(str(folder / "spark-server.lock")):
+        if not found.exists():
+            process, port = _started(folder / "spark-server.log", detached=True)
+            found.write_text(json.dumps({"pid": process.pid, "port": port}))
+    return address(json.loads(found.read_text())["port"])
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def stop_shared_server(folder: Path) -> None:
+    """SIGTERM to the run's shared server, if a worker started one: it must stop as
+    cleanly as ``running_server``'s (``serve`` reports the stop, the port closes)."""
+    found = folder / "spark-server.json"
+    if not found.exists():
+        return
+    started = json.loads(found.read_text())
+    os.kill(started["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while _running(started["pid"]):
+        assert time.monotonic() < deadline, "the shared server outlived SIGTERM by a minute"
+        time.sleep(0.2)
+    log = (folder / "spark-server.log").read_text(errors="replace")
+    assert STOPPED in log, log[-3000:]
+    assert not listening(started["port"]), "the shared server's JVM outlived SIGTERM"
