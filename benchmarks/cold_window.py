@@ -38,7 +38,9 @@ from pathlib import Path
 import yaml
 
 from benchmarks.open_ended import timed_command, write_case
-from pipelines.sample import SAMPLE_WINDOW_MS, write_sample
+from cdc_core.config import load_config
+from cdc_core.frontier import iso
+from pipelines.sample import write_sample
 
 PROCESS_START = "interpreter start and imports (Dagster, pyspark, reclock)"
 SESSION = "Spark session start (JVM, or attaching)"
@@ -51,7 +53,6 @@ def timed_run(config_file: Path, through: str, out: Path) -> None:
     """The child: one ``materialize`` through ``through``, writing its step times to
     ``out`` (seconds per step; a phase met twice counts its total) with the moments its
     imports were done and its run ended."""
-    from cdc_core.config import load_config
     from cdc_core.phases import PhaseEvent, observing
     from cdc_core.spark import get_spark
     from pipelines.cli import materialize
@@ -72,10 +73,10 @@ def timed_run(config_file: Path, through: str, out: Path) -> None:
     def record(event: PhaseEvent) -> None:
         if event.name.startswith("check "):
             checking.append(time.time())
-        elif event.ended:
-            ended.append((time.time(), event.seconds or 0.0))
         if event.ended:
             steps[f"{event.source}: {event.name}"] += event.seconds or 0.0
+            if not event.name.startswith("check "):
+                ended.append((time.time(), event.seconds or 0.0))
 
     run_began = time.time()
     with observing(record):
@@ -107,9 +108,8 @@ class Side:
         ``records`` in the one-source case's window, or None: the sample's first window."""
         if records is None:
             config_file = write_sample(workdir)
-            start = datetime.fromisoformat(yaml.safe_load(config_file.read_text())["start"])
-            through = datetime.fromtimestamp(start.timestamp() + SAMPLE_WINDOW_MS / 1000, UTC)
-            through = through.isoformat()
+            sample = load_config(config_file)
+            through = iso(sample.start_ms + sample.window_ms)
         else:
             config_file, through, _ = write_case(workdir, 1, datetime.now(UTC), records)
         case = yaml.safe_load(config_file.read_text())

@@ -28,6 +28,7 @@ from cdc_core.spark import delta_jars_conf, server_conf
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 15002
+STOPPED = "reclock spark-server: stopped"  # what ``serve`` prints after a requested stop
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 PYSPARK_HOME = Path(pyspark.__file__).parent
 
@@ -202,6 +203,6 @@ def serve(port: int = DEFAULT_PORT, master: str | None = None,
     assert server.process is not None
     code = server.process.wait()
     if stopping:
-        print("reclock spark-server: stopped", flush=True)
+        print(STOPPED, flush=True)
         return 0
     return code

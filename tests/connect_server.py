@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from filelock import FileLock
 
-from cdc_core.spark_server import free_port, listening
+from cdc_core.spark_server import STOPPED, free_port, listening
 
 REPO = Path(__file__).parents[1]
 START_TIMEOUT_S = 180
@@ -83,7 +83,6 @@ def running_server(log: Path) -> Iterator[str]:
 
 # Set by the pytest-xdist controller for its workers: the folder of the run's one server.
 SHARED_SERVER = "RECLOCK_TESTS_SPARK_SERVER"
-STOPPED = "reclock spark-server: stopped"  # what ``serve`` prints after a clean stop
 
 
 def shared_server(folder: Path) -> str:
