@@ -279,18 +279,17 @@ def test_a_late_redelivery_with_bad_lines_and_damage_is_reported_once(
 
 @pytest.mark.parametrize("second", ["reclock materialize", "dagster job execute"])
 def test_two_runs_of_one_config_at_once_both_succeed_with_exact_outputs(
-    lakes: Lakes, tmp_path: Path, second: str, request: pytest.FixtureRequest
+    lakes: Lakes, tmp_path: Path, second: str, connect_server: str
 ) -> None:
     """A real ``reclock materialize`` process and, started together with it, another one
     or a Dagster run of the job over the same windows (exports included): each succeeds,
     or fails naming the conflict; the lake equals the reference lake, which one run built.
-    The two ``reclock materialize`` processes run Spark in process, a JVM each; the pair
-    with a Dagster run both attach to the suite's Spark Connect server (their config names
-    it), two sessions of one server."""
+    Both attach to the suite's Spark Connect server (their config names it), two sessions
+    of one server: what races is the two processes' commits, which each makes from its
+    driver. The pair on S3 (tests/storage/test_runs_s3.py) runs a JVM each."""
     config_path = write_config(tmp_path)
     config = load_config(config_path)
-    if second == "dagster job execute":
-        config_path = attached(config_path, request.getfixturevalue("connect_server"))
+    config_path = attached(config_path, connect_server)
     (config.landing / "users" / "early.json").write_text(dump(EARLY))
     (config.landing / "users" / "late.json").write_text(dump(LATE))
     command = [sys.executable, "-m", "pipelines.cli", "materialize", "--config", str(config_path)]
