@@ -8,9 +8,12 @@ table feature reclock cannot honour must stop it before it writes anything.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
@@ -26,21 +29,42 @@ from cdc_core.shard.delta_io import UnsupportedTableFeature
 from cdc_core.shard.handle import UPPER
 from cdc_core.source import SourcePipeline
 from cdc_core.source.state import STATE_AS_OF, refresh_state
+from cdc_core.spark import planned_as
 from pipelines.cli import main, materialize
 from pipelines.sample import write_sample
 from tests.lake_rows import SampleLake, table_rows
 
 SHARDS = ("remap", "reclocked", "changes", "errors")
+K = TypeVar("K")
 
 
 def multiset(df: DataFrame) -> Counter:
     return Counter(tuple(row.values()) for row in df.toArrow().to_pylist())
 
 
-def consolidated_at(df: DataFrame, columns: list[str], as_of: int) -> Counter:
-    """Plain Spark over a delta-spark read: the collection at ``as_of``, rows with diffs."""
-    totals = df.where(F.col("time") <= as_of).groupBy(*columns).agg(F.sum("diff").alias("d"))
-    return multiset(totals.where(F.col("d") != 0).select(*columns, "d"))
+def consolidated_at(
+    reads: Mapping[K, tuple[DataFrame, int]], columns: list[str]
+) -> dict[K, Counter]:
+    """Plain Spark over delta-spark reads: each read's collection at its time (rows with
+    diffs), by the read's key. One query for them all: a query per read would cost its
+    own Spark jobs, several seconds per table, while each read still resolves its own
+    version (its own Delta snapshot)."""
+    keys = list(reads)
+    tagged = [
+        df.where(F.col("time") <= as_of).select(F.lit(index).alias("read"), *columns, "diff")
+        for index, (df, as_of) in enumerate(reads.values())
+    ]
+    totals = functools.reduce(DataFrame.unionByName, tagged).groupBy("read", *columns)
+    rows = totals.agg(F.sum("diff").alias("d")).where(F.col("d") != 0)
+    collections: dict[K, Counter] = {key: Counter() for key in keys}
+    for row in rows.toArrow().to_pylist():
+        collections[keys[row.pop("read")]][tuple(row.values())] += 1
+    return collections
+
+
+def delta_read(spark: SparkSession, path: str, **options: object) -> DataFrame:
+    """A delta-spark read of ``path`` (a reader keeps its options: one reader per read)."""
+    return spark.read.format("delta").options(**options).load(path)
 
 
 def commit_times(spark: SparkSession, path: str) -> dict[int, str]:
@@ -73,20 +97,27 @@ def test_every_shard_version_reads_as_reclocks_snapshot(lake: Config, spark: Spa
             # between its appends share their upper, and so their expected collection.
             snapshots = {upper: multiset(shard.snapshot(upper - 1).drop("time"))
                          for upper in {uppers[v] for v in data_versions}}  # fmt: skip
+            reads: dict[tuple[str, int], tuple[DataFrame, int]] = {}
             for version in data_versions:
-                upper = uppers[version]
-                expected = snapshots[upper]
-                by_version = spark.read.format("delta").option("versionAsOf", version)
-                assert consolidated_at(by_version.load(shard.path), columns, upper - 1) == (
-                    expected
-                ), f"{source.name}/{name} at version {version}"
-                stamp = history[version]
-                by_time = spark.read.format("delta").option("timestampAsOf", stamp)
-                assert consolidated_at(by_time.load(shard.path), columns, upper - 1) == (
-                    expected
-                ), f"{source.name}/{name} at commit time {stamp}"
-            latest = spark.read.format("delta").load(shard.path)
-            assert consolidated_at(latest, columns, shard.upper.time - 1) == multiset(
+                as_of = uppers[version] - 1
+                reads["version", version] = (
+                    delta_read(spark, shard.path, versionAsOf=version), as_of
+                )
+                reads["commit time", version] = (
+                    delta_read(spark, shard.path, timestampAsOf=history[version]), as_of
+                )
+            reads["latest", -1] = (delta_read(spark, shard.path), shard.upper.time - 1)
+            with planned_as(spark, True, {}):  # small tables: planned as a small run's
+                found = consolidated_at(reads, columns)
+            for version in data_versions:
+                expected = snapshots[uppers[version]]
+                assert found["version", version] == expected, (
+                    f"{source.name}/{name} at version {version}"
+                )
+                assert found["commit time", version] == expected, (
+                    f"{source.name}/{name} at commit time {history[version]}"
+                )
+            assert found["latest", -1] == multiset(
                 shard.snapshot(shard.upper.time - 1).drop("time")
             )
 
