@@ -915,8 +915,8 @@ def _targets_section(result: BenchResult, medians: dict[str, float]) -> list[str
     return lines
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workload options: a preset ``--size``, and any of its fields overridden."""
     parser.add_argument("--size", choices=SIZES, default="medium", help="preset workload")
     parser.add_argument("--records", type=int)
     parser.add_argument("--keys", type=int)
@@ -927,6 +927,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--redeliveries", type=float, dest="redelivery_fraction")
     parser.add_argument("--files", type=int, help="dump files (default: one per window)")
     parser.add_argument("--seed", type=int)
+
+
+def workload_from(args: argparse.Namespace) -> Workload:
+    """The workload ``add_workload_arguments``'s options name."""
+    overrides = {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(Workload)
+        if getattr(args, field.name, None) is not None
+    }
+    return dataclasses.replace(SIZES[args.size], **overrides)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_workload_arguments(parser)
     parser.add_argument("--repeats", type=int, default=3)
     by_slug = {slug(name): name for name in CONTENDERS}
     parser.add_argument("--contenders", nargs="+", choices=by_slug)
@@ -940,12 +955,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
 
-    overrides = {
-        field.name: getattr(args, field.name)
-        for field in dataclasses.fields(Workload)
-        if getattr(args, field.name, None) is not None
-    }
-    workload = dataclasses.replace(SIZES[args.size], **overrides)
+    workload = workload_from(args)
     if args.master and args.master.startswith("sc://"):
         os.environ[SPARK_REMOTE] = args.master  # the backfill's own sessions attach too
     spark = get_spark(args.master, places=[args.s3] if args.s3 else ())

@@ -1,10 +1,15 @@
-"""Where a contender's time goes: per engine phase, Spark jobs, executor CPU and shuffle.
+"""Where a contender's time goes: per engine phase, Spark jobs, executor CPU and shuffle,
+and the driver's time outside Spark jobs.
 
 Wall time on a shared machine moves with the load; the executors' CPU time per phase
-(from Spark's event log) does not, so changes to the engine are compared on it.
+(from Spark's event log) does not, so changes to the engine are compared on it. A
+phase's driver time is its wall time less the wall time of its Spark jobs: planning
+(every DataFrame call is analysed on the JVM as it is made), commits and metadata reads.
+A small window's cost is mostly there and in the jobs' fixed costs, not in its rows.
 
     python -m benchmarks.profile --size medium                     # RECLOCK (Dagster)
     python -m benchmarks.profile --size medium --contender reclock-per-window --stages
+    python -m benchmarks.profile --records 120000 --windows 12 --contender reclock-per-window
 
 Each Spark job is labelled with the engine phase that started it (``cdc_core.phases``);
 jobs outside any phase (Dagster, the dataset's preparation) count as ``(outside phases)``.
@@ -28,10 +33,11 @@ from pyspark import SparkContext
 from benchmarks.bench import (
     CONTENDERS,
     FLOOR_PARSE,
-    SIZES,
+    add_workload_arguments,
     floor_parse,
     prepare_dataset,
     slug,
+    workload_from,
 )
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.spark import get_spark
@@ -50,6 +56,7 @@ class StageFigures:
 @dataclass
 class PhaseFigures:
     jobs: int = 0
+    job_seconds: float = 0.0  # wall time of the phase's Spark jobs, submission to end
     cpu_seconds: float = 0.0
     shuffle_written: int = 0
     stages: dict[int, StageFigures] = field(default_factory=dict)
@@ -73,8 +80,10 @@ def labelled_phases(context: SparkContext) -> Iterator[None]:
 
 
 def read_event_log(folder: Path) -> dict[str, PhaseFigures]:
-    """Per job description: jobs, executor CPU seconds, shuffle bytes written, stages."""
+    """Per job description: jobs and their wall time, executor CPU seconds, shuffle bytes
+    written, stages."""
     phase_of_stage: dict[int, str] = {}
+    running: dict[int, tuple[str, int]] = {}  # job id -> (description, submission ms)
     phases: dict[str, PhaseFigures] = defaultdict(PhaseFigures)
     for log in sorted(folder.rglob("*")):
         if not log.is_file():
@@ -85,8 +94,12 @@ def read_event_log(folder: Path) -> dict[str, PhaseFigures]:
             if kind == "SparkListenerJobStart":
                 name = (event.get("Properties") or {}).get("spark.job.description") or OUTSIDE
                 phases[name].jobs += 1
+                running[event["Job ID"]] = (name, event["Submission Time"])
                 for stage in event["Stage IDs"]:
                     phase_of_stage[stage] = name
+            elif kind == "SparkListenerJobEnd" and event["Job ID"] in running:
+                name, submitted = running.pop(event["Job ID"])
+                phases[name].job_seconds += (event["Completion Time"] - submitted) / 1000
             elif kind == "SparkListenerTaskEnd":
                 metrics = event.get("Task Metrics") or {}
                 phase = phases[phase_of_stage.get(event["Stage ID"], OUTSIDE)]
@@ -111,29 +124,33 @@ def read_event_log(folder: Path) -> dict[str, PhaseFigures]:
 
 def render(phases: dict[str, PhaseFigures], wall: dict[str, float], stages: bool) -> str:
     lines = [
-        "| phase | wall s | jobs | executor CPU s | shuffle MiB |",
-        "|---|---:|---:|---:|---:|",
+        "| phase | wall s | jobs | job wall s | driver s | executor CPU s | shuffle MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, figures in sorted(phases.items(), key=lambda item: -item[1].cpu_seconds):
+        seconds = wall.get(name, 0.0)
+        driver = f"{seconds - figures.job_seconds:.2f}" if name in wall else ""
         lines.append(
-            f"| {name} | {wall.get(name, 0.0):.2f} | {figures.jobs} | "
-            f"{figures.cpu_seconds:.2f} | {figures.shuffle_written / 2**20:.1f} |"
+            f"| {name} | {seconds:.2f} | {figures.jobs} | {figures.job_seconds:.2f} | "
+            f"{driver} | {figures.cpu_seconds:.2f} | {figures.shuffle_written / 2**20:.1f} |"
         )
         if stages:
             for stage_id, stage in sorted(figures.stages.items()):
                 lines.append(
-                    f"|   stage {stage_id}: {stage.name} ({stage.tasks} tasks) | | | "
+                    f"|   stage {stage_id}: {stage.name} ({stage.tasks} tasks) | | | | | "
                     f"{stage.cpu_seconds:.2f} | {stage.shuffle_written / 2**20:.1f} |"
                 )
-    total = sum(f.cpu_seconds for f in phases.values())
-    lines.append(f"| total | | {sum(f.jobs for f in phases.values())} | {total:.2f} | |")
+    jobs = sum(f.jobs for f in phases.values())
+    job_seconds = sum(f.job_seconds for f in phases.values())
+    cpu = sum(f.cpu_seconds for f in phases.values())
+    lines.append(f"| total | | {jobs} | {job_seconds:.2f} | | {cpu:.2f} | |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     by_slug = {slug(name): name for name in CONTENDERS}
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", choices=SIZES, default="medium")
+    add_workload_arguments(parser)
     parser.add_argument("--contender", choices=by_slug, default="reclock-dagster")
     parser.add_argument("--workdir", type=Path, default=Path("bench-out"))
     parser.add_argument("--stages", action="store_true", help="list every stage too")
@@ -147,7 +164,8 @@ def main(argv: list[str] | None = None) -> None:
             "spark.eventLog.rolling.enabled": "false",
         }
     )
-    dataset = prepare_dataset(spark, SIZES[args.size], args.workdir)
+    workload = workload_from(args)
+    dataset = prepare_dataset(spark, workload, args.workdir)
     scratch = Path(args.workdir).absolute() / "scratch" / "profile"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
@@ -169,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     spark.sparkContext.setJobDescription(FLOOR_PARSE)
     floor_parse(spark, dataset, scratch)
     spark.stop()
-    print(f"{by_slug[args.contender]} on {args.size}: {seconds:.2f} s wall")
+    print(f"{by_slug[args.contender]} on {workload.name}: {seconds:.2f} s wall")
     phases = read_event_log(events)
     floor = phases.pop(FLOOR_PARSE)
     reclock = sum(figures.cpu_seconds for figures in phases.values())
