@@ -737,11 +737,14 @@ def _per_window_median(series: Sequence[Sequence[float]]) -> list[float]:
 
 def history_growth(series: Sequence[float]) -> tuple[int, int, float] | None:
     """``(early, late, late/early)``: the last window against the window a tenth of the
-    way in (1-based, at least the 2nd so table creation is not the baseline)."""
-    if len(series) < 3:
+    way in (1-based, at least the 2nd so table creation is not the baseline), among the
+    windows that cost anything: a contender that skips a window no dump landed in
+    (0 s) has no figure there to compare."""
+    worked = [(window, seconds) for window, seconds in enumerate(series, 1) if seconds > 0]
+    if len(worked) < 3:
         return None
-    early = max(2, round(len(series) / 10))
-    return early, len(series), series[-1] / series[early - 1]
+    (early, first), (late, last) = worked[max(2, round(len(worked) / 10)) - 1], worked[-1]
+    return early, late, last / first
 
 
 def render(result: BenchResult) -> str:

@@ -24,6 +24,7 @@ from benchmarks.bench import (
     RECLOCK_S3,
     RECLOCK_WINDOWS,
     Workload,
+    history_growth,
     render,
     run_benchmark,
 )
@@ -85,3 +86,16 @@ def test_every_contender_runs_and_reports(spark: SparkSession, tmp_path: Path) -
     reclocked = (FLOOR_TABLES, RECLOCK_DAGSTER, RECLOCK_WINDOWS)
     assert rows_out[NAIVE] == expected
     assert [rows_out[name] for name in reclocked] == [expected] * len(reclocked)
+
+
+def test_history_growth_compares_the_last_window_with_one_a_tenth_of_the_way_in() -> None:
+    series = [9.0] + [2.0] * 8 + [3.0] + [2.5] * 9 + [5.0]  # 20 windows, the 2nd is early
+    assert history_growth(series) == (2, 20, 2.5)
+    assert history_growth([4.0, 2.0]) is None  # no history to speak of
+
+
+def test_history_growth_skips_windows_that_cost_nothing() -> None:
+    """A per-window peer that skips a window without dumps has no figure there (0 s)."""
+    series = [0.0, 12.0, 0.0, 8.0, 6.0, 0.0, 6.0, 5.0, 0.0, 4.0]
+    assert history_growth(series) == (4, 10, 0.5)
+    assert history_growth([0.0, 3.0, 0.0, 4.0]) is None
