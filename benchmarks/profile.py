@@ -127,7 +127,11 @@ def render(phases: dict[str, PhaseFigures], wall: dict[str, float], stages: bool
         "| phase | wall s | jobs | job wall s | driver s | executor CPU s | shuffle MiB |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, figures in sorted(phases.items(), key=lambda item: -item[1].cpu_seconds):
+    # A phase that starts no Spark job (building a plan) has a wall time and no figures.
+    every = {name: phases.get(name, PhaseFigures()) for name in {*phases, *wall}}
+    for name, figures in sorted(
+        every.items(), key=lambda item: (-item[1].cpu_seconds, -wall.get(item[0], 0.0))
+    ):
         seconds = wall.get(name, 0.0)
         driver = f"{seconds - figures.job_seconds:.2f}" if name in wall else ""
         lines.append(

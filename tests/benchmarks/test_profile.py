@@ -56,7 +56,7 @@ def test_a_job_that_never_ended_adds_no_wall_time(tmp_path: Path) -> None:
 
 
 def test_driver_time_is_the_phase_wall_time_left_by_its_jobs() -> None:
-    phases = {"plan envelope": PhaseFigures(), "bind": PhaseFigures(jobs=2, job_seconds=0.65)}
+    phases = {"bind": PhaseFigures(jobs=2, job_seconds=0.65)}  # planning starts no job
     table = render(phases, {"bind": 2.0, "plan envelope": 0.9}, stages=False)
     assert "| bind | 2.00 | 2 | 0.65 | 1.35 |" in table
     assert "| plan envelope | 0.90 | 0 | 0.00 | 0.90 |" in table
