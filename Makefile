@@ -29,7 +29,7 @@ ui: $(STAMP)
 	mkdir -p demo/dagster
 	$(VENV)/bin/reclock spark-server --port $(SPARK_PORT) & server=$$!; \
 	trap 'kill $$server 2>/dev/null; wait $$server' EXIT INT TERM; \
-	DAGSTER_HOME=$(CURDIR)/demo/dagster SPARK_REMOTE=sc://127.0.0.1:$(SPARK_PORT) \
+	DAGSTER_HOME=$(CURDIR)/demo/dagster SPARK_REMOTE=sc://localhost:$(SPARK_PORT) \
 		RECLOCK_WEBSERVER_URL=http://127.0.0.1:3000 \
 		$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000
 

@@ -6,7 +6,7 @@ run, every engine phase, the checks and the CDCv2 export, for one window of abou
 hundred records of an open-ended upsert source (``benchmarks.open_ended``'s case):
 
     python -m benchmarks.cold_window [--records 100] [--repeat 5]
-    python -m benchmarks.cold_window --remote sc://127.0.0.1:15002   # a warm Spark Connect server
+    python -m benchmarks.cold_window --remote sc://localhost:15002   # a warm Spark Connect server
     python -m benchmarks.cold_window --against spark.sql.codegen.wholeStage=true  # in turn
     python -m benchmarks.cold_window --sample [--remote ...]   # the bundled sample's window
 

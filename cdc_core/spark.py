@@ -10,12 +10,15 @@ from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdc_core import storage
+from cdc_core.connect_token import TOKEN_ENV, client_token
+from cdc_core.network import is_loopback
 
 # Settings every reclock session needs: Delta expects microsecond timestamps (not
 # INT96), all times are UTC, and Spark's _SUCCESS markers have no place in a table.
@@ -137,11 +140,17 @@ def session_conf(
 
 # Where a Connect client finds its server when the config names none (pyspark reads it too).
 SPARK_REMOTE = "SPARK_REMOTE"
+# How a client names a server on this machine (``_connect``).
+LOCALHOST = "localhost"
 
 
 class SparkConnectConflict(ValueError):
     """The config names both a classic master and a Spark Connect address: a Connect client
     has no master of its own (the server's decides where tasks run), so one must go."""
+
+
+class ConnectRefused(PermissionError):
+    """The Spark Connect server refused the token this client sent (or sent none)."""
 
 
 class SparkServerUnfit(RuntimeError):
@@ -238,8 +247,17 @@ def _attach(remote: str, conf: Mapping[str, str]) -> SparkSession:
         for key, value in {**DEFAULT_CONF, **conf, **REQUIRED_CONF}.items()
         if key.startswith("spark.sql.") and key != "spark.remote"
     } | REQUIRED_CONF
-    spark = SparkSession.builder.remote(remote).getOrCreate()
-    current = spark.conf.getAll
+    spark = _connect(remote)
+    try:
+        current = spark.conf.getAll
+    except Exception as error:  # the first call to the server: where it judges the token
+        if "UNAUTHENTICATED" not in str(error):
+            raise
+        raise ConnectRefused(
+            f"the Spark Connect server at {remote} refused this client's token: give the "
+            f"server's token in {TOKEN_ENV}, or leave it unset to use the token file the "
+            "server wrote (`reclock spark-server` started as this user)"
+        ) from None
     wrong = {}
     for key, value in wanted.items():
         if current.get(key) == value:
@@ -256,6 +274,28 @@ def _attach(remote: str, conf: Mapping[str, str]) -> SparkSession:
             f"{detail}; start it with `reclock spark-server` or pass them with --conf"
         )
     return spark
+
+
+def _connect(remote: str) -> SparkSession:
+    """A Connect client session on ``remote``. A server on this machine gets its token
+    (``connect_token.client_token``) and is reached as ``localhost``, the one host pyspark
+    sends a token to without TLS; the token goes into the channel alone, never into the
+    address, a setting or the environment. Another host is reached as its address says
+    (TLS and a token in ``;use_ssl=true;token=...`` or ``SPARK_CONNECT_AUTHENTICATE_TOKEN``)."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    url = urlsplit("http" + remote.removeprefix("sc"))
+    if not is_loopback(url.hostname):
+        return SparkSession.builder.remote(remote).getOrCreate()
+    port = url.port or DefaultChannelBuilder.default_port()
+    channel = DefaultChannelBuilder(f"sc://{LOCALHOST}:{port}{url.path}")
+    if channel.getDefault(DefaultChannelBuilder.PARAM_TOKEN, None) is None:
+        channel.set(DefaultChannelBuilder.PARAM_TOKEN, client_token(port))
+    # What ``SparkSession.builder.remote(...).getOrCreate()`` would mark: this process is a
+    # Connect client, so pyspark's functions build Connect expressions.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    return ConnectSession.builder.channelBuilder(channel).getOrCreate()
 
 
 def server_conf(master: str | None = None, conf: Mapping[str, str] | None = None) -> dict[str, str]:

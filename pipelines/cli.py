@@ -31,6 +31,7 @@ from cdc_core.config import (
     duration_ms,
     load_config,
 )
+from cdc_core.connect_token import ConnectTokenMissing, TokenFileUnsafe
 from cdc_core.envelopes import ConfigDriftError
 from cdc_core.frontier import iso
 from cdc_core.phases import PhaseEvent, observing
@@ -48,8 +49,14 @@ from cdc_core.source import (
     rebuild,
     stored_outputs_upper,
 )
-from cdc_core.spark import CLASS_ARCHIVE, DRIVER_JAVA_OPTIONS, SPARK_REMOTE, get_spark
-from cdc_core.spark_server import DEFAULT_PORT, config_server_conf, serve
+from cdc_core.spark import (
+    CLASS_ARCHIVE,
+    DRIVER_JAVA_OPTIONS,
+    SPARK_REMOTE,
+    ConnectRefused,
+    get_spark,
+)
+from cdc_core.spark_server import DEFAULT_PORT, ExposedServer, config_server_conf, serve
 from cdc_core.storage import files, located
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.maintenance import maintain_source
@@ -406,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     server = commands.add_parser(
         "spark-server",
         help="run a warm, Delta-enabled Spark Connect server on 127.0.0.1 in the foreground "
-        "(runs attach with SPARK_REMOTE=sc://127.0.0.1:PORT)",
+        "(runs attach with SPARK_REMOTE=sc://localhost:PORT and find its token)",
     )
     server.add_argument("--port", type=int, default=DEFAULT_PORT, help="default %(default)s")
     server.add_argument("--master", help="the server's Spark master (default local[2])")
@@ -504,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (
         ShardUsageError, LeaseUsageError, KeyError, ConfigDriftError, RebuildRefused,
-        RebuildUnfinished,
+        RebuildUnfinished, ConnectTokenMissing, TokenFileUnsafe, ConnectRefused, ExposedServer,
     ) as error:  # fmt: skip
         print(f"reclock: {error.args[0] if error.args else error}", file=sys.stderr)
         return 2

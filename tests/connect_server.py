@@ -45,7 +45,7 @@ def attached(config_file: Path, remote: str) -> Path:
 
 
 def address(port: int) -> str:
-    return f"sc://127.0.0.1:{port}"
+    return f"sc://localhost:{port}"
 
 
 def _started(log: Path, *, detached: bool = False) -> tuple[subprocess.Popen[bytes], int]:

@@ -15,7 +15,6 @@ that would let it overwrite a commit instead is refused (``UnsafeCommits``), nev
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +22,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
+
+from cdc_core.network import is_loopback
 
 DEFAULT_REGION = "us-east-1"
 # Settings of delta-rs (its object store reads them from the environment too) that trade
@@ -80,7 +81,7 @@ class S3Settings:
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ValueError(f"endpoint must be an http(s)://host[:port] URL "
                                  f"(got {self.endpoint!r})")  # fmt: skip
-            if parts.scheme == "http" and not _loopback(parts.hostname):
+            if parts.scheme == "http" and not is_loopback(parts.hostname):
                 raise InsecureEndpoint(
                     f"endpoint {self.endpoint} is plain http to another machine: use https "
                     "(plain http is allowed for a loopback endpoint only)"
@@ -160,15 +161,6 @@ class S3Settings:
             # A custom endpoint (a store other than AWS's) addresses buckets by path.
             config=BotoConfig(s3={"addressing_style": "path" if self.endpoint else "auto"}),
         )
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 _configured = S3Settings()

@@ -3,6 +3,7 @@ at load (never an empty success), and what every component is told."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,12 @@ import pytest
 import yaml
 
 from cdc_core.config import ConfigError, load_config, parse_config
-from cdc_core.spark_server import config_server_conf, server_command
+from cdc_core.spark_server import (
+    config_server_conf,
+    server_command,
+    server_settings,
+    write_properties,
+)
 from cdc_core.storage import Location, delta_options, settings, spark_conf
 
 SOURCE = {"name": "users", "topic": "users", "key": {"id": "bigint"},
@@ -78,13 +84,24 @@ def test_s3_locations_load_and_reach_delta_rs_and_spark_with_the_same_settings(
                    "lake": f"s3://{s3_bucket}/lake", "landing": f"s3://{s3_bucket}/landing",
                    "spark": {"remote": "sc://127.0.0.1:15002",
                              "conf": {"spark.driver.memory": "3g"}}}  # fmt: skip
-    command = server_command(conf=config_server_conf(parse_config(with_memory, tmp_path)))
-    settings_given = {command[i + 1] for i, word in enumerate(command) if word == "--conf"}
-    assert {f"{key}={value}" for key, value in conf.items()} <= settings_given
+    settings = server_settings(conf=config_server_conf(parse_config(with_memory, tmp_path)))
+    assert conf.items() <= settings.items()
+    assert settings["spark.driver.memory"] == "3g"
+    assert "spark.remote" not in settings
+    # The settings reach spark-submit in a file only this user reads, never on the command
+    # line (every user of the machine can read a process's arguments).
+    private = tmp_path / "private"
+    private.mkdir()
+    properties = write_properties(settings, private)
+    assert stat.S_IMODE(properties.stat().st_mode) == 0o600
+    assert f"spark.hadoop.fs.s3a.secret.key={conf['spark.hadoop.fs.s3a.secret.key']}" in (
+        properties.read_text().splitlines()
+    )
+    command = server_command(settings, properties)
     assert command[command.index("--driver-memory") + 1] == "3g"
-    assert not any(given.startswith("spark.remote=") for given in settings_given)
+    assert not any("fs.s3a" in word or "testing" in word for word in command)
     local = parse_config(yaml.safe_load(write(tmp_path).read_text()), tmp_path)
-    assert not any("fs.s3a" in word for word in server_command(conf=config_server_conf(local)))
+    assert not any("fs.s3a" in key for key in server_settings(conf=config_server_conf(local)))
 
 
 def test_the_config_block_overrides_the_environment(tmp_path: Path, s3_bucket: str) -> None:
