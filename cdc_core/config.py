@@ -449,6 +449,10 @@ Expectation = Annotated[
 ]
 
 
+# The Spark settings that hold credentials: Spark's own ``spark.redaction.regex`` default.
+CREDENTIAL_SETTING = re.compile(r"(?i)secret|password|token|access[.]?key")
+
+
 class SparkSettings(_Section):
     """Optional Spark overrides; ``master=None`` keeps the local default, ``remote``
     attaches to a Spark Connect server instead (README, "Spark Connect")."""
@@ -460,6 +464,21 @@ class SparkSettings(_Section):
     no master and no remote, the SPARK_REMOTE environment variable names one."""
     conf: dict[str, SparkSetting] = Field(default_factory=dict)
     """Spark settings, e.g. {spark.driver.memory: 4g}."""
+
+    @model_validator(mode="after")
+    def _no_credentials(self) -> SparkSettings:
+        """A credential among the Spark settings is refused: Spark settings reach command
+        lines, logs and the Dagster instance, so credentials go in ``storage`` or the AWS
+        environment, and a Connect token in SPARK_CONNECT_AUTHENTICATE_TOKEN."""
+        named = sorted(key for key in self.conf if CREDENTIAL_SETTING.search(key))
+        if named:
+            raise _problem(
+                f"{', '.join(named)}: credentials never go in spark.conf (Spark settings "
+                "can be read back from logs and the Dagster instance); give S3 keys in the "
+                "storage block or the AWS environment (AWS_ACCESS_KEY_ID, "
+                "AWS_SECRET_ACCESS_KEY), a Connect token in SPARK_CONNECT_AUTHENTICATE_TOKEN"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_mode(self) -> SparkSettings:
