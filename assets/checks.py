@@ -302,7 +302,7 @@ def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
         updates = remap_updates(pipeline.remap, end)
         checked, frontier = frontier_in(updates, start), frontier_in(updates, end)
         files = pipeline.registry.files(reaching=checked.offsets)
-        held = held_partitions(source, files, frontier, group=pipeline.group_name)
+        held = held_partitions(source, files, frontier, group=pipeline.reader.group_name)
         bindings = [(p, o, t) for p, o, t, d in updates if d > 0]
         return checks.accounted(
             pipeline.reclocked,
@@ -393,7 +393,7 @@ def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
                 "remap",
                 "transactions",
                 lambda p, _s, end: transactions_settled(
-                    p.pending_transactions([end]).get(end), group.name, group.timeout
+                    p.reader.pending_transactions([end]).get(end), group.name, group.timeout
                 ),
                 f"No transaction of group {group.name} stays incomplete longer than "
                 f"{group.timeout} (the bindings hold it back until it completes).",

@@ -43,6 +43,7 @@ from cdc_core.source import (
     RebuildUnfinished,
     RetireReport,
     SourcePipeline,
+    SourceReader,
     SourceStatus,
     history_upper,
     published_as_of,
@@ -219,7 +220,7 @@ def statuses(
     transaction group member's last window holds back."""
     spark = config_spark(config)
     return [
-        SourcePipeline.from_config(spark, config, source).status(transactions=transactions)
+        SourceReader.open(spark, config, source, config.lake).status(transactions=transactions)
         for source in config.sources
         if only is None or source.name == only
     ]
@@ -257,7 +258,7 @@ def print_snapshot(
     """A source's rows at IntoTime ``as_of``: printed, or written by Spark to ``out``
     (Parquet or a Delta table) without passing through this process."""
     spark = config_spark(config)
-    rows = SourcePipeline.from_config(spark, config, config.source(source)).snapshot_at(as_of)
+    rows = SourceReader.open(spark, config, config.source(source), config.lake).snapshot_at(as_of)
     if out is None:
         shown = rows.limit(limit + 1).toArrow().to_pylist()
         print(f"{source} as of {iso(as_of)}: {rows.count()} row(s)")

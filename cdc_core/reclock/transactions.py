@@ -157,6 +157,10 @@ class Member:
     value_schema: StructType
 
 
+# The shards of a group, under its folder: its bindings, and the transactions admitted.
+GROUP_TABLES = ("bindings", "admitted")
+
+
 class TransactionGroupBinder:
     """Mints a transaction group's bindings (``<root>/bindings``) and hands each member
     its projection; the transaction topic's dumps are registered in ``<root>/dumps``. A
@@ -176,8 +180,8 @@ class TransactionGroupBinder:
         self.members = {m.name: m for m in members}
         self.root = located(root)
         self.registry = transaction_registry(root, topic)
-        self.bindings = Shard.open(spark, str(self.root / "bindings"), GROUP_BINDING)
-        self.admitted = Shard.open(spark, str(self.root / "admitted"), ADMITTED)
+        self.bindings = Shard.open(spark, str(self.root / GROUP_TABLES[0]), GROUP_BINDING)
+        self.admitted = Shard.open(spark, str(self.root / GROUP_TABLES[1]), ADMITTED)
 
     def member_bindings(
         self, member: str, previous: OffsetFrontier, bound: int, windows: Windows

@@ -6,18 +6,22 @@ never changes a snapshot at or after since) and final (no later append writes at
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Self
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import delta_io
 from cdc_core.shard.handle import ShardHandle, ShardUsageError
-from cdc_core.shard.log import PROGRESS_KEY, location_failure
+from cdc_core.shard.log import PROGRESS_KEY, existing_table, location_failure
+from cdc_core.storage import files
 from cdc_core.updates import DIFF, TIME
 
 # How many commits a bounded progress read looks at first (then four times more each step).
@@ -37,6 +41,20 @@ class ProgressStatement:
 
 class ShardReader(ShardHandle):
     """Reads at complete, uncompacted times; Spark for data, the driver for metadata."""
+
+    @classmethod
+    def open_to_read(cls, spark: SparkSession, path: str, absent: StructType) -> ShardReader:
+        """The shard at ``path`` opened to read, writing nothing: the table as stored, with
+        its own columns (a config's columns not added yet are no business of a read), or
+        an ``AbsentShard`` with the columns ``absent`` where no table exists yet."""
+        location = files.normalize(path)
+        with location_failure(f"opening {location}"):
+            table = existing_table(location)
+        if table is None:
+            return AbsentShard(spark, location, absent)
+        stored = StructType.fromJson(json.loads(table.schema().to_json()))
+        data = StructType([f for f in stored.fields if f.name not in (TIME, DIFF)])
+        return cls(spark, location, data, table)
 
     def snapshot(self, as_of: int) -> DataFrame:
         """Consolidated contents at ``as_of``: data columns + ``time`` (= as_of) + ``diff``
@@ -151,3 +169,30 @@ class ShardReader(ShardHandle):
 
 def _frontier_from_json(time: int | None) -> TimeFrontier:
     return TimeFrontier.empty() if time is None else TimeFrontier.at(time)
+
+
+class AbsentShard(ShardReader):
+    """A shard no run has created yet, as a reader sees it: empty, ``upper = since = [0]``
+    and version -1 (what creating it would commit first), so nothing is readable; seeing
+    it creates nothing. ``refresh`` keeps it absent: a reader's look is one moment's."""
+
+    def __init__(self, spark: SparkSession, path: str, data_schema: StructType) -> None:
+        self.path = path
+        self.data_schema = data_schema
+        self.writer = None
+        self._spark = spark
+        self._schema = delta_io.shard_schema(data_schema)
+        self._version = -1
+        self._upper = self._since = TimeFrontier.minimum()
+
+    def refresh(self) -> Self:
+        """Absent it stays: reopen with ``open_to_read`` to see a table created since."""
+        return self
+
+    def live_files(self) -> list[delta_io.DataFile]:
+        """No table, no file."""
+        return []
+
+    def progress(self, from_time: int | None = None) -> list[ProgressStatement]:
+        """No commit, no progress statement."""
+        return []

@@ -4,22 +4,18 @@ Invariant: every step of a run is an idempotent append keyed by binding time, so
 repeated or resumed after a crash at any point writes nothing twice and equals a run
 never interrupted.
 
-Modules: ``pipeline`` (the per-source run and its status), ``state`` (the published
+Modules: ``pipeline`` (the per-source run: the write handle), ``reader`` (the read
+handle: status, inspect and snapshots, writing nothing), ``layout`` (which tables a source
+has, and where), ``state`` (the published
 current rows), ``history`` (the SCD type 2 versions, when a source keeps them),
 ``resumption`` (bounded input reliance: inspect and retire), ``evolution`` (appended value
 columns; other drift refused), ``rebuild`` and ``swap`` (new tables beside the old, swapped in).
 """
 
 from cdc_core.source.history import history_upper
-from cdc_core.source.pipeline import (
-    OUTPUTS,
-    SourcePipeline,
-    SourceStatus,
-    WindowReport,
-    published_tables,
-    stored_outputs_upper,
-    unregistered_dumps,
-)
+from cdc_core.source.layout import OUTPUTS, published_tables, stored_outputs_upper
+from cdc_core.source.pipeline import SourcePipeline, WindowReport, unregistered_dumps
+from cdc_core.source.reader import SourceReader, SourceStatus
 from cdc_core.source.rebuild import RebuildRefused, RebuildReport, rebuild
 from cdc_core.source.resumption import RetireReport
 from cdc_core.source.state import published_as_of
@@ -32,6 +28,7 @@ __all__ = [
     "OUTPUTS",
     "RetireReport",
     "SourcePipeline",
+    "SourceReader",
     "SourceStatus",
     "WindowReport",
     "history_upper",

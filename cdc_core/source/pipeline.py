@@ -20,13 +20,12 @@ import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
-from cdc_core.config import Config, SourceConfig, TransactionGroup
+from cdc_core.config import Config, SourceConfig
 from cdc_core.envelopes import (
     DEDUP_STATE,
     EnvelopeBatch,
@@ -42,18 +41,22 @@ from cdc_core.reclock import HeldPartition, Windows, frontier_at, held_partition
 from cdc_core.reclock.reclocking import ReclockedRange
 from cdc_core.reclock.remap import ImposedBindings
 from cdc_core.reclock.transactions import (
-    Member,
     PendingTransactions,
-    TransactionGroupBinder,
     transaction_registry,
 )
-from cdc_core.schemas import ERROR, REMAP, history_schema
-from cdc_core.shard import Shard, ShardUsageError, existing_table, stored_upper
+from cdc_core.schemas import ERROR, REMAP
+from cdc_core.shard import Shard, existing_table, stored_upper
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
 from cdc_core.shard.write import Updates
 from cdc_core.source.evolution import settle_schema
 from cdc_core.source.history import refresh_history
+from cdc_core.source.layout import (
+    group_root,
+    output_tables,
+    source_registry,
+    transaction_binder,
+)
 from cdc_core.source.maintenance import (
     MaintenanceReport,
     maintain_group,
@@ -61,63 +64,26 @@ from cdc_core.source.maintenance import (
     maintain_shard,
     maintain_table,
 )
+from cdc_core.source.reader import SourceReader, SourceStatus
 from cdc_core.source.resumption import (
     RetireReport,
-    SourceInspection,
     UpstreamCommit,
-    inspect_source,
     retire,
 )
 from cdc_core.source.state import (
-    current_rows,
     published_as_of,
     published_updates,
     refresh_state,
 )
 from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.spark import planned_as, planned_for_input
-from cdc_core.storage import Location, LocationLike, located
+from cdc_core.storage import LocationLike, located
 from cdc_core.vocabulary import Envelope, RetirePolicy
 
-OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
 # A step after the run that reads at most this many rows plans small (``planned_by_tables``):
 # a scheduled window's checks and publishing, a small source's; a backfill's checks over a
 # million records keep adaptive plans and generated code.
 SMALL_STEP_ROWS = 250_000
-# Under the lake: one folder per transaction group (its bindings and transaction dumps).
-TRANSACTIONS_FOLDER = "_transactions"
-
-
-def published_tables(source: SourceConfig) -> tuple[str, ...]:
-    """Every table a run of ``source`` writes: OUTPUTS, then ``history`` when it keeps one."""
-    return OUTPUTS + (("history",) if source.history else ())
-
-
-def output_tables(source: SourceConfig) -> list[str]:
-    """The shards written from reclocked data (remap excluded), in commit order."""
-    tables = ["reclocked", "changes", "errors"]
-    return tables + (["dedup"] if source.envelope == Envelope.DEBEZIUM else [])
-
-
-def stored_outputs_upper(lake: LocationLike, source: SourceConfig) -> TimeFrontier:
-    """Where the source's outputs stand (the meet of their uppers), read from the Delta
-    logs alone: no Spark, nothing created, so a sensor's look changes nothing."""
-    meet = TimeFrontier.empty()
-    for table in output_tables(source):
-        meet = meet.meet(stored_upper(str(located(lake) / source.name / table)))
-    return meet
-
-
-def source_registry(lake: LocationLike, source: SourceConfig) -> Registry:
-    """The registry of ``source``'s dumps in ``lake``."""
-    return Registry(located(lake) / source.name / "dumps", source.topic)
-
-
-def group_root(lake: LocationLike, group: TransactionGroup) -> Location:
-    """The folder of ``group``'s bindings and transaction dumps in ``lake``."""
-    return located(lake) / TRANSACTIONS_FOLDER / group.name
-
-
 def unregistered_dumps(
     config: Config,
     lake: LocationLike,
@@ -137,25 +103,6 @@ def unregistered_dumps(
     for registry in registries:
         waiting += registry.unregistered(watch.landed(landing, registry.topic, pending))
     return waiting
-
-
-def transaction_binder(
-    spark: SparkSession, config: Config, lake: LocationLike, source: str
-) -> TransactionGroupBinder | None:
-    """The binder of ``source``'s transaction group (None when it belongs to none): the
-    group's bindings and transaction dumps under ``<lake>/_transactions/<group>``, and
-    every member's registry (where its own runs register its dumps)."""
-    group = config.transaction_group(source)
-    if group is None:
-        return None
-    members = []
-    for name, collection in group.sources.items():
-        member = config.source(name)
-        registry = source_registry(lake, member)
-        members.append(Member(name, member, registry, collection, member.value_schema))
-    return TransactionGroupBinder(
-        spark, group_root(lake, group), group.topic, members, group.timeout_ms
-    )
 
 
 @dataclass(frozen=True)
@@ -184,63 +131,6 @@ class WindowReport:
             f"{self.records_in} record(s) in, {self.updates_out} change(s), "
             f"{self.errors_out} error update(s){waiting}{held}"
         )
-
-
-@dataclass(frozen=True)
-class TableStatus:
-    """One table of a source, as ``reclock inspect`` shows it."""
-    path: str
-    schema: StructType
-    version: int
-    rows: int
-    upper: int | None
-    since: int | None
-
-
-@dataclass(frozen=True)
-class SourceStatus:
-    """Per source: every table's frontiers and size, remap frontier and lag."""
-
-    source: str
-    window_ms: int
-    start_ms: int
-    tables: dict[str, TableStatus]
-    inspection: SourceInspection
-    current_errors: int
-    # For a member of a transaction group: what its last bound window holds back.
-    pending: PendingTransactions | None = None
-    frontier: OffsetFrontier = field(init=False)
-    lag: dict[int, int] = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "frontier", self.inspection.frontier)
-        object.__setattr__(self, "lag", self.inspection.lag)
-
-    @property
-    def upper(self) -> TimeFrontier:
-        """Where the source's outputs stand (the resumption timestamp)."""
-        return self.inspection.resumption.timestamp
-
-    @property
-    def windows_done(self) -> int:
-        """How many configured windows the outputs hold."""
-        upper = self.upper.time
-        if upper is None or upper <= self.start_ms:
-            return 0
-        return (upper - 1 - self.start_ms) // self.window_ms
-
-    def describe(self) -> str:
-        """What ``reclock inspect`` prints: frontiers, lag, and each table's version and rows."""
-        lines = [self.inspection.describe(), "  tables:"]
-        for name, table in self.tables.items():
-            lines.append(
-                f"    {name:<10} version {table.version:>4}  rows {table.rows:>9}  "
-                f"upper {_iso_or_none(table.upper)}  since {_iso_or_none(table.since)}"
-            )
-        lines.append(f"  current errors: {self.current_errors}")
-        if self.pending is not None:
-            lines.append(f"  transactions: {self.pending.describe()}")
-        return "\n".join(lines)
 
 
 class SourcePipeline:
@@ -279,6 +169,8 @@ class SourcePipeline:
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
         self.group = transaction_binder(spark, config, group_lake or lake, source.name)
+        shards = {name: getattr(self, name) for name in ("remap", *output_tables(source))}
+        self.reader = SourceReader.over(spark, config, source, self.root, shards, self.group)
         self.encodings = {
             part: PartEncoding(
                 source.key_encoding if part == "key" else source.value_encoding,
@@ -451,30 +343,16 @@ class SourcePipeline:
             return None
         return functools.partial(self.group.member_bindings, self.source.name)
 
-    def pending_transactions(self, ends: list[int]) -> dict[int, PendingTransactions]:
-        """Per window end the group has bound, the transactions of the source's group its
-        binding holds back (nothing for a source in no group)."""
-        if self.group is None:
-            return {}
-        group = self.group
-        stored = [f.size for f in group.registry.live_files()]
-        stored += [f.size for shard in (group.bindings, group.admitted) for f in shard.live_files()]
-        planned = planned_for_input(self.spark, sum(stored), self.config.spark.conf)
-        with phase(self.source.name, "pending transactions") as figures, planned:
-            pending = group.pending(ends)
-            figures["pending"] = {end: p.count for end, p in pending.items()}
-        return pending
-
     def _with_pending(self, reports: list[WindowReport]) -> list[WindowReport]:
         """``reports`` with the pending transactions of their windows, and the last one
         with the partitions its binding holds back (judged from the registry alone; the
         earlier windows of a backfill are history by now)."""
-        pending = self.pending_transactions([r.end for r in reports])
+        pending = self.reader.pending_transactions([r.end for r in reports])
         reports = [dataclasses.replace(r, pending=pending.get(r.end)) for r in reports]
         if reports:
             frontier = reports[-1].frontier
             files = self.registry.files(reaching=frontier.offsets)
-            held = held_partitions(self.source, files, frontier, group=self.group_name)
+            held = held_partitions(self.source, files, frontier, group=self.reader.group_name)
             reports[-1] = dataclasses.replace(reports[-1], held=tuple(held))
         return reports
 
@@ -502,7 +380,7 @@ class SourcePipeline:
             for shard in (self.reclocked, self.changes, self.errors)
         )
         remap_since, remap_upper = self.remap.refresh().since.time or 0, self.remap.upper.time
-        current = self.inspect().frontier
+        current = self.reader.inspect().frontier
         return [
             WindowReport(
                 self.source.name,
@@ -635,68 +513,7 @@ class SourcePipeline:
                     self.source.key_schema,
                 )
         with phase(self.source.name, "status"):
-            return self.status()
-
-    def snapshot_at(self, as_of: int) -> DataFrame:
-        """The source's rows as they stood at IntoTime ``as_of`` (the ``state`` a run
-        would have published then): exact for ``since <= as_of < upper`` of ``changes``."""
-        self.changes.refresh()
-        since, upper = self.changes.since, self.changes.upper
-        if not since.less_equal(as_of) or upper.less_equal(as_of):
-            readable = "nothing yet" if since == upper else (
-                f"from {iso(since.time or 0)} (since) up to, not including, "
-                f"{'the end' if upper.time is None else iso(upper.time)} (upper)"
-            )
-            raise ShardUsageError(
-                f"{self.source.name} has no exact snapshot at {iso(as_of)}: readable {readable}"
-            )
-        return current_rows(self.changes.snapshot(as_of), self.source.output_schema)
-
-    def inspect(self) -> SourceInspection:
-        """Frontiers and lag of the source, from the logs and the registry."""
-        return inspect_source(
-            self.source, self.source.name, self.remap, self.outputs, self.registry,
-            self.upstream, group=self.group_name,
-        )
-
-    @property
-    def group_name(self) -> str | None:
-        """The name of the source's transaction group (None when it belongs to none)."""
-        group = self.config.transaction_group(self.source.name)
-        return None if group is None else group.name
-
-    def status(self, *, transactions: bool = False) -> SourceStatus:
-        """The inspection plus every table's version, rows and schema; ``transactions``:
-        also what a transaction group member's last window holds back (Spark jobs over the
-        transaction topic, so only on request)."""
-        inspection = self.inspect()
-        tables = {
-            "remap": _table_status(self.remap),
-            "reclocked": _table_status(self.reclocked),
-            "changes": _table_status(self.changes),
-            "state": _plain_table_status(self.root / "state", self.source.output_schema),
-            "errors": _table_status(self.errors),
-        }
-        if self.source.history:
-            tables["history"] = _plain_table_status(
-                self.root / "history", history_schema(self.source.output_schema)
-            )
-        upper = self.errors.upper.time
-        current_errors = self.errors.size(upper - 1) if upper else 0
-        held = inspection.resumption.timestamp.time
-        pending = (
-            self.pending_transactions([held - 1]).get(held - 1)
-            if transactions and held is not None and held > 0 else None
-        )
-        return SourceStatus(
-            self.source.name,
-            self.config.window_ms,
-            self.config.start_ms,
-            tables,
-            inspection,
-            current_errors,
-            pending,
-        )
+            return self.reader.status()
 
     def maintain(self, now_ms: int) -> MaintenanceReport:
         """Retire, then bring every table of the source back within its bounds: shards'
@@ -779,35 +596,7 @@ def proven_empty(*witnesses: DataFrame | None) -> bool:
     return functools.reduce(DataFrame.union, marks).isEmpty()
 
 
-def _iso_or_none(time: int | None) -> str:
-    return "-" if time is None else iso(time)
-
-
 def _committed_counts(shard: Shard, from_time: int) -> dict[int, int]:
     """Distinct updates per time from ``from_time`` on, as the shard's commits recorded
     them (only the commits that reach those times are read)."""
     return {time: count for p in shard.progress(from_time) for time, count in p.counts}
-
-
-def _table_status(shard: Shard) -> TableStatus:
-    shard.refresh()
-    files = shard.live_files()
-    return TableStatus(
-        path=shard.path,
-        schema=shard.data_schema,
-        version=shard.version,
-        rows=sum(f.num_records for f in files),
-        upper=shard.upper.time,
-        since=shard.since.time,
-    )
-
-
-def _plain_table_status(place: Location, schema: StructType) -> TableStatus:
-    path = str(place)
-    table = existing_table(path)
-    if table is None:
-        return TableStatus(path, schema, -1, 0, None, None)
-    files = live_files(table)
-    return TableStatus(
-        path, schema, table.version(), sum(f.num_records for f in files), None, None
-    )

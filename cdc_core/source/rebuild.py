@@ -22,7 +22,8 @@ from cdc_core.frontier import TimeFrontier
 from cdc_core.reclock import Windows
 from cdc_core.schemas import REMAP
 from cdc_core.shard import Shard
-from cdc_core.source.pipeline import SourcePipeline, source_registry
+from cdc_core.source.layout import source_registry
+from cdc_core.source.pipeline import SourcePipeline
 from cdc_core.source.swap import mid_swap, staging_lake, swap_in
 from cdc_core.storage import Location, files, located
 

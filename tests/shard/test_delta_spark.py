@@ -134,7 +134,8 @@ def test_every_state_version_reads_as_the_snapshot_at_its_time(
         for version in versions:
             as_of = DeltaTable(path, version=version).transaction_version(STATE_AS_OF)
             read = spark.read.format("delta").option("versionAsOf", version).load(path)
-            assert multiset(read) == multiset(pipeline.snapshot_at(as_of)), (source.name, version)
+            expected = pipeline.reader.snapshot_at(as_of)
+            assert multiset(read) == multiset(expected), (source.name, version)
 
 
 def test_describe_history_names_reclocks_commits(lake: Config, spark: SparkSession) -> None:
@@ -182,7 +183,7 @@ def test_reclock_carries_on_exactly_after_optimize_and_vacuum(
     as_of = middle + config.window_ms
     users = SourcePipeline.from_config(spark, config, config.source("users"))
     clean = SourcePipeline.from_config(spark, lake, lake.source("users"))
-    assert multiset(users.snapshot_at(as_of)) == multiset(clean.snapshot_at(as_of))
+    assert multiset(users.reader.snapshot_at(as_of)) == multiset(clean.reader.snapshot_at(as_of))
 
 
 def _one_batch_shard(spark: SparkSession, path: Path) -> Shard:
@@ -234,7 +235,7 @@ def test_snapshot_command_prints_writes_and_refuses_outside_since_upper(
                  "--limit", "3"]) == 0
     printed = capsys.readouterr().out
     pipeline = SourcePipeline.from_config(spark, lake, lake.source("users"))
-    expected = multiset(pipeline.snapshot_at(1767225900000))
+    expected = multiset(pipeline.reader.snapshot_at(1767225900000))
     assert f"users as of {as_of}: {sum(expected.values())} row(s)" in printed
     assert printed.count("  id=") == 3
 

@@ -68,7 +68,7 @@ def log_commits(table: str) -> int:
 
 
 def rows(pipeline: SourcePipeline, as_of: int) -> set[tuple[int, str]]:
-    return {(r["id"], r["name"]) for r in pipeline.snapshot_at(as_of).collect()}
+    return {(r["id"], r["name"]) for r in pipeline.reader.snapshot_at(as_of).collect()}
 
 
 @pytest.fixture(scope="module")
