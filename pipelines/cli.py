@@ -36,7 +36,7 @@ from cdc_core.frontier import iso
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows
 from cdc_core.shard import ShardUsageError, stored_upper
-from cdc_core.shard.leases import LeaseBook, LeaseUsageError, holds_under
+from cdc_core.shard.leases import Hold, LeaseBook, LeaseUsageError, holds_under
 from cdc_core.source import (
     RebuildRefused,
     RebuildUnfinished,
@@ -51,6 +51,7 @@ from cdc_core.source import (
 from cdc_core.spark import CLASS_ARCHIVE, DRIVER_JAVA_OPTIONS, SPARK_REMOTE, get_spark
 from cdc_core.spark_server import DEFAULT_PORT, config_server_conf, serve
 from cdc_core.storage import files, located
+from pipelines import json_output
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.maintenance import maintain_source
 from pipelines.sample import write_sample
@@ -245,14 +246,26 @@ def print_inspection(config: Config, source: str | None) -> None:
 
 
 def print_snapshot(
-    config: Config, source: str, as_of: int, out: Path | None, fmt: str, limit: int
+    config: Config,
+    source: str,
+    as_of: int,
+    out: Path | None,
+    fmt: str,
+    limit: int,
+    *,
+    as_json: bool = False,
 ) -> None:
     """A source's rows at IntoTime ``as_of``: printed, or written by Spark to ``out``
-    (Parquet or a Delta table) without passing through this process."""
+    (Parquet or a Delta table) without passing through this process; ``as_json``: as one
+    JSON document (``pipelines.json_output``)."""
     spark = config_spark(config)
     rows = SourcePipeline.from_config(spark, config, config.source(source)).snapshot_at(as_of)
     if out is None:
         shown = rows.limit(limit + 1).toArrow().to_pylist()
+        if as_json:
+            document = json_output.snapshot(source, as_of, rows.count(), shown, limit)
+            print(json_output.dumps(document))
+            return
         print(f"{source} as of {iso(as_of)}: {rows.count()} row(s)")
         for row in shown[:limit]:
             print("  " + ", ".join(f"{name}={value!r}" for name, value in row.items()))
@@ -260,16 +273,26 @@ def print_snapshot(
             print(f"  ... (first {limit} shown; --out DIR writes them all)")
         return
     rows.write.format(fmt).mode("error").save(str(out.resolve()))
+    if as_json:
+        print(json_output.dumps(json_output.written_snapshot(source, as_of, str(out), fmt)))
+        return
     print(f"{source} as of {iso(as_of)}: written to {out} ({fmt})")
+
+
+def reader_holds(config: Config, only: str | None) -> dict[str, list[Hold]]:
+    """Per source (or the one named ``only``), every registered reader and writer of its
+    shards, read from the logs alone."""
+    return {
+        source.name: holds_under(str(located(config.lake) / source.name))
+        for source in config.sources
+        if only in (None, source.name)
+    }
 
 
 def print_readers(config: Config, only: str | None) -> None:
     """Every registered reader and writer of every shard, read from the logs alone."""
-    for source in config.sources:
-        if only not in (None, source.name):
-            continue
-        print(f"source {source.name}:")
-        found = holds_under(str(located(config.lake) / source.name))
+    for source, found in reader_holds(config, only).items():
+        print(f"source {source}:")
         for hold in found:
             print(hold.describe())
         if not found:
@@ -326,6 +349,7 @@ def parse_lease(text: str) -> int:
 
 
 CONFIG_HELP = "the reclock config file (YAML), e.g. demo/reclock.yaml"
+JSON_HELP = "print one JSON document in a stable shape, for scripts (see the JSON reference)"
 WORKDIR_HELP = "folder for the demo's dumps, config, lake and Dagster instance (default: demo)"
 
 
@@ -342,8 +366,9 @@ def parse_time(text: str) -> int:
     return to_ms(datetime.fromisoformat(text.replace("Z", "+00:00")))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The ``reclock`` command line; returns the process exit code."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``reclock`` command line's parser: every command and option, with its help (the
+    CLI reference of the documentation is generated from it)."""
     parser = argparse.ArgumentParser(prog="reclock", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     sample = commands.add_parser("sample", help="write the demo dumps and config")
@@ -356,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     inspect = commands.add_parser("inspect", help="frontiers, versions, row counts, errors")
     inspect.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
     inspect.add_argument("--source", help="only this source (default: every source)")
+    inspect.add_argument("--json", action="store_true", help=JSON_HELP)
     maintain = commands.add_parser(
         "maintain", help="retire, compact, collect garbage and trim logs (the daily job)"
     )
@@ -379,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         help="table: print (the default without --out); parquet or delta: with --out",
     )
     snapshot.add_argument("--limit", type=int, default=50, help="rows printed (default 50)")
+    snapshot.add_argument("--json", action="store_true", help=JSON_HELP)
     readers = commands.add_parser(
         "readers", help="list, register, renew or release the readers holding a source's history"
     )
@@ -393,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     readers.add_argument(
         "--lease", type=parse_lease, help="e.g. 30m, 2h (default: the config's readers.lease)"
     )
+    readers.add_argument("--json", action="store_true", help=f"list: {JSON_HELP}")
     rebuild_source = commands.add_parser(
         "rebuild",
         help="build a source's tables anew from its dumps beside the old ones, swap them in "
@@ -431,6 +459,12 @@ def main(argv: list[str] | None = None) -> int:
     config_actions.add_parser("schema", help="print the JSON Schema of the config file")
     check = config_actions.add_parser("check", help="validate a config file (starts no Spark)")
     check.add_argument("file", type=Path, help="the reclock YAML file to validate")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``reclock`` command line; returns the process exit code."""
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     try:
@@ -468,12 +502,22 @@ def main(argv: list[str] | None = None) -> int:
             fmt = args.format or ("parquet" if args.out else "table")
             if (fmt == "table") != (args.out is None):
                 parser.error("--format table prints; parquet and delta need --out DIR")
-            print_snapshot(config, args.source, args.as_of, args.out, fmt, args.limit)
+            print_snapshot(
+                config, args.source, args.as_of, args.out, fmt, args.limit, as_json=args.json
+            )
+            return 0
+        if args.command == "inspect" and args.json:
+            found = statuses(config, args.source, transactions=True)
+            print(json_output.dumps(json_output.inspection(found)))
             return 0
         if args.command == "inspect":
             print_inspection(config, args.source)
             return 0
         if args.command == "readers":
+            if args.action == "list" and args.json:
+                holds = reader_holds(config, args.source)
+                print(json_output.dumps(json_output.readers(holds)))
+                return 0
             if args.action == "list":
                 print_readers(config, args.source)
                 return 0
