@@ -6,6 +6,8 @@ stopped afterwards. Chromium must be installed (Debian: ``apt-get install chromi
 
     python -m benchmarks.screenshot --config demo/reclock.yaml --out ui.png \
         [--page /assets/users/changes]
+    python -m benchmarks.screenshot --config demo/reclock.yaml --dagster-home demo/dagster \
+        --tour docs/assets/screenshots      # every page the documentation's UI tour shows
 
 ``running_webserver`` is also what the webserver test uses, so both start it the same way.
 """
@@ -179,6 +181,21 @@ def rendered_text(url: str) -> str:
     return run_chromium(url, "--dump-dom")
 
 
+# The pages of the documentation's tour of the UI (docs/start/ui-tour.md), by file name.
+TOUR = {
+    "asset-groups.png": "/asset-groups",
+    "users-lineage.png": "/locations/pipelines.definitions/asset-groups/users/lineage",
+    "users-changes.png": "/assets/users/changes",
+    "users-changes-partitions.png": (
+        "/assets/users/changes?view=partitions&partition=2026-01-01T00:03:00"
+    ),
+    "users-changes-checks.png": "/assets/users/changes?view=checks",
+    "users-changes-events.png": "/assets/users/changes?view=events",
+    "runs.png": "/runs",
+    "automation.png": "/automation",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.screenshot", description=__doc__)
     parser.add_argument("--config", type=Path, required=True, help="reclock config (YAML)")
@@ -187,12 +204,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dagster-home", type=Path, help="instance folder (default: a temporary one)"
     )
+    parser.add_argument(
+        "--tour", type=Path, metavar="DIR",
+        help="shoot every page of the documentation's UI tour into DIR instead",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    shots = {args.tour / name: page for name, page in TOUR.items()} if args.tour else {
+        args.out: args.page
+    }
     with tempfile.TemporaryDirectory(prefix="reclock-dagster-") as scratch:
         home = args.dagster_home or Path(scratch)
         with running_webserver(args.config, home) as base_url:
-            png = screenshot(base_url + args.page, args.out)
-    print(f"Screenshot of {args.page}: {png}")
+            for out, page in shots.items():
+                print(f"Screenshot of {page}: {screenshot(base_url + page, out)}")
     return 0
 
 
