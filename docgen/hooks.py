@@ -3,7 +3,8 @@
 A page marks where a generated part goes with a line ``<!-- generated: NAME -->``; every
 build replaces it with the part built from this checkout's code, so a reference page can
 never fall behind the code. The benchmark reports under ``docs/benchmarks/reports/`` join
-the navigation by themselves, newest first: a benchmark that writes its page adds it.
+the navigation by themselves, newest first (a benchmark that writes its page adds it),
+and so do the design notes under ``docs/design/``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 REPORTS = "benchmarks/reports"
-BENCHMARKS_SECTION = "Benchmarks"
+NOTES = "design"
 
 
 def generators() -> dict[str, Callable[[], str]]:
@@ -40,6 +41,8 @@ def generators() -> dict[str, Callable[[], str]]:
         "tables-reference": tables_reference.markdown,
         "failures-reference": failures_reference.markdown,
         "checks-reference": checks_reference.markdown,
+        "benchmark-reports": lambda: page_list(REPORTS, "benchmarks"),
+        "design-notes": lambda: page_list(NOTES, "design"),
     }
 
 
@@ -53,14 +56,33 @@ def generated(name: str) -> str:
 
 
 def on_config(config: Any) -> Any:
-    """Add every benchmark report page to the Benchmarks section, newest first."""
-    reports = sorted((Path(config["docs_dir"]) / REPORTS).glob("*.md"), reverse=True)
+    """Add every benchmark report (as Benchmarks > Reports) and every design note to the
+    navigation, newest first."""
+    docs = Path(config["docs_dir"])
     for entry in config["nav"] or []:
-        if isinstance(entry, dict) and BENCHMARKS_SECTION in entry:
-            entry[BENCHMARKS_SECTION].append(
-                {"Reports": [f"{REPORTS}/{report.name}" for report in reports]}
-            )
+        if isinstance(entry, dict) and "Benchmarks" in entry:
+            entry["Benchmarks"].append({"Reports": dated_pages(docs, REPORTS)})
+        if isinstance(entry, dict) and "Design notes" in entry:
+            entry["Design notes"].extend(dated_pages(docs, NOTES))
     return config
+
+
+def dated_pages(docs: Path, folder: str) -> list[str]:
+    """The pages of ``folder`` whose names start with their date, newest first."""
+    names = sorted((p.name for p in (docs / folder).glob("2*.md")), reverse=True)
+    return [f"{folder}/{name}" for name in names]
+
+
+def page_list(folder: str, page_folder: str) -> str:
+    """A list linking every dated page of ``folder`` by its title, newest first, for a page
+    in ``page_folder``."""
+    docs = ROOT / "docs"
+    items = []
+    for path in dated_pages(docs, folder):
+        text = (docs / path).read_text(encoding="utf-8")
+        title = next(line[2:] for line in text.splitlines() if line.startswith("# "))
+        items.append(f"- [{title}]({Path(path).relative_to(page_folder)})")
+    return "\n".join(items) + "\n"
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
