@@ -105,7 +105,7 @@ def event_time_frontier(records: list[Rec], end: int) -> dict[int, int]:
 
 
 def oracle(log: list[Rec]) -> list[dict[str, dict[int, int]]]:
-    """The admission rule of the README, window by window, in plain Python."""
+    """The admission rule of docs/concepts/transactions.md, window by window, in plain Python."""
     txn = [r for r in log if r.member == TXN]
     bound = {m: {} for m in MEMBERS}
     txn_top = 0
