@@ -30,6 +30,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from pipelines.run_output import quiet_instance
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 120.0
@@ -96,16 +98,6 @@ def running_webserver(
         yield base_url
     finally:
         stop(process)
-
-
-def quiet_instance(dagster_home: Path) -> None:
-    """Give an instance folder without settings a ``dagster.yaml`` that turns off the
-    first-visit dialog (it would cover every screenshot) and telemetry (no internet here);
-    an existing ``dagster.yaml`` is left as it is."""
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    settings = dagster_home / "dagster.yaml"
-    if not settings.exists():
-        settings.write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
 
 
 def wait_until_serving(

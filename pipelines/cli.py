@@ -9,16 +9,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 from dagster import DagsterInstance
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from assets.cdcv2_export import EXPORT_FOLDER, exportable
 from assets.partitions import closed_windows, range_tags, to_ms
@@ -33,7 +29,6 @@ from cdc_core.config import (
 )
 from cdc_core.envelopes import ConfigDriftError
 from cdc_core.frontier import iso
-from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows
 from cdc_core.shard import ShardUsageError, stored_upper
 from cdc_core.shard.leases import Hold, LeaseBook, LeaseUsageError, holds_under
@@ -54,6 +49,13 @@ from cdc_core.storage import files, located
 from pipelines import json_output
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.maintenance import maintain_source
+from pipelines.run_output import (
+    dagster_run_config,
+    print_problems,
+    progress_bar,
+    quiet_instance,
+    quiet_warnings,
+)
 from pipelines.sample import write_sample
 
 
@@ -84,9 +86,13 @@ def _first_needed(
     return needed
 
 
-def materialize(config: Config, through_ms: int | None = None, *, exports: bool = True) -> bool:
+def materialize(
+    config: Config, through_ms: int | None = None, *, exports: bool = True, verbose: bool = False
+) -> bool:
     """Every closed window of every source, in order, in one in-process Dagster run, with
-    the asset checks; ``exports=False`` leaves out the CDCv2 export of each source.
+    the asset checks; ``exports=False`` leaves out the CDCv2 export of each source. It
+    shows its progress and what went wrong (``pipelines.run_output``); Dagster's event log
+    goes to the terminal only when ``verbose``.
 
     The run starts at the first window some source still needs (its outputs do not hold
     it, or its export is missing), never earlier: a deployment that has run for months
@@ -115,44 +121,22 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
         print(f"Nothing to materialize: every source is complete through {iso(last_end)}.")
         return True
     keys = [key for key, _ in closed[first:]]
-    job = build_definitions(config, now_ms).resolve_job_def(ALL_WINDOWS_JOB)
     one = len(keys) == 1
-    with _instance() as instance, progress_bar(config, len(keys)):
-        result = job.execute_in_process(
-            instance=instance,
-            partition_key=keys[0] if one else None,
-            tags=None if one else range_tags(keys[0], keys[-1]),
-            raise_on_error=False,
-            asset_selection=None if exports else source_output_keys(config),
-        )
+    with quiet_warnings(verbose):
+        job = build_definitions(config, now_ms).resolve_job_def(ALL_WINDOWS_JOB)
+        with _instance() as instance, progress_bar(config, len(keys)):
+            result = job.execute_in_process(
+                instance=instance,
+                partition_key=keys[0] if one else None,
+                tags=None if one else range_tags(keys[0], keys[-1]),
+                raise_on_error=False,
+                asset_selection=None if exports else source_output_keys(config),
+                run_config=dagster_run_config(verbose),
+            )
+    print_problems(result)
     print(f"Materialized windows {keys[0]} .. {keys[-1]} ({len(keys)} windows): "
           f"{'success' if result.success else 'FAILED'}")
     return result.success
-
-
-@contextmanager
-def progress_bar(config: Config, windows: int, console: Console | None = None) -> Iterator[None]:
-    """A bar per source over the run's windows, naming the engine phase under way; quiet
-    (nothing drawn) when the console is not a terminal, e.g. output piped to a file."""
-    console = console or Console()
-    if not console.is_terminal:
-        yield
-        return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console) as bar:
-        tasks = {s.name: bar.add_task(f"{s.name}: waiting", total=windows) for s in config.sources}
-
-        def show(event: PhaseEvent) -> None:
-            task = tasks.get(event.source)
-            if task is None:
-                return
-            bar.update(task, description=f"{event.source}: {event.name}")
-            if event.ended and event.name == "publish state":  # every window is written
-                bar.update(task, completed=windows)
-
-        with observing(show):
-            yield
 
 
 def config_spark(config: Config) -> SparkSession:
@@ -350,6 +334,7 @@ def parse_lease(text: str) -> int:
 
 CONFIG_HELP = "the reclock config file (YAML), e.g. demo/reclock.yaml"
 JSON_HELP = "print one JSON document in a stable shape, for scripts (see the JSON reference)"
+VERBOSE_HELP = "also print Dagster's event log (every step's events) on the terminal"
 WORKDIR_HELP = "folder for the demo's dumps, config, lake and Dagster instance (default: demo)"
 
 
@@ -378,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--through", type=parse_time, help="ISO-8601 UTC: the last window end to materialize"
     )
+    run.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     inspect = commands.add_parser("inspect", help="frontiers, versions, row counts, errors")
     inspect.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
     inspect.add_argument("--source", help="only this source (default: every source)")
@@ -454,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo = commands.add_parser("demo", help="sample + materialize + summary")
     demo.add_argument("--workdir", type=Path, default=Path("demo"), help=WORKDIR_HELP)
+    demo.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     config_file = commands.add_parser("config", help="the config file: its JSON Schema, checks")
     config_actions = config_file.add_subparsers(dest="action", required=True)
     config_actions.add_parser("schema", help="print the JSON Schema of the config file")
@@ -488,14 +475,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             config = load_config(write_sample(args.workdir))
             home = (args.workdir / "dagster").resolve()
-            home.mkdir(parents=True, exist_ok=True)
+            quiet_instance(home)
             os.environ.setdefault("DAGSTER_HOME", str(home))  # `make ui` shows these runs
-            ok = materialize(config)
+            ok = materialize(config, verbose=args.verbose)
             print_summary(config)
             return 0 if ok else 1
         config = load_config(args.config)
         if args.command == "materialize":
-            ok = materialize(config, args.through)
+            ok = materialize(config, args.through, verbose=args.verbose)
             print_summary(config)
             return 0 if ok else 1
         if args.command == "snapshot":
