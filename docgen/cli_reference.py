@@ -54,9 +54,10 @@ def _row(action: argparse.Action) -> str:
         notes.append("one of " + ", ".join(f"`{choice}`" for choice in action.choices))
     if action.required:
         notes.append("required")
-    if action.option_strings and action.nargs != 0 and action.default not in (None, [], False):
-        notes.append(f"default `{action.default}`")
     help_text = (action.help or "").replace("%(default)s", str(action.default))
+    shown = action.option_strings and action.nargs != 0 and action.default not in (None, [], False)
+    if shown and "default" not in help_text:
+        notes.append(f"default `{action.default}`")
     extra = f" ({'; '.join(notes)})" if notes else ""
     return f"| {flags} | {_escaped(help_text)}{extra} |"
 
