@@ -63,6 +63,7 @@ import polars as pl
 import pyarrow as pa
 from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable
+from matplotlib.ticker import MaxNLocator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -923,6 +924,7 @@ def figures(result: BenchResult) -> dict:
     if series:
         for name, values in series.items():
             axes[1].plot(range(1, len(values) + 1), values, marker="o", label=name)
+        axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
         axes[1].set_xlabel("window (history length)")
         axes[1].set_ylabel("seconds")
         axes[1].set_title("cost per window against window count")
