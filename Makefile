@@ -1,12 +1,12 @@
 # Two entry points: `make demo` and `make test`. Both build .venv from scratch when needed:
 # the Python packages from pyproject.toml, the JVM jars (Delta's Spark connector) from
 # pom.xml into .venv/jars, then the class archive every later Spark session maps
-# (README, "Two commands"). Maven caches the jars in ~/.m2, so a rebuild downloads nothing.
+# (docs: start/demo.md). Maven caches the jars in ~/.m2, so a rebuild downloads nothing.
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench ui chromium
+.PHONY: demo test docs bench ui chromium
 
 $(STAMP): pyproject.toml pom.xml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/reclock demo --workdir demo
 
 # The Dagster UI on the demo's instance: every window `make demo` ran, with its checks.
-# A warm Spark Connect server runs beside it (README, "Spark Connect"): runs started from
+# A warm Spark Connect server runs beside it (docs: guides/spark-connect.md): runs started from
 # the UI, the sensor and the schedule attach to it instead of starting a JVM each.
 SPARK_PORT ?= 15002
 ui: $(STAMP)
@@ -35,10 +35,17 @@ ui: $(STAMP)
 
 # Two workers, one per core of the machine CI runs on; a file's tests stay on one worker
 # (its module fixtures are built once), and the session's lakes are built once per run
-# (tests/conftest.py). README, "Tests share their expensive fixtures".
+# (tests/conftest.py). docs: development/index.md, "Shared fixtures".
 test: $(STAMP) chromium
 	$(VENV)/bin/ruff check .
+	$(MAKE) docs
 	$(VENV)/bin/pytest -n 2 --dist loadfile
+
+# The documentation site (docs/, mkdocs.yml) into site/: --strict fails on a broken link,
+# anchor or page; its reference pages are generated from this checkout's code
+# (docgen/hooks.py). The development pages of the site say how the docs are checked.
+docs: $(STAMP)
+	PYTHONPATH=$(CURDIR) NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # The UI test drives headless Chromium. As root (CI on a clean Debian machine) it is
 # installed when missing; otherwise that test skips and says why.

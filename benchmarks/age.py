@@ -100,6 +100,7 @@ from deltalake import write_deltalake
 from assets.partitions import PARTITION_FORMAT, to_datetime
 from benchmarks.age_instance import MINUTE_MS, instance_settings, write_runs
 from benchmarks.open_ended import tree_cpu_seconds
+from benchmarks.report_page import Provenance, figure, write_page
 from benchmarks.screenshot import graphql, running_webserver
 from cdc_core.config import DEFAULT_RETENTION, duration_ms
 from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry, fold_registry
@@ -722,6 +723,55 @@ def print_ratios(ages: dict[int, dict[str, list[Sample]]]) -> None:
         print(f"{name:<36} {wall:6.2f} {cpu:6.2f}")
 
 
+def report_body(ages: dict[int, dict[str, list[Sample]]]) -> str:
+    """The report page's table: each measure's min wall (and CPU) seconds per age, and
+    its ratio of the oldest age to the youngest."""
+    days = sorted(ages)
+    lines = [
+        "Min over repeats, wall / CPU seconds (the UI queries: wall seconds of the "
+        "webserver's answer).",
+        "",
+        "| measure | " + " | ".join(f"{d} day(s)" for d in days) + f" | {days[-1]}d / {days[0]}d |",
+        "|---|" + "---|" * (len(days) + 1),
+    ]
+    for name in ages[days[0]]:
+        cells, walls = [], []
+        for d in days:
+            samples = ages[d].get(name)
+            walls.append(min(s.wall for s in samples) if samples else None)
+            cpu = "" if not samples or name.startswith("(d)") else \
+                f" / {min(s.cpu for s in samples):.2f}"
+            cells.append(f"{walls[-1]:.2f}{cpu}" if samples else "")
+        ratio = f"{walls[-1] / walls[0]:.2f}" if walls[0] and walls[-1] else ""
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
+    return "\n".join(lines)
+
+
+def report_figures(ages: dict[int, dict[str, list[Sample]]]) -> dict:
+    """Each measure's min wall seconds against the deployment's age, and the same as a
+    ratio to the youngest age (flat at 1 when age costs nothing)."""
+    days = sorted(ages)
+    drawn, (seconds, ratios) = figure(rows=2)
+    for name in ages[days[0]]:
+        kept = [d for d in days if ages[d].get(name)]
+        walls = [min(s.wall for s in ages[d][name]) for d in kept]
+        seconds.plot(kept, walls, marker="o", label=name)
+        if walls[0]:
+            ratios.plot(kept, [w / walls[0] for w in walls], marker="o", label=name)
+    for axes in (seconds, ratios):
+        axes.set_xscale("log")
+        axes.set_xticks(days, [f"{d}d" for d in days])
+        axes.set_xlabel("deployment age")
+    seconds.set_yscale("log")
+    seconds.set_ylabel("min wall seconds")
+    seconds.set_title("cost against deployment age")
+    ratios.set_ylabel(f"x the {days[0]}-day figure")
+    ratios.axhline(1.0, color="0.6", linewidth=0.8)
+    ratios.set_ylim(0, max(2.0, *(max(line.get_ydata()) * 1.1 for line in ratios.lines)))
+    ratios.legend(fontsize=7, ncols=2)
+    return {"age": drawn}
+
+
 def run_window(config_file: Path, key: str, first: str | None) -> int:
     """What a run worker does for a run Dagster launches: the windows' job, assets and
     checks, on the instance of DAGSTER_HOME, for one partition key (the schedule's
@@ -779,6 +829,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workdir", type=Path, help="histories and kept instances (default: a temporary folder)"
     )
+    parser.add_argument(
+        "--page", type=Path, metavar="DIR",
+        help="also write a dated report page with plots into DIR, e.g. docs/benchmarks/reports",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "window":
         return run_window(args.config, args.key, args.first)
@@ -815,6 +869,11 @@ def main(argv: list[str] | None = None) -> int:
             print_table(history, ages[days])
             save_results(base, days, ages[days])
     print_ratios(ages)
+    if args.page is not None and len(ages) > 1:
+        provenance = Provenance.of_this_run("benchmarks.age", argv)
+        page = write_page(args.page, "age", "The cost of age", report_body(ages),
+                          report_figures(ages), provenance)  # fmt: skip
+        print(f"report page: {page}")
     kept = load_results(base)
     if args.workdir is not None and set(kept) != set(ages):
         print(f"\n(ratios over every age kept in {base / 'results.json'})")

@@ -34,7 +34,9 @@ Contenders, all in one process on one Spark session, run in a rotating order per
 
 Reported: medians, records/s, ratios to FLOOR and FLOOR-PARSE, output rows, peak memory
 (this process plus its descendants, i.e. the Spark JVM), per-window seconds against the
-window index, and RECLOCK's time per step. Written to ``bench-out/<timestamp>.md``.
+window index, and RECLOCK's time per step. Written to ``bench-out/<timestamp>.md``; with
+``--page DIR`` also as a dated report page of the documentation site, with plots of the
+seconds per contender and per window (``benchmarks.report_page``).
 Generated dumps are kept under ``<workdir>/dumps/`` and reused by later runs.
 """
 
@@ -61,12 +63,14 @@ import polars as pl
 import pyarrow as pa
 from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable
+from matplotlib.ticker import MaxNLocator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 from pyspark.sql.window import Window
 
+from benchmarks.report_page import Provenance, figure, machine, write_page
 from cdc_core.config import Config, parse_config, to_struct_type
 from cdc_core.ingest import list_dump_files
 from cdc_core.phases import PhaseEvent, observing
@@ -783,19 +787,6 @@ def render(result: BenchResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def machine() -> str:
-    """The CPU model and memory, as Linux reports them (``platform`` elsewhere)."""
-    try:
-        cpu = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-        memory = Path("/proc/meminfo").read_text(encoding="utf-8")
-    except OSError:
-        return platform.platform()
-    model = re.search(r"^model name\s*:\s*(.+)$", cpu, re.MULTILINE)
-    total = re.search(r"^MemTotal:\s*(\d+) kB", memory, re.MULTILINE)
-    gib = f", {int(total.group(1)) / (1 << 20):.0f} GiB RAM" if total else ""
-    return f"{model.group(1) if model else platform.processor()}{gib}"
-
-
 def _ratio(seconds: float, base: float | None) -> str:
     return f"{seconds / base:.2f}" if base else "-"
 
@@ -918,6 +909,29 @@ def _targets_section(result: BenchResult, medians: dict[str, float]) -> list[str
     return lines
 
 
+def figures(result: BenchResult) -> dict:
+    """The report's plots: median seconds per contender and, for the contenders timed per
+    window, seconds per window against the window index (the history behind it)."""
+    medians = {name: median_seconds(runs) for name, runs in result.runs.items()}
+    series = _windowed(result)
+    drawn, axes = figure(rows=2 if series else 1)
+    names = sorted(medians, key=medians.get)
+    axes[0].barh(names, [medians[name] for name in names], color="tab:blue")
+    axes[0].set_xlabel("median wall seconds")
+    workload = result.dataset.workload
+    axes[0].set_title(f"{workload.records:,} records, {workload.keys:,} keys, "
+                      f"{workload.windows} windows: the whole workload")  # fmt: skip
+    if series:
+        for name, values in series.items():
+            axes[1].plot(range(1, len(values) + 1), values, marker="o", label=name)
+        axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes[1].set_xlabel("window (history length)")
+        axes[1].set_ylabel("seconds")
+        axes[1].set_title("cost per window against window count")
+        axes[1].legend()
+    return {"seconds": drawn}
+
+
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     """The workload options: a preset ``--size``, and any of its fields overridden."""
     parser.add_argument("--size", choices=SIZES, default="medium", help="preset workload")
@@ -952,6 +966,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workdir", type=Path, default=Path("bench-out"))
     parser.add_argument("--out", type=Path, help="report file (default bench-out/<time>.md)")
     parser.add_argument(
+        "--page", type=Path, metavar="DIR",
+        help="also write a dated report page with plots into DIR, e.g. docs/benchmarks/reports",
+    )  # fmt: skip
+    parser.add_argument(
         "--master",
         help="Spark master (default local[2]); sc://host:port runs every contender attached "
         "to that Spark Connect server (e.g. one `reclock spark-server` runs)",
@@ -976,6 +994,12 @@ def main(argv: list[str] | None = None) -> None:
     out.write_text(report, encoding="utf-8")
     print(report)
     print(f"written to {out}")
+    if args.page is not None:
+        provenance = Provenance.of_this_run("benchmarks.bench", argv)
+        body = report.split("\n", 1)[1]  # the page has its own dated title
+        page = write_page(args.page, f"bench-{args.size}", "reclock against its peers", body,
+                          figures(result), provenance)  # fmt: skip
+        print(f"report page: {page}")
 
 
 if __name__ == "__main__":

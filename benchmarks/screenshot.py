@@ -6,6 +6,8 @@ stopped afterwards. Chromium must be installed (Debian: ``apt-get install chromi
 
     python -m benchmarks.screenshot --config demo/reclock.yaml --out ui.png \
         [--page /assets/users/changes]
+    python -m benchmarks.screenshot --config demo/reclock.yaml --dagster-home demo/dagster \
+        --tour docs/assets/screenshots      # every page the documentation's UI tour shows
 
 ``running_webserver`` is also what the webserver test uses, so both start it the same way.
 """
@@ -27,6 +29,8 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+from pipelines.run_output import quiet_instance
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -94,16 +98,6 @@ def running_webserver(
         yield base_url
     finally:
         stop(process)
-
-
-def quiet_instance(dagster_home: Path) -> None:
-    """Give an instance folder without settings a ``dagster.yaml`` that turns off the
-    first-visit dialog (it would cover every screenshot) and telemetry (no internet here);
-    an existing ``dagster.yaml`` is left as it is."""
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    settings = dagster_home / "dagster.yaml"
-    if not settings.exists():
-        settings.write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
 
 
 def wait_until_serving(
@@ -179,6 +173,21 @@ def rendered_text(url: str) -> str:
     return run_chromium(url, "--dump-dom")
 
 
+# The pages of the documentation's tour of the UI (docs/start/ui-tour.md), by file name.
+TOUR = {
+    "asset-groups.png": "/asset-groups",
+    "users-lineage.png": "/locations/pipelines.definitions/asset-groups/users/lineage",
+    "users-changes.png": "/assets/users/changes",
+    "users-changes-partitions.png": (
+        "/assets/users/changes?view=partitions&partition=2026-01-01T00:03:00"
+    ),
+    "users-changes-checks.png": "/assets/users/changes?view=checks",
+    "users-changes-events.png": "/assets/users/changes?view=events",
+    "runs.png": "/runs",
+    "automation.png": "/automation",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.screenshot", description=__doc__)
     parser.add_argument("--config", type=Path, required=True, help="reclock config (YAML)")
@@ -187,12 +196,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dagster-home", type=Path, help="instance folder (default: a temporary one)"
     )
+    parser.add_argument(
+        "--tour", type=Path, metavar="DIR",
+        help="shoot every page of the documentation's UI tour into DIR instead",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    shots = {args.tour / name: page for name, page in TOUR.items()} if args.tour else {
+        args.out: args.page
+    }
     with tempfile.TemporaryDirectory(prefix="reclock-dagster-") as scratch:
         home = args.dagster_home or Path(scratch)
         with running_webserver(args.config, home) as base_url:
-            png = screenshot(base_url + args.page, args.out)
-    print(f"Screenshot of {args.page}: {png}")
+            for out, page in shots.items():
+                print(f"Screenshot of {page}: {screenshot(base_url + page, out)}")
     return 0
 
 

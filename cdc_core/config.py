@@ -455,7 +455,7 @@ CREDENTIAL_SETTING = re.compile(r"(?i)secret|password|token|access[.]?key")
 
 class SparkSettings(_Section):
     """Optional Spark overrides; ``master=None`` keeps the local default, ``remote``
-    attaches to a Spark Connect server instead (README, "Spark Connect")."""
+    attaches to a Spark Connect server instead (docs: guides/spark-connect.md)."""
 
     master: Text | None = None
     """Spark master URL, e.g. local[2]; local by default."""
@@ -505,7 +505,7 @@ class SparkSettings(_Section):
 
 class StorageSettings(_Section):
     """How ``s3://`` lakes and landing zones are reached; each setting unset here comes
-    from the standard AWS environment (README, "Object storage")."""
+    from the standard AWS environment (docs: guides/object-storage.md)."""
 
     endpoint: Text | None = None
     """The S3 endpoint URL (default: AWS_ENDPOINT_URL, else AWS itself); plain http only
@@ -546,7 +546,7 @@ def _positive(duration: str) -> str:
 
 class ReaderSettings(_Section):
     """Leases of the readers of a source's tables: a live reader holds the history it
-    may still read (README, "Readers")."""
+    may still read (docs: guides/readers.md)."""
 
     lease: Annotated[Duration, AfterValidator(_positive)] = "1h"
     """How long a reader's hold lasts without a heartbeat; the CDCv2 export holds
@@ -880,7 +880,7 @@ class SourceConfig(_Section):
 
 class TransactionGroup(_Section):
     """Sources written by one database's transactions, and the connector's transaction
-    topic: their windows never split a transaction (README, "Transactions")."""
+    topic: their windows never split a transaction (docs: concepts/transactions.md)."""
 
     model_config = ConfigDict(title="TransactionGroup")
 

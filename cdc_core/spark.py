@@ -88,9 +88,10 @@ def delta_package() -> str:
 # A class-data sharing archive of the JVM classes a reclock session loads, written by
 # ``reclock class-archive`` (``make`` writes it after fetching the jars). A driver JVM that
 # maps it skips loading, parsing and verifying most of Spark's classes, which a fresh
-# process's start and first queries pay (README, "Two commands", has the figures). The JVM
-# checks the archive against its own build and class path and runs without it (quietly)
-# when they differ; a damaged file would crash it, so only a checked one is installed.
+# process's start and first queries pay (docs/design/2026-11-28-class-archive.md has the
+# figures). The JVM checks the archive against its own build and class path and runs
+# without it (quietly) when they differ; a damaged file would crash it, so only a checked
+# one is installed.
 CLASS_ARCHIVE = Path(
     os.environ.get("RECLOCK_CLASS_ARCHIVE", Path(sys.prefix) / "spark-classes.jsa")
 )
@@ -110,7 +111,8 @@ def with_class_archive(options: str, archive: Path = CLASS_ARCHIVE) -> str:
 # The driver JVM of a short run compiles with C1 alone. The optimizing compiler (C2) pays
 # off in long runs only: one scheduled window of 100 records took 16.9 s instead of 20.3 s
 # in a fresh process without it (C2's compilations fight the run for 2 cores), while a
-# million records in 20 windows in one process ran 1.18x slower (README, "Two commands").
+# million records in 20 windows in one process ran 1.18x slower
+# (docs/design/2026-11-28-class-archive.md).
 # A config's own ``-XX:TieredStopAtLevel`` comes later in the options, and wins.
 QUICK_START_OPTIONS = "-XX:TieredStopAtLevel=1"
 

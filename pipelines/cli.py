@@ -9,16 +9,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 from dagster import DagsterInstance
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from assets.cdcv2_export import EXPORT_FOLDER, exportable
 from assets.partitions import closed_windows, range_tags, to_ms
@@ -34,10 +30,9 @@ from cdc_core.config import (
 from cdc_core.connect_token import ConnectTokenMissing, TokenFileUnsafe
 from cdc_core.envelopes import ConfigDriftError
 from cdc_core.frontier import iso
-from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows
 from cdc_core.shard import ShardUsageError, stored_upper
-from cdc_core.shard.leases import LeaseBook, LeaseUsageError, holds_under
+from cdc_core.shard.leases import Hold, LeaseBook, LeaseUsageError, holds_under
 from cdc_core.source import (
     RebuildRefused,
     RebuildUnfinished,
@@ -59,8 +54,16 @@ from cdc_core.spark import (
 )
 from cdc_core.spark_server import DEFAULT_PORT, ExposedServer, config_server_conf, serve
 from cdc_core.storage import files, located
+from pipelines import json_output
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.maintenance import maintain_source
+from pipelines.run_output import (
+    dagster_run_config,
+    print_problems,
+    progress_bar,
+    quiet_instance,
+    quiet_warnings,
+)
 from pipelines.sample import write_sample
 
 
@@ -91,9 +94,13 @@ def _first_needed(
     return needed
 
 
-def materialize(config: Config, through_ms: int | None = None, *, exports: bool = True) -> bool:
+def materialize(
+    config: Config, through_ms: int | None = None, *, exports: bool = True, verbose: bool = False
+) -> bool:
     """Every closed window of every source, in order, in one in-process Dagster run, with
-    the asset checks; ``exports=False`` leaves out the CDCv2 export of each source.
+    the asset checks; ``exports=False`` leaves out the CDCv2 export of each source. It
+    shows its progress and what went wrong (``pipelines.run_output``); Dagster's event log
+    goes to the terminal only when ``verbose``.
 
     The run starts at the first window some source still needs (its outputs do not hold
     it, or its export is missing), never earlier: a deployment that has run for months
@@ -122,44 +129,22 @@ def materialize(config: Config, through_ms: int | None = None, *, exports: bool 
         print(f"Nothing to materialize: every source is complete through {iso(last_end)}.")
         return True
     keys = [key for key, _ in closed[first:]]
-    job = build_definitions(config, now_ms).resolve_job_def(ALL_WINDOWS_JOB)
     one = len(keys) == 1
-    with _instance() as instance, progress_bar(config, len(keys)):
-        result = job.execute_in_process(
-            instance=instance,
-            partition_key=keys[0] if one else None,
-            tags=None if one else range_tags(keys[0], keys[-1]),
-            raise_on_error=False,
-            asset_selection=None if exports else source_output_keys(config),
-        )
+    with quiet_warnings(verbose):
+        job = build_definitions(config, now_ms).resolve_job_def(ALL_WINDOWS_JOB)
+        with _instance() as instance, progress_bar(config, len(keys)):
+            result = job.execute_in_process(
+                instance=instance,
+                partition_key=keys[0] if one else None,
+                tags=None if one else range_tags(keys[0], keys[-1]),
+                raise_on_error=False,
+                asset_selection=None if exports else source_output_keys(config),
+                run_config=dagster_run_config(verbose),
+            )
+    print_problems(result)
     print(f"Materialized windows {keys[0]} .. {keys[-1]} ({len(keys)} windows): "
           f"{'success' if result.success else 'FAILED'}")
     return result.success
-
-
-@contextmanager
-def progress_bar(config: Config, windows: int, console: Console | None = None) -> Iterator[None]:
-    """A bar per source over the run's windows, naming the engine phase under way; quiet
-    (nothing drawn) when the console is not a terminal, e.g. output piped to a file."""
-    console = console or Console()
-    if not console.is_terminal:
-        yield
-        return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console) as bar:
-        tasks = {s.name: bar.add_task(f"{s.name}: waiting", total=windows) for s in config.sources}
-
-        def show(event: PhaseEvent) -> None:
-            task = tasks.get(event.source)
-            if task is None:
-                return
-            bar.update(task, description=f"{event.source}: {event.name}")
-            if event.ended and event.name == "publish state":  # every window is written
-                bar.update(task, completed=windows)
-
-        with observing(show):
-            yield
 
 
 def config_spark(config: Config) -> SparkSession:
@@ -253,14 +238,26 @@ def print_inspection(config: Config, source: str | None) -> None:
 
 
 def print_snapshot(
-    config: Config, source: str, as_of: int, out: Path | None, fmt: str, limit: int
+    config: Config,
+    source: str,
+    as_of: int,
+    out: Path | None,
+    fmt: str,
+    limit: int,
+    *,
+    as_json: bool = False,
 ) -> None:
     """A source's rows at IntoTime ``as_of``: printed, or written by Spark to ``out``
-    (Parquet or a Delta table) without passing through this process."""
+    (Parquet or a Delta table) without passing through this process; ``as_json``: as one
+    JSON document (``pipelines.json_output``)."""
     spark = config_spark(config)
     rows = SourceReader.open(spark, config, config.source(source), config.lake).snapshot_at(as_of)
     if out is None:
         shown = rows.limit(limit + 1).toArrow().to_pylist()
+        if as_json:
+            document = json_output.snapshot(source, as_of, rows.count(), shown, limit)
+            print(json_output.dumps(document))
+            return
         print(f"{source} as of {iso(as_of)}: {rows.count()} row(s)")
         for row in shown[:limit]:
             print("  " + ", ".join(f"{name}={value!r}" for name, value in row.items()))
@@ -268,16 +265,26 @@ def print_snapshot(
             print(f"  ... (first {limit} shown; --out DIR writes them all)")
         return
     rows.write.format(fmt).mode("error").save(str(out.resolve()))
+    if as_json:
+        print(json_output.dumps(json_output.written_snapshot(source, as_of, str(out), fmt)))
+        return
     print(f"{source} as of {iso(as_of)}: written to {out} ({fmt})")
+
+
+def reader_holds(config: Config, only: str | None) -> dict[str, list[Hold]]:
+    """Per source (or the one named ``only``), every registered reader and writer of its
+    shards, read from the logs alone."""
+    return {
+        source.name: holds_under(str(located(config.lake) / source.name))
+        for source in config.sources
+        if only in (None, source.name)
+    }
 
 
 def print_readers(config: Config, only: str | None) -> None:
     """Every registered reader and writer of every shard, read from the logs alone."""
-    for source in config.sources:
-        if only not in (None, source.name):
-            continue
-        print(f"source {source.name}:")
-        found = holds_under(str(located(config.lake) / source.name))
+    for source, found in reader_holds(config, only).items():
+        print(f"source {source}:")
         for hold in found:
             print(hold.describe())
         if not found:
@@ -334,6 +341,8 @@ def parse_lease(text: str) -> int:
 
 
 CONFIG_HELP = "the reclock config file (YAML), e.g. demo/reclock.yaml"
+JSON_HELP = "print one JSON document in a stable shape, for scripts (see the JSON reference)"
+VERBOSE_HELP = "also print Dagster's event log (every step's events) on the terminal"
 WORKDIR_HELP = "folder for the demo's dumps, config, lake and Dagster instance (default: demo)"
 
 
@@ -350,8 +359,9 @@ def parse_time(text: str) -> int:
     return to_ms(datetime.fromisoformat(text.replace("Z", "+00:00")))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The ``reclock`` command line; returns the process exit code."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``reclock`` command line's parser: every command and option, with its help (the
+    CLI reference of the documentation is generated from it)."""
     parser = argparse.ArgumentParser(prog="reclock", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     sample = commands.add_parser("sample", help="write the demo dumps and config")
@@ -361,9 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--through", type=parse_time, help="ISO-8601 UTC: the last window end to materialize"
     )
+    run.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     inspect = commands.add_parser("inspect", help="frontiers, versions, row counts, errors")
     inspect.add_argument("--config", type=Path, required=True, help=CONFIG_HELP)
     inspect.add_argument("--source", help="only this source (default: every source)")
+    inspect.add_argument("--json", action="store_true", help=JSON_HELP)
     maintain = commands.add_parser(
         "maintain", help="retire, compact, collect garbage and trim logs (the daily job)"
     )
@@ -387,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         help="table: print (the default without --out); parquet or delta: with --out",
     )
     snapshot.add_argument("--limit", type=int, default=50, help="rows printed (default 50)")
+    snapshot.add_argument("--json", action="store_true", help=JSON_HELP)
     readers = commands.add_parser(
         "readers", help="list, register, renew or release the readers holding a source's history"
     )
@@ -401,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     readers.add_argument(
         "--lease", type=parse_lease, help="e.g. 30m, 2h (default: the config's readers.lease)"
     )
+    readers.add_argument("--json", action="store_true", help=f"list: {JSON_HELP}")
     rebuild_source = commands.add_parser(
         "rebuild",
         help="build a source's tables anew from its dumps beside the old ones, swap them in "
@@ -434,11 +448,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo = commands.add_parser("demo", help="sample + materialize + summary")
     demo.add_argument("--workdir", type=Path, default=Path("demo"), help=WORKDIR_HELP)
+    demo.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     config_file = commands.add_parser("config", help="the config file: its JSON Schema, checks")
     config_actions = config_file.add_subparsers(dest="action", required=True)
     config_actions.add_parser("schema", help="print the JSON Schema of the config file")
     check = config_actions.add_parser("check", help="validate a config file (starts no Spark)")
     check.add_argument("file", type=Path, help="the reclock YAML file to validate")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``reclock`` command line; returns the process exit code."""
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     try:
@@ -462,26 +483,36 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             config = load_config(write_sample(args.workdir))
             home = (args.workdir / "dagster").resolve()
-            home.mkdir(parents=True, exist_ok=True)
+            quiet_instance(home)
             os.environ.setdefault("DAGSTER_HOME", str(home))  # `make ui` shows these runs
-            ok = materialize(config)
+            ok = materialize(config, verbose=args.verbose)
             print_summary(config)
             return 0 if ok else 1
         config = load_config(args.config)
         if args.command == "materialize":
-            ok = materialize(config, args.through)
+            ok = materialize(config, args.through, verbose=args.verbose)
             print_summary(config)
             return 0 if ok else 1
         if args.command == "snapshot":
             fmt = args.format or ("parquet" if args.out else "table")
             if (fmt == "table") != (args.out is None):
                 parser.error("--format table prints; parquet and delta need --out DIR")
-            print_snapshot(config, args.source, args.as_of, args.out, fmt, args.limit)
+            print_snapshot(
+                config, args.source, args.as_of, args.out, fmt, args.limit, as_json=args.json
+            )
+            return 0
+        if args.command == "inspect" and args.json:
+            found = statuses(config, args.source, transactions=True)
+            print(json_output.dumps(json_output.inspection(found)))
             return 0
         if args.command == "inspect":
             print_inspection(config, args.source)
             return 0
         if args.command == "readers":
+            if args.action == "list" and args.json:
+                holds = reader_holds(config, args.source)
+                print(json_output.dumps(json_output.readers(holds)))
+                return 0
             if args.action == "list":
                 print_readers(config, args.source)
                 return 0

@@ -70,7 +70,7 @@ def _started(log: Path, *, detached: bool = False) -> tuple[subprocess.Popen[byt
 @contextmanager
 def running_server(log: Path) -> Iterator[str]:
     """A server for the block, at the ``sc://`` address yielded; at the end it must stop
-    cleanly on SIGTERM (exit 0, its port closed), as the README says it does."""
+    cleanly on SIGTERM (exit 0, its port closed), as the Spark Connect guide says it does."""
     process, port = _started(log)
     try:
         yield address(port)

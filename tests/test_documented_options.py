@@ -1,5 +1,6 @@
-"""Every option the README's config example documents is read by the engine: loading the
-example with that one option changed changes what the engine does with it.
+"""Every option the config reference's example (docs/reference/config.md) documents is read
+by the engine: loading the example with that one option changed changes what the engine
+does with it.
 
 Each probe asks the engine (not the config model) what it will do: which windows and
 cron it runs, which Spark settings the session gets, which columns the envelope writes,
@@ -29,11 +30,11 @@ from cdc_core.envelopes import EnvelopeBatch, apply_envelope
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.reclock import HeldPartition, overdue
 from cdc_core.reclock.remap import configured_starts
-from cdc_core.source.pipeline import published_tables, transaction_binder
+from cdc_core.source.layout import published_tables, transaction_binder
 from cdc_core.spark import named_remote, session_conf
 from cdc_core.storage import Location, delta_options, spark_conf
 from tests.envelopes.test_envelope_support import dataframe
-from tests.test_config import config_schema, document_fields, readme_example
+from tests.test_config import config_schema, document_fields, documented_example
 
 AMOUNT = {"name": "amount", "type": "double"}
 MEMO = {"name": "memo", "type": ["null", "string"]}
@@ -315,7 +316,7 @@ def variant(example: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_every_documented_option_has_a_probe() -> None:
-    documented = document_fields(readme_example(), config_schema())
+    documented = document_fields(documented_example(), config_schema())
     assert documented == set(PROBES)
 
 
@@ -325,7 +326,7 @@ def test_each_documented_option_changes_what_the_engine_does(
 ) -> None:
     schemas(tmp_path)
     change, probe = PROBES[option]
-    example = readme_example()
+    example = documented_example()
     before = probe(parse_config(example, tmp_path), spark)
     after = probe(parse_config(variant(example, change), tmp_path), spark)
     assert before != after, f"{option}: {before!r}"

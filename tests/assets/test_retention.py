@@ -40,11 +40,12 @@ from assets.partitions import (
     window_key,
     window_partitions,
 )
-from benchmarks.screenshot import graphql, quiet_instance, running_webserver
+from benchmarks.screenshot import graphql, running_webserver
 from cdc_core.config import MAX_PARTITIONS, MS_PER_DAY, Config, load_config
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.cli import materialize
 from pipelines.maintenance import MAINTENANCE_JOB
+from pipelines.run_output import quiet_instance
 from resources.lake import LakeResource
 from resources.run_tags import ASSET_PARTITION_RANGE_START_TAG
 

@@ -1,5 +1,6 @@
-"""The ``reclock`` command line's surface: help on every option, and the progress bar
-that shows on a terminal and stays quiet elsewhere (no Spark: real argparse, real rich)."""
+"""The ``reclock`` command line's surface: help on every option, and the progress that
+draws bars on a terminal and prints plain lines elsewhere (no Spark: real argparse, real
+rich)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from rich.console import Console
 
 from cdc_core.phases import phase
-from pipelines.cli import main, progress_bar
+from pipelines.cli import main
+from pipelines.run_output import progress_bar
 from tests.assets.test_dagster_surface import SOURCE, deployment
 
 COMMANDS = (["sample"], ["materialize"], ["inspect"], ["retire"], ["snapshot"], ["readers"],
@@ -31,15 +33,20 @@ def test_every_option_has_help(command: list[str], capsys: pytest.CaptureFixture
             assert not following.startswith("  -") and following, f"no help: {line.strip()}"
 
 
-def test_the_progress_bar_draws_on_a_terminal_and_is_quiet_elsewhere(tmp_path: Path) -> None:
+def test_the_progress_draws_bars_on_a_terminal_and_plain_lines_elsewhere(tmp_path: Path) -> None:
     config = deployment(tmp_path)
     for terminal in (True, False):
         out = io.StringIO()
         console = Console(file=out, force_terminal=terminal, width=100)
-        with progress_bar(config, 3, console), phase(SOURCE, "publish state"):
-            pass
+        with progress_bar(config, 3, console):
+            with phase(SOURCE, "bind windows"):
+                pass
+            with phase(SOURCE, "append errors"):  # the run's one batch: every window written
+                pass
+            with phase(SOURCE, "publish state"):
+                pass
         drawn = out.getvalue()
         if terminal:
             assert f"{SOURCE}: publish state" in drawn and "3/3" in drawn
-        else:
-            assert drawn == ""
+        else:  # one line, said once, with no terminal codes
+            assert drawn == f"{SOURCE}: 3/3 windows written\n"

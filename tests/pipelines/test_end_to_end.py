@@ -12,6 +12,7 @@ import base64
 import gzip
 import io
 import json
+import logging
 import os
 import re
 import subprocess
@@ -154,7 +155,9 @@ def state_rows(config: Config, source: SourceConfig) -> Counter:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory, spark, connect_server: str) -> Config:
+def demo_run(
+    tmp_path_factory: pytest.TempPathFactory, spark, connect_server: str
+) -> tuple[Config, subprocess.CompletedProcess]:
     """``reclock demo`` as ``make demo`` runs it, in its own process, attached to the
     suite's warm Spark Connect server by ``SPARK_REMOTE`` as under ``make ui`` (the sample's
     config names no master): the end-to-end demo over Connect. The demo's engine in
@@ -168,7 +171,36 @@ def demo(tmp_path_factory: pytest.TempPathFactory, spark, connect_server: str) -
         capture_output=True, text=True, timeout=900, env=env,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return load_config(workdir / "reclock.yaml")
+    return load_config(workdir / "reclock.yaml"), run
+
+
+@pytest.fixture(scope="module")
+def demo(demo_run: tuple[Config, subprocess.CompletedProcess]) -> Config:
+    return demo_run[0]
+
+
+def test_the_demo_prints_its_progress_and_a_summary_and_keeps_the_event_log(
+    demo_run: tuple[Config, subprocess.CompletedProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a terminal (its output captured here): one plain line per source as its
+    windows are written, the run's outcome and the summary; no Dagster events, no beta
+    notes, no telemetry banner, no pandas warning. The events stay in the instance."""
+    config, run = demo_run
+    windows = (config.end_ms - config.start_ms) // config.window_ms
+    lines = run.stdout.splitlines()
+    progress = {line for line in lines if line.endswith("windows written")}
+    assert progress == {f"{s.name}: {windows}/{windows} windows written" for s in config.sources}
+    assert any(line.startswith("Materialized windows") and "success" in line for line in lines)
+    assert lines[-len(config.sources) - 1].split() == ["source", "windows", "upper",
+                                                        "state", "rows", "errors"]  # fmt: skip
+    assert len(lines) == len(config.sources) * 2 + 2
+    for noise in (" - dagster - ", "DEBUG", "BetaWarning", "Telemetry", "FutureWarning"):
+        assert noise not in run.stdout + run.stderr, noise
+    monkeypatch.setenv("DAGSTER_HOME", str(config.lake.parent / "dagster"))
+    instance = DagsterInstance.get()
+    (record,) = instance.get_runs()
+    levels = Counter(entry.level for entry in instance.all_logs(record.run_id))
+    assert levels[logging.DEBUG] > 0 and levels[logging.INFO] > 0
 
 
 def test_the_demo_records_every_window_in_its_own_dagster_instance(

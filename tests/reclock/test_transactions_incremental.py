@@ -15,7 +15,7 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.reclock import Windows
 from cdc_core.reclock.transactions import PendingTransactions, TransactionGroupBinder
 from cdc_core.source import SourcePipeline
-from cdc_core.source.pipeline import transaction_binder
+from cdc_core.source.layout import transaction_binder
 from tests.reclock.test_transactions_property import (
     T0,
     TXN,

@@ -27,7 +27,7 @@ from cdc_core.reclock import Windows, mint_bindings
 from cdc_core.reclock.transactions import TransactionBindingMismatch
 from cdc_core.schemas import REMAP
 from cdc_core.shard import Shard
-from cdc_core.source.pipeline import transaction_binder
+from cdc_core.source.layout import transaction_binder
 from tests.spark_examples import SPARK_EXAMPLES
 
 T0 = 1_767_225_600_000
@@ -105,7 +105,7 @@ def event_time_frontier(records: list[Rec], end: int) -> dict[int, int]:
 
 
 def oracle(log: list[Rec]) -> list[dict[str, dict[int, int]]]:
-    """The admission rule of the README, window by window, in plain Python."""
+    """The admission rule of docs/concepts/transactions.md, window by window, in plain Python."""
     txn = [r for r in log if r.member == TXN]
     bound = {m: {} for m in MEMBERS}
     txn_top = 0

@@ -17,7 +17,7 @@ from tests.lake_rows import SampleLake, run_through
 
 # Every source of the sample but pageviews, whose Kafka Connect sink files carry no record
 # timestamps: its records take each file's modification time, which the upload here sets
-# anew (README, "Object storage"), so its windows cannot match the sample's. users: upsert;
+# anew (docs: guides/object-storage.md), so its windows cannot match the sample's. users: upsert;
 # orders and order_lines: debezium members of the transaction group; clicks: no envelope;
 # payments: upsert of Avro values.
 SOURCES = ("users", "orders", "order_lines", "clicks", "payments")
