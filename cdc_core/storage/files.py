@@ -35,7 +35,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cdc_core.storage import settings
-from cdc_core.storage.location import Location, NotLocal
+from cdc_core.storage.location import LOCAL, Location, NotLocal
 
 READ_BUFFER = 1 << 20  # one request per MiB rather than per pyarrow's small default
 
@@ -62,10 +62,15 @@ class LocationUnreachable(OSError):
 
 
 def resolve(text: str) -> tuple[pafs.FileSystem, str, Location]:
-    """The filesystem holding ``text``, the path within it, and the parsed location."""
-    location = Location.parse(text, base_dir=None) if "://" in text else Location.parse(
-        posixpath.abspath(text)
-    )
+    """The filesystem holding ``text``, the path within it, and the parsed location.
+
+    A local path is made absolute and normalized, never resolved through links: an
+    operation on a link (a delete, a move) acts on the link itself, not on what it
+    points at, which may lie anywhere."""
+    location = (
+        Location.parse(text, base_dir=None) if "://" in text
+        else Location(LOCAL, "", posixpath.abspath(text))
+    )  # fmt: skip
     if location.is_local:
         return _local(), location.path, location
     return _s3(settings.current()), f"{location.bucket}/{location.path}".rstrip("/"), location
@@ -208,12 +213,13 @@ class OutsideFolder(ValueError):
 
 def require_inside(text: str, folder: str, *, follow_last: bool) -> None:
     """OutsideFolder unless ``text`` lies under the folder ``folder``: its path below
-    ``folder`` has no ``.``, ``..`` or empty part, and locally its real path (the links
-    of every part resolved; of the last part only when ``follow_last``, so a link itself
-    may be moved or deleted) lies under ``folder``'s real path. A path need not exist."""
+    ``folder`` has no ``.`` or ``..`` part (an object key may hold them literally, and
+    an empty part, which stays inside), and locally its real path (the links of every
+    part resolved; of the last part only when ``follow_last``, so a link itself may be
+    moved or deleted) lies under ``folder``'s real path. A path need not exist."""
     base = folder.rstrip("/") + "/"
-    parts = text[len(base):].split("/") if text.startswith(base) else []
-    if not parts or any(part in ("", ".", "..") for part in parts):
+    parts = text[len(base):].split("/") if text.startswith(base) else [""]
+    if not any(parts) or any(part in (".", "..") for part in parts):
         raise OutsideFolder(f"{text} does not lie under {folder}")
     _, path, location = resolve(text)
     if not location.is_local:
