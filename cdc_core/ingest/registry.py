@@ -53,7 +53,8 @@ RETIRED_SCHEMA = pa.schema(
 
 
 class DumpFileChanged(ValueError):
-    """A registered dump file changed size or mtime: dumps must be immutable once landed."""
+    """A registered dump file changed size or mtime, or can no longer be read (replaced by
+    a link leading out of its topic's folder, say): dumps must be immutable once landed."""
 
 
 
@@ -219,6 +220,11 @@ class Registry:
             seen = known.get(str(dump.path))
             if seen is None:
                 new.append(dump)
+            elif dump.problem is not None and not seen.unreadable:
+                raise DumpFileChanged(
+                    f"dump file {dump.path} became unreadable after registration "
+                    f"({dump.problem}); dumps must be immutable: land new data as a new file"
+                )
             elif dump.problem is None and (seen.size, seen.mtime_ms) != (
                 dump.size, dump.mtime_ms
             ):

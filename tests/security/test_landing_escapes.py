@@ -25,7 +25,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, load_config
-from cdc_core.ingest import Registry, list_dump_files
+from cdc_core.ingest import DumpFileChanged, Registry, list_dump_files
 from cdc_core.ingest.registry import RegisteredFile
 from cdc_core.source import OUTPUTS, SourcePipeline
 from cdc_core.source.resumption import RetireReport, retire_files
@@ -159,8 +159,9 @@ def test_retire_moves_or_deletes_the_links_themselves(escapes: Escapes) -> None:
 def test_retire_never_moves_or_deletes_through_a_link_out(
     escapes: Escapes, spark: SparkSession
 ) -> None:
-    """After registration, a writer swaps a registered file's folder for a link out, or
-    puts a link out where retire would archive a file: retire refuses, moving nothing."""
+    """After registration, a writer swaps a registered file for a link out (the next
+    registration refuses), its folder for one, or puts a link out where retire would
+    archive the file: retire refuses, moving nothing."""
     config, outside = escapes.config, escapes.outside
     late = config.landing / "users" / "late"
     late.mkdir()
@@ -172,6 +173,13 @@ def test_retire_never_moves_or_deletes_through_a_link_out(
     victims.mkdir()
     (victims / "new.json").write_bytes(b"not reclock's\n")
     archive = config.lake / "users" / "archive"
+
+    (late / "new.json").rename(late / ".new.json")  # the file itself swapped for a link out
+    (late / "new.json").symlink_to(victims / "new.json")
+    with pytest.raises(DumpFileChanged, match="became unreadable after registration"):
+        pipeline.register_dumps(arrival_ms=T0)
+    (late / "new.json").unlink()
+    (late / ".new.json").rename(late / "new.json")
 
     late.rename(late.with_name(".late"))
     late.symlink_to(victims)
