@@ -159,9 +159,9 @@ def test_retire_moves_or_deletes_the_links_themselves(escapes: Escapes) -> None:
 def test_retire_never_moves_or_deletes_through_a_link_out(
     escapes: Escapes, spark: SparkSession
 ) -> None:
-    """After registration, a writer swaps a registered file for a link out (the next
-    registration refuses), its folder for one, or puts a link out where retire would
-    archive the file: retire refuses, moving nothing."""
+    """After registration, a writer swaps a registered file for a link out, or its
+    folder: the next registration refuses (a run reads nothing), and so does retire;
+    a link out where retire would archive the file: retire refuses, moving nothing."""
     config, outside = escapes.config, escapes.outside
     late = config.landing / "users" / "late"
     late.mkdir()
@@ -184,6 +184,8 @@ def test_retire_never_moves_or_deletes_through_a_link_out(
     late.rename(late.with_name(".late"))
     late.symlink_to(victims)
     before = tree_state(outside)
+    with pytest.raises(DumpFileChanged, match="behind a link leading out"):
+        pipeline.register_dumps(arrival_ms=T0)  # a run stops here, before any read
     for mode in ("delete", "archive"):
         with pytest.raises(OutsideFolder, match="leads out of .* through a link"):
             retire_files(pipeline.registry, [registered], mode=mode, landing=config.landing,
