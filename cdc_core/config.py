@@ -117,7 +117,9 @@ DEFAULT_LAUNCHABLE = "6h"
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+# Kafka's own rule, "." and ".." excepted as Kafka excepts them: a topic names the folder
+# <landing>/<topic>, which must not be the landing zone or its parent.
+_KAFKA_TOPIC = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]{1,249}")
 _ROOT = "<config>"  # the field path of the whole file
 # The envelopes whose changes are versions of keys (one row per key at a time).
 HISTORY_ENVELOPES = (Envelope.UPSERT, Envelope.DEBEZIUM_UPSERT)
@@ -360,7 +362,8 @@ Topic = Annotated[
     str,
     BeforeValidator(_text),
     AfterValidator(
-        _matching(_KAFKA_TOPIC, "is not a Kafka topic name (letters, digits, . _ -): {text!r}")
+        _matching(_KAFKA_TOPIC, "is not a Kafka topic name (letters, digits, . _ -, "
+                                "but not . or ..): {text!r}")  # fmt: skip
     ),
     WithJsonSchema({"type": "string", "pattern": f"^{_KAFKA_TOPIC.pattern}$"}),
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -388,7 +387,10 @@ def path_frame(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     return frame if tasks == 1 else frame.repartition(tasks)
 
 
-LINE_BATCH = 4096  # lines per Arrow batch: a file's lines never sit in memory at once
+# Lines per Arrow batch, and bytes after which a batch ends sooner: a file's lines never
+# sit in memory at once, nor do many lines near the line limit (``dump_bytes``).
+LINE_BATCH = 4096
+BATCH_BYTES = 16 * 2**20
 
 
 def lines_by_path(
@@ -396,12 +398,22 @@ def lines_by_path(
     value_type: pa.DataType,
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """For ``mapInArrow`` over ``path_frame``: ``value``, ``file`` batches of each path's
-    lines as ``lines_of`` yields them, at most ``LINE_BATCH`` lines at a time."""
+    lines as ``lines_of`` yields them, at most ``LINE_BATCH`` lines at a time, and no more
+    once they hold ``BATCH_BYTES``."""
     schema = pa.schema([("value", value_type), ("file", pa.string())])
+
+    def batch_of(path: str, lines: list[Any]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({"value": lines, "file": [path] * len(lines)}, schema)
+
     for batch in batches:
         for path in batch.column("path").to_pylist():
-            lines = iter(lines_of(path))
-            while chunk := list(itertools.islice(lines, LINE_BATCH)):
-                yield pa.RecordBatch.from_pydict(
-                    {"value": chunk, "file": [path] * len(chunk)}, schema=schema
-                )
+            lines: list[Any] = []
+            size = 0
+            for line in lines_of(path):
+                lines.append(line)
+                size += len(line)
+                if len(lines) == LINE_BATCH or size >= BATCH_BYTES:
+                    yield batch_of(path, lines)
+                    lines, size = [], 0
+            if lines:
+                yield batch_of(path, lines)

@@ -55,7 +55,13 @@ class AvroSchema:
 
 
 def load_schema_file(path: Path, schema_id: int) -> AvroSchema:
-    """The schema in an ``.avsc`` file, which records name by ``schema_id``."""
+    """The schema in an ``.avsc`` file, which records name by ``schema_id``.
+
+    The file may lie anywhere, inside the config's folder or not, as the lake and the
+    landing zone may: the config is trusted input (whoever writes it already chooses
+    where reclock reads and writes, and its Spark settings), so confining this one path
+    would protect nothing. Dumps, written by whoever may write the landing zone, are the
+    untrusted input, and nothing in a dump names a file to read."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
@@ -65,7 +71,13 @@ def load_schema_file(path: Path, schema_id: int) -> AvroSchema:
 
 def load_subject(folder: Path, subject: str, version: int | str) -> AvroSchema:
     """Version ``version`` (a number, or ``latest``: the highest) of ``subject`` in the
-    schema folder."""
+    schema folder. A subject names one folder directly in it: a subject that would
+    climb out (``..``, a ``/``) is refused, so a config points at schemas only through
+    ``schema_folder`` or a ``file``."""
+    if subject in ("", ".", "..") or "/" in subject or "\\" in subject or "\0" in subject:
+        raise AvroSchemaError(
+            f"subject {subject!r} is not a folder name in {folder} (no /, \\, . or ..)"
+        )
     subject_folder = Path(folder) / subject
     if version == LATEST:
         versions = sorted(

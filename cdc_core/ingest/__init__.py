@@ -5,7 +5,8 @@ Invariant: a registered dump file never changes (a rewritten file is refused wit
 records, one canonical copy per offset, however often the offsets were redelivered.
 
 Modules: ``dumps`` (finding and parsing dump files, and the canonical reads of registered
-files), ``connect_files`` (Kafka Connect sink files), ``registry`` (the durable file
+files), ``connect_files`` (Kafka Connect sink files), ``dump_bytes`` (a dump's bytes read
+within the input limits, and its damage judged), ``registry`` (the durable file
 registry: metadata on the driver).
 """
 

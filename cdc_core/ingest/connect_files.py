@@ -15,8 +15,6 @@ that cannot be read to its end yields its records up to the damage and one line 
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
 import re
@@ -29,6 +27,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_core.envelopes.encodings import json_value
+from cdc_core.ingest.dump_bytes import LineTooLong, LongLine, bounded_lines, opened
 from cdc_core.spark import lines_by_path, path_frame
 from cdc_core.storage import files as storage_files
 from cdc_core.storage import on_workers
@@ -100,15 +99,17 @@ def kcat_lines(path: str) -> Iterator[str]:
 
 
 def _values(path: str, name: ConnectName) -> Iterator[str | None]:
-    """Each record's value as JSON text (None for a null value)."""
-    with storage_files.open_input(path) as raw:
-        stream = gzip.GzipFile(fileobj=raw) if name.gzip else raw
+    """Each record's value as JSON text (None for a null value), read within the input
+    limits: a line over the line limit or a gzip bomb is damage (``InputLimitExceeded``)."""
+    with opened(path, gzipped=name.gzip) as stream:
         if name.avro:
             for value in fastavro.reader(stream):
                 yield None if value is None else json.dumps(value, default=json_value)
             return
-        for line in io.TextIOWrapper(stream, encoding="utf-8", newline="\n"):
-            text = line.rstrip("\r\n")
+        for line in bounded_lines(stream):
+            if isinstance(line, LongLine):
+                raise LineTooLong(line.describe())
+            text = line.decode("utf-8").rstrip("\r")
             if not text.strip():
                 continue
             yield None if text.strip() == "null" else text

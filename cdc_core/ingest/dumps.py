@@ -17,14 +17,11 @@ several files and in ``records``.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import gzip
 import operator
 import os
 import posixpath
-import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
@@ -39,6 +37,13 @@ from pyspark.sql.window import Window
 
 from cdc_core.expressions import built_once
 from cdc_core.ingest.connect_files import connect_lines, layout_of
+from cdc_core.ingest.dump_bytes import (
+    GZIP_SUFFIX,
+    MAX_LINE_BYTES,
+    DumpDamage,
+    dump_damage,
+    salvaged_lines,
+)
 from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import lines_by_path, local_frame, path_frame
 from cdc_core.storage import FileEntry, Location, on_workers, spark_path
@@ -49,7 +54,6 @@ if TYPE_CHECKING:  # the registry builds on these reads; they only name its type
     from cdc_core.ingest.registry import RegisteredFile, Registry
 
 IN_PROGRESS_SUFFIXES = (".tmp", ".partial")
-GZIP_SUFFIX = ".gz"
 
 # How a line is parsed: position fields typed (a wrong JSON type yields null and fills
 # ``_corrupt_record``), key/payload (and headers, when asked for) as text.
@@ -91,23 +95,6 @@ SCAN_SCHEMA = pa.schema(
 # cannot be listed, a pipe) has size and mtime -1 and is registered anyway, so that it is
 # reported, never skipped.
 DumpFile = FileEntry
-
-
-TRUNCATED_GZIP = "truncated gzip file"
-
-
-@dataclass(frozen=True)
-class GzipDamage:
-    """Why a gzip file does not decompress to its end; ``truncated``: it is a complete
-    stream cut short, so every line before the cut is exactly what was written."""
-
-    reason: str
-    truncated: bool
-
-    @classmethod
-    def from_reason(cls, reason: str) -> GzipDamage:
-        """The damage a recorded ``reason`` (as ``gzip_damage`` words it) describes."""
-        return cls(reason, truncated=reason.startswith(TRUNCATED_GZIP))
 
 
 @dataclass(frozen=True)
@@ -157,10 +144,13 @@ def list_dump_files(landing: Path | Location, topic: str) -> list[DumpFile]:
     writers' staging areas can live inside the landing zone. A path that cannot be read
     (see ``walk_files``: a folder that cannot be listed, a link loop, a dangling link,
     anything but a regular file) is listed with its ``problem`` instead of failing the
-    listing or being skipped. Local folders and ``s3://`` prefixes alike, by the storage
-    layer."""
+    listing or being skipped; so is a link leading out of the topic's folder, or the
+    folder itself when it leads out of the landing zone: never followed, so a writer of
+    the landing zone cannot make reclock read, archive or delete a file elsewhere. Local
+    folders and ``s3://`` prefixes alike, by the storage layer."""
     root = storage_files.normalize(storage_files.join(str(landing), topic))
-    return dump_objects(root, storage_files.walk_files(root, enter=is_visible_folder))
+    listed = storage_files.walk_files(root, enter=is_visible_folder, within=str(landing))
+    return dump_objects(root, listed)
 
 
 def is_visible_folder(name: str) -> bool:
@@ -171,9 +161,13 @@ def is_visible_folder(name: str) -> bool:
 def dump_objects(root: str, entries: Iterable[FileEntry]) -> list[DumpFile]:
     """The dumps among ``entries``, files listed under the folder ``root``: names hidden
     or in progress, or under a hidden folder, are left out; a dump's path listed
-    unreadable (``problem``) stays, to be reported."""
+    unreadable (``problem``) stays, to be reported, as does ``root`` itself listed
+    unreadable (see ``list_dump_files``)."""
     found = []
     for entry in entries:
+        if entry.path == root:
+            found.append(entry)
+            continue
         *folders, name = posixpath.relpath(entry.path, root).split("/")
         if is_dump_name(name) and all(is_visible_folder(part) for part in folders):
             found.append(entry)
@@ -185,7 +179,7 @@ def read_dumps(
     files: Sequence[str],
     *,
     topic: str | None = None,
-    damaged: Mapping[str, GzipDamage] | None = None,
+    damaged: Mapping[str, DumpDamage] | None = None,
     headers: bool = False,
 ) -> DumpRead:
     """Parse dump files into records and errors, data-parallel.
@@ -199,11 +193,13 @@ def read_dumps(
     blank lines carry nothing and are skipped. ``file`` is the dump's absolute
     path (as ``list_dump_files`` spells it).
 
-    A damaged gzip file would fail the whole Spark read, so gzip files are first checked
-    by a Spark job that decompresses each one on an executor (one task per file batch,
-    streaming, nothing but the verdict returns to the driver). Each damaged file becomes
-    one error row; of a truncated one, the complete lines before the cut are still read
-    (the same lines on every read), of any other damaged one nothing is. ``damaged``: the
+    A damaged gzip file would fail the whole Spark read, and a line or a gzip stream
+    beyond the input limits (``dump_bytes``) would exhaust its memory, so gzip files and
+    files larger than the line limit are first checked by a Spark job that streams each
+    one on an executor (one task per file batch, nothing but the verdict returns to the
+    driver). Each damaged file becomes one error row; of a truncated one, the complete
+    lines before the cut are still read, of one with lines over the limit every other
+    line (the same lines on every read), of any other damaged one nothing is. ``damaged``: the
     verdicts already known for ``files`` (a registry's, taken when the immutable files
     were registered), which spares that job. Files that do not exist raise
     ``FileNotFoundError``. ``headers``: also read each record's headers (as JSON text,
@@ -234,7 +230,7 @@ def read_dumps(
 class DumpScan:
     """``summary``: per (file, partition) the ``SCAN_SCHEMA`` statistics of the records;
     ``bad_lines``: per file with any, how many of its lines are no record;
-    ``damaged``: ``path -> reason`` of the gzip files that do not decompress to their end."""
+    ``damaged``: ``path -> reason`` of the damaged files (see ``dump_damage``)."""
 
     summary: pa.Table
     bad_lines: dict[str, int]
@@ -257,10 +253,10 @@ def scan_dump_files(
     readable, damaged = _readable(spark, files)
     reasons = {path: d.reason for path, d in damaged.items()}
     kcat = [path for path in readable if layout_of(path) is DumpLayout.KCAT]
-    # Sink files and the complete lines of truncated gzip files, named by local paths.
+    # Sink files and the salvaged lines of damaged files, named by local paths.
     others = [path for path in readable if layout_of(path) is DumpLayout.CONNECT]
     frames = []
-    if others or any(damage.truncated for damage in damaged.values()):
+    if others or any(damage.salvaged for damage in damaged.values()):
         lines = _read_lines(spark, others, damaged)
         frames.append(_position_stats(_parse(lines, _SCAN_LINE, topic)))
     if kcat:
@@ -330,97 +326,62 @@ def _positioned(topic: str | None) -> Column:
 
 
 def _readable(
-    spark: SparkSession, files: Sequence[str], known: Mapping[str, GzipDamage] | None = None
-) -> tuple[list[str], dict[str, GzipDamage]]:
-    """The paths Spark's text reader can read, and the damaged gzip files (left out of
-    them; checked now unless ``known``). Files that do not exist raise
+    spark: SparkSession, files: Sequence[str], known: Mapping[str, DumpDamage] | None = None
+) -> tuple[list[str], dict[str, DumpDamage]]:
+    """The paths Spark's text reader can read, and the damaged files (left out of them;
+    checked now unless ``known``): kcat files that are gzip or larger than the line
+    limit, whose lines a smaller file cannot exceed. Files that do not exist raise
     ``FileNotFoundError``."""
     paths = [os.fspath(file) for file in files]
-    missing = [path for path in paths if not storage_files.exists(path)]
+    found = {path: storage_files.info(path) for path in paths}
+    missing = [path for path, info in found.items() if info.type == pafs.FileType.NotFound]
     if missing:
         raise FileNotFoundError(f"dump files not found: {', '.join(missing)}")
     if known is None:  # a sink file reports its own damage, where it is
-        damaged = find_damaged_gzip_files(
-            spark,
-            [p for p in paths if p.endswith(GZIP_SUFFIX) and layout_of(p) is DumpLayout.KCAT],
-        )
+        damaged = find_damaged_files(spark, [
+            path for path, info in found.items()
+            if layout_of(path) is DumpLayout.KCAT
+            and (path.endswith(GZIP_SUFFIX) or info.size > MAX_LINE_BYTES)
+        ])  # fmt: skip
     else:
         damaged = {path: known[path] for path in paths if path in known}
     return [path for path in paths if path not in damaged], damaged
 
 
-def find_damaged_gzip_files(spark: SparkSession, paths: Sequence[str]) -> dict[str, GzipDamage]:
-    """``path -> damage`` for every gzip file that does not decompress to its end, each
-    checked on an executor (only the damaged files' verdicts reach the driver)."""
+def find_damaged_files(spark: SparkSession, paths: Sequence[str]) -> dict[str, DumpDamage]:
+    """``path -> damage`` for every kcat dump among ``paths`` that ``dump_damage`` judges
+    damaged, each judged on an executor (only the damaged files' verdicts reach the
+    driver)."""
     if not paths:
         return {}
-    verdicts = path_frame(spark, paths).mapInArrow(on_workers(_gzip_verdicts, paths),
-                                                   _GZIP_VERDICT)  # fmt: skip
-    return {row.path: GzipDamage(row.reason, row.truncated) for row in verdicts.collect()}
+    verdicts = path_frame(spark, paths).mapInArrow(on_workers(_verdicts, paths), _VERDICT)
+    return {row.path: DumpDamage(row.reason, row.salvaged) for row in verdicts.collect()}
 
 
-_GZIP_VERDICT = "path string, reason string, truncated boolean"
+_VERDICT = "path string, reason string, salvaged boolean"
 
 
-def _gzip_verdicts(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _verdicts(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``: the damage of each damaged file among the batches' paths."""
     for batch in batches:
-        judged = [(path, gzip_damage(path)) for path in batch.column("path").to_pylist()]
+        judged = [(path, dump_damage(path)) for path in batch.column("path").to_pylist()]
         damaged = [(path, damage) for path, damage in judged if damage]
         yield pa.RecordBatch.from_pydict(
             {
                 "path": [path for path, _ in damaged],
                 "reason": [damage.reason for _, damage in damaged],
-                "truncated": [damage.truncated for _, damage in damaged],
+                "salvaged": [damage.salvaged for _, damage in damaged],
             },
             schema=pa.schema([("path", pa.string()), ("reason", pa.string()),
-                              ("truncated", pa.bool_())]),  # fmt: skip
+                              ("salvaged", pa.bool_())]),  # fmt: skip
         )
-
-
-@contextlib.contextmanager
-def _open_gzip(path: str) -> Iterator[gzip.GzipFile]:
-    """The decompressed stream of a gzip file, local or on an object store (the raw
-    stream is closed with it: a GzipFile leaves a stream it was given open)."""
-    with storage_files.open_input(path) as raw, gzip.GzipFile(fileobj=raw, mode="rb") as stream:
-        yield stream
-
-
-def gzip_damage(path: str) -> GzipDamage | None:
-    """Why ``path`` is not a complete gzip stream, or None when it is (streams, O(1) memory)."""
-    try:
-        with _open_gzip(path) as stream:
-            while stream.read1(1 << 20):
-                pass
-    except EOFError as error:
-        return GzipDamage(
-            f"{TRUNCATED_GZIP} ({error}): the complete lines before the cut are read, "
-            "the rest of the file is lost",
-            truncated=True,
-        )
-    except (OSError, zlib.error) as error:
-        return GzipDamage(f"corrupt gzip file: {error}; no line of it is read", truncated=False)
-    return None
-
-
-def truncated_gzip_lines(path: str) -> Iterator[bytes]:
-    """The complete lines of a gzip file cut short, up to the cut (the line the cut
-    falls in is dropped): a pure function of the file's bytes, so every read agrees."""
-    pending = b""
-    with _open_gzip(path) as stream:
-        try:
-            while chunk := stream.read1(1 << 20):
-                *complete, pending = (pending + chunk).split(b"\n")
-                yield from (line.rstrip(b"\r") for line in complete)
-        except EOFError:
-            return
 
 
 def _read_lines(
-    spark: SparkSession, paths: Sequence[str], damaged: dict[str, GzipDamage]
+    spark: SparkSession, paths: Sequence[str], damaged: dict[str, DumpDamage]
 ) -> DataFrame:
     """Non-blank lines with the absolute path of their file: every line of ``paths`` and
-    the complete lines of the truncated gzip files among ``damaged``."""
+    the salvaged lines of the damaged files among ``damaged``."""
     frames = []
     kcat = [path for path in paths if layout_of(path) is DumpLayout.KCAT]
     if kcat:
@@ -429,9 +390,9 @@ def _read_lines(
     connect = [path for path in paths if layout_of(path) is DumpLayout.CONNECT]
     if connect:
         frames.append(connect_lines(spark, connect))
-    truncated = sorted(path for path, damage in damaged.items() if damage.truncated)
-    if truncated:
-        frames.append(_salvaged_lines(spark, truncated))
+    salvaged = sorted(path for path, damage in damaged.items() if damage.salvaged)
+    if salvaged:
+        frames.append(_salvaged_lines(spark, salvaged))
     if not frames:
         return local_frame(spark, [], "value string, file string")
     return _nonblank(functools.reduce(DataFrame.unionByName, frames))
@@ -443,8 +404,9 @@ def _nonblank(lines: DataFrame) -> DataFrame:
 
 
 def _salvaged_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
-    """``value``, ``file``: the complete lines of truncated gzip files, decompressed on the
-    executors; bytes become text unchanged (invalid UTF-8 stays invalid, to be judged)."""
+    """``value``, ``file``: the salvaged lines of damaged files (``salvaged_lines``), read
+    on the executors; bytes become text unchanged (invalid UTF-8 stays invalid, to be
+    judged)."""
     salvaged = path_frame(spark, paths).mapInArrow(on_workers(_salvage, paths),
                                                    "value binary, file string")  # fmt: skip
     return salvaged.select(F.col("value").cast("string").alias("value"), "file")
@@ -452,7 +414,7 @@ def _salvaged_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
 
 def _salvage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``: each path's salvaged lines."""
-    return lines_by_path(batches, truncated_gzip_lines, pa.binary())
+    return lines_by_path(batches, salvaged_lines, pa.binary())
 
 
 def _dump_path(uri: Column) -> Column:
@@ -702,7 +664,7 @@ def read_canonical(
     """
     files = sorted((f for f in files if not f.unreadable), key=lambda f: f.path)
     require_present(files)
-    damage = {f.path: GzipDamage.from_reason(f.problem) for f in files if f.problem}
+    damage = {f.path: DumpDamage.from_reason(f.problem) for f in files if f.problem}
     dumps = read_dumps(
         spark, [f.path for f in files], topic=registry.topic, damaged=damage, headers=headers
     )

@@ -35,6 +35,7 @@ from cdc_core.ingest.dumps import (
 from cdc_core.shard import delta_io
 from cdc_core.shard.log import append_rows, existing_table, merge_files, rewrite_table
 from cdc_core.storage import files as storage_files
+from cdc_core.storage.files import LEADS_OUT
 
 FILES_SCHEMA = pa.schema(
     [
@@ -53,7 +54,8 @@ RETIRED_SCHEMA = pa.schema(
 
 
 class DumpFileChanged(ValueError):
-    """A registered dump file changed size or mtime: dumps must be immutable once landed."""
+    """A registered dump file changed size or mtime, or can no longer be read (replaced by
+    a link leading out of its topic's folder, say): dumps must be immutable once landed."""
 
 
 
@@ -211,14 +213,23 @@ class Registry:
         """Register the files not registered yet; returns the newly registered ones.
 
         Idempotent: a file already registered with the same size and mtime is skipped.
+        A registered file that changed, or that lies under a folder now listed as a link
+        leading out of the topic's folder (swapped in after registration: reads would
+        follow it), raises ``DumpFileChanged``.
         """
         files = list(files)
+        self._refuse_links_over_live_files(files)
         known = {f.path: f for f in self._named({str(d.path) for d in files})}
         new: list[DumpFile] = []
         for dump in files:
             seen = known.get(str(dump.path))
             if seen is None:
                 new.append(dump)
+            elif dump.problem is not None and not seen.unreadable:
+                raise DumpFileChanged(
+                    f"dump file {dump.path} became unreadable after registration "
+                    f"({dump.problem}); dumps must be immutable: land new data as a new file"
+                )
             elif dump.problem is None and (seen.size, seen.mtime_ms) != (
                 dump.size, dump.mtime_ms
             ):
@@ -233,6 +244,19 @@ class Registry:
         rows = _registration_rows(spark, new, arrival_ms, self.topic)
         _append(self.files_path, rows, FILES_SCHEMA, "register", f"{len(new)} dump file(s)")
         return self._named({str(d.path) for d in new})
+
+    def _refuse_links_over_live_files(self, files: Sequence[DumpFile]) -> None:
+        """DumpFileChanged when a live registered file lies under a folder of ``files``
+        listed as a link leading out of the topic's folder (``LEADS_OUT``)."""
+        links = tuple(f"{d.path}/" for d in files if d.problem == LEADS_OUT)
+        if not links:
+            return
+        under = [f.path for f in self.live_files() if f.path.startswith(links)]
+        if under:
+            raise DumpFileChanged(
+                f"dump file(s) {', '.join(under)} now lie behind a link leading out of the "
+                "topic's folder; dumps must be immutable: land new data as a new file"
+            )
 
     def _named(self, paths: set[str]) -> list[RegisteredFile]:
         """The registered files among ``paths``."""

@@ -11,7 +11,6 @@ are then retired (archived or deleted), and the remap's since advances to ``T - 
 
 from __future__ import annotations
 
-import posixpath
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -211,26 +210,29 @@ def retire_files(
 ) -> tuple[dict[str, str], list[str]]:
     """Move ``files`` under ``archive`` (keeping their path relative to ``landing``) or
     delete them, then record them retired in ``registry``; returns what was archived
-    where, and what was deleted. A file already gone is recorded all the same."""
-    archived: dict[str, str] = {}
-    deleted: list[str] = []
+    where, and what was deleted. A file already gone is recorded all the same.
+
+    Retire moves and deletes inside the landing zone only, and writes inside the archive
+    only: every file must lie under ``landing`` and its target under ``archive``, links
+    resolved (a link itself is moved or deleted as a link, never what it points at), or
+    ``OutsideFolder`` is raised naming it before anything moves. The listing never yields
+    a path leading out (``walk_files``): a path that does was changed behind reclock's
+    back (a folder swapped for a link), or the archive holds a link leading out."""
     archive_root = str(located(archive))
-    landing_prefix = str(located(landing)).rstrip("/") + "/"
+    landing_root = str(located(landing))
+    archived: dict[str, str] = {}
     for registered in files:
-        source = registered.path
-        if mode == RetirePolicy.DELETE:
-            storage_files.delete_file(source)
-            deleted.append(source)
-            continue
-        # Kept at its path relative to the landing zone; by its name alone if elsewhere.
-        relative = (
-            source.removeprefix(landing_prefix)
-            if source.startswith(landing_prefix)
-            else posixpath.basename(source)
-        )
-        target = storage_files.join(archive_root, relative)
+        storage_files.require_inside(registered.path, landing_root, follow_last=False)
+        if mode != RetirePolicy.DELETE:
+            relative = registered.path.removeprefix(landing_root.rstrip("/") + "/")
+            target = storage_files.join(archive_root, relative)
+            storage_files.require_inside(target, archive_root, follow_last=True)
+            archived[registered.path] = target
+    deleted = [f.path for f in files] if mode == RetirePolicy.DELETE else []
+    for source in deleted:
+        storage_files.delete_file(source)
+    for source, target in archived.items():
         storage_files.move_file(source, target)
-        archived[source] = target
     registry.mark_retired({**archived, **dict.fromkeys(deleted)}, now_ms)
     return archived, deleted
 

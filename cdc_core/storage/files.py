@@ -35,7 +35,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cdc_core.storage import settings
-from cdc_core.storage.location import Location, NotLocal
+from cdc_core.storage.location import LOCAL, Location, NotLocal
 
 READ_BUFFER = 1 << 20  # one request per MiB rather than per pyarrow's small default
 
@@ -62,10 +62,15 @@ class LocationUnreachable(OSError):
 
 
 def resolve(text: str) -> tuple[pafs.FileSystem, str, Location]:
-    """The filesystem holding ``text``, the path within it, and the parsed location."""
-    location = Location.parse(text, base_dir=None) if "://" in text else Location.parse(
-        posixpath.abspath(text)
-    )
+    """The filesystem holding ``text``, the path within it, and the parsed location.
+
+    A local path is made absolute and normalized, never resolved through links: an
+    operation on a link (a delete, a move) acts on the link itself, not on what it
+    points at, which may lie anywhere."""
+    location = (
+        Location.parse(text, base_dir=None) if "://" in text
+        else Location(LOCAL, "", posixpath.abspath(text))
+    )  # fmt: skip
     if location.is_local:
         return _local(), location.path, location
     return _s3(settings.current()), f"{location.bucket}/{location.path}".rstrip("/"), location
@@ -121,7 +126,9 @@ def list_files(text: str, *, recursive: bool = True) -> list[FileEntry]:
     return sorted(entries, key=lambda entry: entry.path)
 
 
-def walk_files(text: str, *, enter: Callable[[str], bool]) -> list[FileEntry]:
+def walk_files(
+    text: str, *, enter: Callable[[str], bool], within: str | None = None
+) -> list[FileEntry]:
     """Every file under the folder ``text`` (none when it is missing), sorted by path,
     looking only into folders whose name ``enter`` accepts (on S3: the keys whose every
     folder part below ``text`` it accepts).
@@ -129,20 +136,30 @@ def walk_files(text: str, *, enter: Callable[[str], bool]) -> list[FileEntry]:
     Locally, linked folders are followed, each real folder once; a path that cannot be
     read (a folder that cannot be listed, a link loop, a folder reached twice, a dangling
     link, anything but a regular file, a file without read permission) is listed with
-    its ``problem`` instead of failing the walk or being left out. An object store has no
-    links, permissions per object or special files: every object listed is readable."""
+    its ``problem`` instead of failing the walk or being left out.
+
+    The walk never leaves ``text``: a link (to a file or a folder) whose real path lies
+    outside the real path of ``text`` is listed with its problem (``LEADS_OUT``), never
+    read or entered, so whoever may write under ``text`` cannot make a reader of the walk
+    read, or a mover of its files move, anything elsewhere. When ``text`` itself leads
+    out of ``within`` (it is a link, or lies under one, to a place outside ``within``'s
+    real path), it alone is listed, with that problem. An object store has no links,
+    permissions per object or special files: every object listed is readable."""
     _, root, location = resolve(text)
     if not location.is_local:
         base = _text(location, root).rstrip("/") + "/"
         return [entry for entry in list_files(text)
                 if all(enter(part) for part in entry.path[len(base):].split("/")[:-1])]  # fmt: skip
+    real_root = os.path.realpath(root)
+    if within is not None and not _is_inside(real_root, os.path.realpath(resolve(within)[1])):
+        return [FileEntry.unreadable(root, LEADS_OUT)] if os.path.lexists(root) else []
     found: list[FileEntry] = []
 
     def unlisted(error: OSError) -> None:
         if error.filename != root or not isinstance(error, FileNotFoundError):
             found.append(FileEntry.unreadable(error.filename, _os_problem(error)))
 
-    visited = {os.path.realpath(root)}
+    visited = {real_root}
     for folder, subfolders, names in os.walk(root, onerror=unlisted, followlinks=True):
         kept = []
         for name in subfolders:
@@ -150,7 +167,9 @@ def walk_files(text: str, *, enter: Callable[[str], bool]) -> list[FileEntry]:
                 continue
             path = posixpath.join(folder, name)
             real = os.path.realpath(path)
-            if real in visited:
+            if not _is_inside(real, real_root):
+                found.append(FileEntry.unreadable(path, LEADS_OUT))
+            elif real in visited:
                 found.append(
                     FileEntry.unreadable(path, f"folder already listed as {real} (symlink loop)")
                 )
@@ -158,21 +177,58 @@ def walk_files(text: str, *, enter: Callable[[str], bool]) -> list[FileEntry]:
                 visited.add(real)
                 kept.append(name)
         subfolders[:] = kept
-        found.extend(_local_entry(posixpath.join(folder, name)) for name in names)
+        found.extend(_local_entry(posixpath.join(folder, name), real_root) for name in names)
     return sorted(found, key=lambda entry: entry.path)
 
 
-def _local_entry(path: str) -> FileEntry:
-    """One local file's size and mtime, or why it cannot be read."""
+# Why a walk lists a link without following it (``walk_files``).
+LEADS_OUT = "unreadable path: a link leading out of the folder listed (not followed)"
+
+
+def _is_inside(real: str, real_folder: str) -> bool:
+    """Whether the real path ``real`` is ``real_folder`` or lies under it."""
+    return real == real_folder or real.startswith(real_folder.rstrip("/") + "/")
+
+
+def _local_entry(path: str, real_root: str) -> FileEntry:
+    """One local file's size and mtime, or why it cannot be read (a link leading out of
+    ``real_root`` among the reasons)."""
     try:
         status = os.stat(path)
     except OSError as error:
         return FileEntry.unreadable(path, _os_problem(error))
     if not stat.S_ISREG(status.st_mode):
         return FileEntry.unreadable(path, "unreadable path: not a regular file")
+    if os.path.islink(path) and not _is_inside(os.path.realpath(path), real_root):
+        return FileEntry.unreadable(path, LEADS_OUT)
     if not os.access(path, os.R_OK):
         return FileEntry.unreadable(path, "unreadable path: permission denied")
     return FileEntry(path, status.st_size, status.st_mtime_ns // 1_000_000)
+
+
+class OutsideFolder(ValueError):
+    """A path that lies outside the folder it must stay in: written with ``..`` segments,
+    or (locally) reached through a link that leads out of it."""
+
+
+def require_inside(text: str, folder: str, *, follow_last: bool) -> None:
+    """OutsideFolder unless ``text`` lies under the folder ``folder``: its path below
+    ``folder`` has no ``.`` or ``..`` part (an object key may hold them literally, and
+    an empty part, which stays inside), and locally its real path (the links of every
+    part resolved; of the last part only when ``follow_last``, so a link itself may be
+    moved or deleted) lies under ``folder``'s real path. A path need not exist."""
+    base = folder.rstrip("/") + "/"
+    parts = text[len(base):].split("/") if text.startswith(base) else [""]
+    if not any(parts) or any(part in (".", "..") for part in parts):
+        raise OutsideFolder(f"{text} does not lie under {folder}")
+    _, path, location = resolve(text)
+    if not location.is_local:
+        return
+    real = os.path.realpath(path) if follow_last else posixpath.join(
+        os.path.realpath(posixpath.dirname(path)), posixpath.basename(path)
+    )
+    if not _is_inside(real, os.path.realpath(resolve(folder)[1])):
+        raise OutsideFolder(f"{text} leads out of {folder} (to {real}) through a link")
 
 
 def _os_problem(error: OSError) -> str:

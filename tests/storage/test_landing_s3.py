@@ -8,7 +8,7 @@ import gzip
 
 from pyspark.sql import SparkSession
 
-from cdc_core.ingest.dumps import _salvaged_lines, find_damaged_gzip_files, list_dump_files
+from cdc_core.ingest.dumps import _salvaged_lines, find_damaged_files, list_dump_files
 from cdc_core.storage import Location, files
 
 
@@ -40,10 +40,10 @@ def test_gzip_damage_is_found_and_salvaged_on_workers_from_s3(
     files.write_bytes(cut, whole[: len(whole) // 2])
     files.write_bytes(garbage, b"definitely not gzip\n")
 
-    damaged = find_damaged_gzip_files(spark, [good, cut, garbage])
+    damaged = find_damaged_files(spark, [good, cut, garbage])
 
     assert set(damaged) == {cut, garbage}
-    assert damaged[cut].truncated and not damaged[garbage].truncated
+    assert damaged[cut].salvaged and not damaged[garbage].salvaged
     assert damaged[garbage].reason.startswith("corrupt gzip file: ")
     salvaged = [(row.file, row.value) for row in _salvaged_lines(spark, [cut]).collect()]
     assert 0 < len(salvaged) < 2000
