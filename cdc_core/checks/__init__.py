@@ -4,8 +4,9 @@ Invariant: a check reads only what is on disk, so it catches damage done behind 
 pipeline's back; only aggregates reach the driver.
 
 Modules: ``invariants`` (completeness, monotone remap, exactly-once, accounted, the
-published state's counts, classic DEBEZIUM constraints, transactions settled in time), ``history`` (an SCD type 2 history's versions),
-``expectations`` (great-expectations suites on a window's output).
+published state's counts, classic DEBEZIUM constraints, transactions settled in time),
+``history`` (an SCD type 2 history's versions), ``expectations`` (great-expectations
+suites on a window's output).
 """
 
 from cdc_core.checks.expectations import ExpectationSpec, ValidationReport, validate

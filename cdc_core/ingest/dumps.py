@@ -38,7 +38,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from pyspark.sql.window import Window
 
 from cdc_core.expressions import built_once
-from cdc_core.ingest.connect_files import connect_lines, layout_of
+from cdc_core.ingest.connect_files import Stored, connect_lines, layout_of
 from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import lines_by_path, local_frame, path_frame
 from cdc_core.storage import FileEntry, Location, on_workers, spark_path
@@ -187,6 +187,7 @@ def read_dumps(
     topic: str | None = None,
     damaged: Mapping[str, GzipDamage] | None = None,
     headers: bool = False,
+    stored: Mapping[str, Stored] | None = None,
 ) -> DumpRead:
     """Parse dump files into records and errors, data-parallel.
 
@@ -207,12 +208,13 @@ def read_dumps(
     verdicts already known for ``files`` (a registry's, taken when the immutable files
     were registered), which spares that job. Files that do not exist raise
     ``FileNotFoundError``. ``headers``: also read each record's headers (as JSON text,
-    null when the line has none).
+    null when the line has none). ``stored``: the key and header files a Kafka Connect
+    sink value file is read with (by its path).
     """
     readable, damaged = _readable(spark, files, damaged)
     fields = [*_RECORD_FIELDS, *([HEADERS] if headers else [])]
     line_schema = StructType([*fields, StructField(_CORRUPT, StringType())])
-    parsed = _parse(_read_lines(spark, readable, damaged), line_schema, topic)
+    parsed = _parse(_read_lines(spark, readable, damaged, stored), line_schema, topic)
     unreadable = local_frame(
         spark,
         [(None, None, None, None, d.reason, path) for path, d in sorted(damaged.items())],
@@ -417,10 +419,14 @@ def truncated_gzip_lines(path: str) -> Iterator[bytes]:
 
 
 def _read_lines(
-    spark: SparkSession, paths: Sequence[str], damaged: dict[str, GzipDamage]
+    spark: SparkSession,
+    paths: Sequence[str],
+    damaged: dict[str, GzipDamage],
+    stored: Mapping[str, Stored] | None = None,
 ) -> DataFrame:
-    """Non-blank lines with the absolute path of their file: every line of ``paths`` and
-    the complete lines of the truncated gzip files among ``damaged``."""
+    """Non-blank lines with the absolute path of their file: every line of ``paths`` (a
+    sink value file's with the key and header files ``stored`` for it) and the complete
+    lines of the truncated gzip files among ``damaged``."""
     frames = []
     kcat = [path for path in paths if layout_of(path) is DumpLayout.KCAT]
     if kcat:
@@ -428,7 +434,7 @@ def _read_lines(
         frames.append(text.select("value", _dump_path(F.col("_metadata.file_path")).alias("file")))
     connect = [path for path in paths if layout_of(path) is DumpLayout.CONNECT]
     if connect:
-        frames.append(connect_lines(spark, connect))
+        frames.append(connect_lines(spark, connect, stored))
     truncated = sorted(path for path, damage in damaged.items() if damage.truncated)
     if truncated:
         frames.append(_salvaged_lines(spark, truncated))
@@ -665,7 +671,10 @@ def starts_column(spark: SparkSession, starts: Mapping[int, int]) -> Column:
 
 def require_present(files: Iterable[RegisteredFile]) -> None:
     """Fail loudly, naming each file and its offsets, when a needed dump file is gone."""
-    missing = [f for f in files if f.retired or not storage_files.exists(f.path)]
+    missing = [
+        f for f in files
+        if f.retired or not all(storage_files.exists(p) for p in (f.path, *f.stored.values()))
+    ]  # fmt: skip
     if missing:
         described = "; ".join(
             f.describe() + (f" retired to {f.archived_to}" if f.archived_to else "")
@@ -691,21 +700,25 @@ def read_canonical(
 
     The kept copy is a kcat copy before a Kafka Connect sink copy (which knows neither the
     key nor the true timestamp), then the one of the earliest-arriving file, then the
-    smallest path, so every run picks the same copy; dropped copies of the kept copy's
-    layout that differ in ts, key or payload become conflict rows. Identical redeliveries
+    smallest path, so every run picks the same copy (a sink value file is read with the
+    key and header files registered for it, and not at all while it waits for them);
+    dropped copies of the kept copy's layout that differ in ts, key or payload become
+    conflict rows. Identical redeliveries
     simply collapse. The lines are shuffled once, by Kafka partition, and sorted by
     offset: the copy ranking and every later per-partition pass in offset order (the
     binding times) reuse that layout. Gzip damage comes from the registry (judged when
     the immutable files were registered). ``headers``: the records carry their headers,
-    "[]" for a kcat record without any, null for a sink record (a sink keeps none, so
-    they are unknown), and copies must agree on them too.
+    "[]" for a kcat record without any; a sink record's from its headers file, null
+    without one (unknown, not absent); and copies must agree on them too.
     """
-    files = sorted((f for f in files if not f.unreadable), key=lambda f: f.path)
+    readable = (f for f in files if not f.unreadable and not f.waiting_for)
+    files = sorted(readable, key=lambda f: f.path)
     require_present(files)
     damage = {f.path: GzipDamage.from_reason(f.problem) for f in files if f.problem}
     dumps = read_dumps(
-        spark, [f.path for f in files], topic=registry.topic, damaged=damage, headers=headers
-    )
+        spark, [f.path for f in files], topic=registry.topic, damaged=damage, headers=headers,
+        stored={f.path: f.stored for f in files if f.stored},
+    )  # fmt: skip
     # File ids in path order, so ordering copies by id orders them by path.
     catalog = local_frame(
         spark,
@@ -725,7 +738,8 @@ def read_canonical(
     lines = dumps.lines.join(F.broadcast(catalog), "file", "left").drop("file")
     if headers:
         known = F.coalesce(F.col(HEADERS.name), F.lit("[]"))
-        lines = lines.withColumn(HEADERS.name, F.when(~F.col("_from_sink"), known))
+        sink = F.col(HEADERS.name)  # its headers file's, or unknown (null) without one
+        lines = lines.withColumn(HEADERS.name, F.when(F.col("_from_sink"), sink).otherwise(known))
     lines = lines.repartition("partition")
     # Good records sort before bad lines at the same position, so a bad line never
     # displaces a good copy, and positioned bad lines before the rest (another topic's
