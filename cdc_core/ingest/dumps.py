@@ -711,7 +711,9 @@ def read_canonical(
     "[]" for a kcat record without any; a sink record's from its headers file, null
     without one (unknown, not absent); and copies must agree on them too.
     """
-    readable = (f for f in files if not f.unreadable and not f.waiting_for)
+    readable = (  # a key or header file is read with its value file, never alone
+        f for f in files if not f.unreadable and not f.waiting_for and f.stored_kind is None
+    )
     files = sorted(readable, key=lambda f: f.path)
     require_present(files)
     damage = {f.path: GzipDamage.from_reason(f.problem) for f in files if f.problem}

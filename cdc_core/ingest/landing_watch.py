@@ -82,6 +82,14 @@ class TopicMarks:
         opened = [key for key in self.open_stems if posixpath.dirname(key) == folder]
         return min([self.folders[folder], *opened])
 
+    def is_new(self, path: str) -> bool:
+        """Whether a dump listed in an active folder was not seen before: it sorts after
+        the folder's greatest dump, or it is a stored file of an open value file."""
+        if path > self.folders[posixpath.dirname(path)]:
+            return True
+        kind, key = stored_kind(path), stem(path)
+        return kind is not None and key in self.open_stems and kind not in self.open_stems[key][1]
+
 
 class LandingWatch:
     """Where the listing of each topic of one landing zone stands, kept between ticks
@@ -114,8 +122,12 @@ class LandingWatch:
             if is_remote(landing):
                 self.topics[topic] = self._marks_of_whole_listing(dumps)
             return [dump.path for dump in dumps]
-        listed = [storage_files.list_after(folder, marks.start_after(folder), recursive=False)
-                  for folder in marks.folders]  # fmt: skip
+        listed = [
+            [entry for entry in storage_files.list_after(
+                folder, marks.start_after(folder), recursive=False
+            ) if marks.is_new(entry.path)]
+            for folder in marks.folders
+        ]  # fmt: skip
         listed.append(storage_files.list_after(root, marks.greatest))
         unique = {entry.path: entry for entries in listed for entry in entries}
         new = dump_objects(root, unique.values())
