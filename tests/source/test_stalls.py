@@ -178,6 +178,42 @@ def test_a_partition_held_at_a_gap_is_named_and_fails_accounted_past_stall_after
     assert waits in described and "no registered dump is known to hold offset 1" in described
 
 
+def test_a_transactional_topics_marker_gaps_hold_it_unless_gaps_are_allowed(
+    tmp_path: Path, spark
+) -> None:
+    """A kcat dump of a topic a transactional producer writes: each commit marker takes an
+    offset no consumer sees (3 and 7 here), and an aborted transaction's records and marker
+    are skipped (8 to 10). By default the binding holds the partition at the first gap and
+    says why such gaps arise and which setting admits them; with ``allow_offset_gaps`` it
+    binds every record."""
+    kept = {0: "a", 1: "b", 2: "c", 4: "d", 5: "e", 6: "f", 11: "g"}
+    dump = b"".join(line(offset, offset, name) for offset, name in kept.items())
+    states = {}
+    for allowed in (False, True):
+        workdir = tmp_path / str(allowed)
+        (workdir / "landing" / "users").mkdir(parents=True)
+        (workdir / "landing" / "users" / "dump.json").write_bytes(dump)
+        config = write_config(workdir, allow_offset_gaps=allowed)
+        pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
+        pipeline.register_dumps(T0)
+        [report] = pipeline.run_windows(Windows(T0, T0 + MINUTE, MINUTE))
+        pipeline.finish()
+        states[allowed] = {(r["id"], r["name"]) for r in table(config, "state")}
+        held = pipeline.inspect().held
+        if allowed:
+            assert report.frontier.offsets == {PARTITION: 12} and held == ()
+            continue
+        assert report.frontier.offsets == {PARTITION: 3}
+        [waits] = held
+        assert waits.describe().startswith(f"partition {PARTITION} waits at offset 3 ")
+        assert "offset gap: no registered dump is known to hold offset 3" in waits.reason
+        assert "written by a transactional producer (each commit marker takes an offset no " \
+            "consumer sees, and an aborted transaction's records are skipped)" in waits.reason
+        assert waits.reason.endswith("set allow_offset_gaps for it")
+    assert states == {False: {(0, "a"), (1, "b"), (2, "c")},
+                      True: {(o, name) for o, name in kept.items()}}  # fmt: skip
+
+
 # Damage a line can carry while its partition and offset still read (bound at its
 # position), and damage that loses the position (a hole the binding must wait at).
 POSITIONED = {
