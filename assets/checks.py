@@ -39,6 +39,7 @@ from assets.source_assets import output_key
 from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
+from cdc_core.ingest.connect_files import sink_gaps
 from cdc_core.phases import phase
 from cdc_core.reclock import frontier_at, held_partitions, overdue, remap_updates
 from cdc_core.reclock.remap import frontier_in
@@ -296,6 +297,7 @@ def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
             end + 1,
             gaps_allowed=source.allow_offset_gaps,
             errors=pipeline.errors,
+            holes=sink_gaps(pipeline.registry.files(reaching=before.offsets)),
         )
 
     def accounted(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:

@@ -146,16 +146,18 @@ def exactly_once(
     *,
     gaps_allowed: bool,
     errors: Shard | None = None,
+    holes: Mapping[int, Sequence[tuple[int, int]]] | None = None,
 ) -> CheckOutcome:
     """The records reclocked at times in ``[lower, upper)`` are exactly the offsets from
     ``before`` (the remap at ``lower - 1``, or the configured start offsets) up to ``after``
     (the remap at ``upper - 1``), each once: nothing outside that interval (which includes
     an earlier window's record appearing again), no offset twice, none missing unless
-    gaps are allowed or ``errors`` holds the offset at those times (a damaged line is
-    bound at its position, as an error instead of a record). It reads only the range's
-    updates, so a run pays for what it wrote; with every window judged once, every
-    offset appears exactly once overall. Where the range starts below ``since`` it
-    judges everything from the first offset."""
+    gaps are allowed, ``errors`` holds the offset at those times (a damaged line is
+    bound at its position, as an error instead of a record) or it lies in one of the
+    partition's ``holes`` (``[low, high)`` ranges known to hold no record: ``sink_gaps``).
+    It reads only the range's updates, so a run pays for what it wrote; with every
+    window judged once, every offset appears exactly once overall. Where the range starts
+    below ``since`` it judges everything from the first offset."""
     rows = _range_updates(reclocked, lower, upper)
     if lower - 1 < (reclocked.since.time or 0):
         before = OffsetFrontier()
@@ -190,7 +192,10 @@ def exactly_once(
         records = row["records"] if row else 0
         low = max(before[partition], starts.get(partition, 0))
         high = after[partition]
-        expected = max(high - low, 0)
+        empty = sum(
+            max(min(hi, high) - max(lo, low), 0) for lo, hi in (holes or {}).get(partition, ())
+        )
+        expected = max(high - low, 0) - empty
         figures[f"partition_{partition}"] = {"records": records, "from": low, "to": high}
         if row and row["not_once"]:
             problems.append(f"partition {partition}: {row['not_once']} offset(s) not exactly once")

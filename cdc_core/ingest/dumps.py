@@ -38,7 +38,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from pyspark.sql.window import Window
 
 from cdc_core.expressions import built_once
-from cdc_core.ingest.connect_files import Stored, connect_lines, layout_of
+from cdc_core.ingest.connect_files import Stored, connect_lines, layout_of, sink_gaps
 from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import lines_by_path, local_frame, path_frame
 from cdc_core.storage import FileEntry, Location, on_workers, spark_path
@@ -559,6 +559,7 @@ class CanonicalRecords:
     catalog: DataFrame
     unreadable: DataFrame
     headers: bool = False
+    covered: DataFrame | None = None  # ``partition``, ``offset``, ``covers``: see positions
 
     @property
     def records(self) -> DataFrame:
@@ -571,9 +572,17 @@ class CanonicalRecords:
         """``partition``, ``offset``, ``ts``, ``arrival_ms`` of every known position: the
         records, and the positioned damaged lines of positions no record holds (their
         ``ts`` null when it does not read). A binding passes these, so a damaged line
-        never holds back the records after it."""
+        never holds back the records after it. ``covers``: the last offset a position
+        accounts for, its own, or for the last record of a Kafka Connect sink file the
+        offset before the next file's start (``sink_gaps``)."""
         kept = (F.col("reason").isNull() | F.col("positioned")) & (F.col("_copy") == 1)
-        return self.lines.where(kept).select("partition", "offset", "ts", "arrival_ms")
+        positions = self.lines.where(kept).select("partition", "offset", "ts", "arrival_ms")
+        if self.covered is None:
+            return positions.withColumn("covers", F.col("offset"))
+        return positions.join(F.broadcast(self.covered), ["partition", "offset"], "left").select(
+            "partition", "offset", "ts", "arrival_ms",
+            F.coalesce("covers", "offset").alias("covers"),
+        )  # fmt: skip
 
     @property
     def conflicts(self) -> DataFrame:
@@ -711,6 +720,7 @@ def read_canonical(
     "[]" for a kcat record without any; a sink record's from its headers file, null
     without one (unknown, not absent); and copies must agree on them too.
     """
+    gaps = sink_gaps(files)
     readable = (  # a key or header file is read with its value file, never alone
         f for f in files if not f.unreadable and not f.waiting_for and f.stored_kind is None
     )
@@ -765,6 +775,13 @@ def read_canonical(
     ranked = lines.select("*", rank.alias("_copy"), conflict.alias("_kept_file")).where(
         keep | ~good
     )
+    covered = None
+    if gaps:
+        covered = local_frame(
+            spark, [(p, low - 1, high - 1) for p, spans in gaps.items() for low, high in spans],
+            "partition int, offset bigint, covers bigint",
+        )  # fmt: skip
     return CanonicalRecords(
-        lines=ranked, catalog=catalog, unreadable=dumps.unreadable, headers=headers
-    )
+        lines=ranked, catalog=catalog, unreadable=dumps.unreadable, headers=headers,
+        covered=covered,
+    )  # fmt: skip

@@ -2,8 +2,8 @@
 local folders: registration (statistics, damage, bad lines), the sensor's look for
 unregistered paths (before and after maintenance sorts the registry), the canonical
 read (kcat, gzip, Kafka Connect sink files with their key and header files, a truncated
-gzip file's salvaged lines, an empty object, a line that is not UTF-8) and the loud failure on a needed file that is
-gone."""
+gzip file's salvaged lines, an empty object, a line that is not UTF-8) and the loud
+failure on a needed file that is gone."""
 
 from __future__ import annotations
 
