@@ -39,6 +39,7 @@ from assets.source_assets import output_key
 from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
+from cdc_core.ingest.connect_files import sink_gaps
 from cdc_core.phases import phase
 from cdc_core.reclock import frontier_at, held_partitions, overdue, remap_updates
 from cdc_core.reclock.remap import frontier_in
@@ -196,7 +197,9 @@ def judge_concurrently(
 
 def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
-    registered record accounted for, upsert state is a set, well-formed history (when kept),
+    registered record accounted for, the state's counts (a set per key for a keyed
+    envelope, positive for a bag), no standing constraint violation (classic DEBEZIUM),
+    well-formed history (when kept),
     no transaction waiting past its group's timeout (for a member of a transaction group),
     and the source's data expectations.
 
@@ -294,6 +297,7 @@ def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
             end + 1,
             gaps_allowed=source.allow_offset_gaps,
             errors=pipeline.errors,
+            holes=sink_gaps(pipeline.registry.files(reaching=before.offsets)),
         )
 
     def accounted(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
@@ -316,9 +320,9 @@ def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
             bindings=bindings,
         )
 
-    def state_set(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
-        key_columns = list(source.key_schema.fieldNames())
-        return checks.state_is_set(pipeline.changes, key_columns, end)
+    def state_counts(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
+        key_columns = list(source.key_schema.fieldNames()) if source.envelope.keyed else []
+        return checks.state_counts(pipeline.changes, key_columns, end)
 
     def expectations(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
         rows = checks.window_rows(pipeline.changes, start + 1, end + 1).where("diff > 0")
@@ -364,10 +368,32 @@ def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
             "and every dump file read with bad lines, damage or no record is in errors.",
         )
     )
-    if source.envelope in (Envelope.UPSERT, Envelope.DEBEZIUM_UPSERT):
+    if source.envelope.keyed:
         definitions.append(
             SourceCheck(
-                "changes", "state_is_set", state_set, "Every key's accumulated count is 0 or 1."
+                "changes",
+                "state_is_set",
+                state_counts,
+                "Every row's accumulated count is 0 or 1, and every key holds at most one row.",
+            )
+        )
+    else:
+        definitions.append(
+            SourceCheck(
+                "changes",
+                "state_is_bag",
+                state_counts,
+                "No row's accumulated count is negative (equal records each add 1).",
+            )
+        )
+    if source.envelope == Envelope.DEBEZIUM:
+        definitions.append(
+            SourceCheck(
+                "errors",
+                "constraints",
+                lambda p, _s, end: checks.constraints_hold(p.errors, end),
+                "No classic DEBEZIUM constraint violation (a partial or mismatched before "
+                "image, a missing source position, a broken re-send) stands in errors.",
             )
         )
     if source.history:

@@ -88,6 +88,7 @@ from cdc_core.vocabulary import (
     ReclockPolicy,
     RecordEncoding,
     RetirePolicy,
+    SinkStore,
 )
 
 # Column types a schema may use; ``long`` is accepted as an alias of ``bigint``.
@@ -663,7 +664,12 @@ class SourceConfig(_Section):
     reclock: Annotated[ReclockPolicy, _one_of(ReclockPolicy)]
     """What binds a record to a window: its arrival, or its event time (ts)."""
     allow_offset_gaps: Flag = False
-    """Accept gaps between offsets, as compacted topics have."""
+    """Accept gaps between offsets, as compacted topics and topics written by a
+    transactional producer (its commit markers, its aborted transactions) have."""
+    sink_stores: tuple[Annotated[SinkStore, _one_of(SinkStore)], ...] = ()
+    """What the Kafka Connect sink writes beside each value file (its store.kafka.keys and
+    store.kafka.headers): keys, headers. A sink value file is then read only together with
+    them, and waits for them as for a gap in its offsets."""
     start_offsets: StartOffsets = Field(default_factory=OffsetFrontier)
     """Partition -> first offset, for a topic that does not start at offset 0."""
     retire: Annotated[RetirePolicy, _one_of(RetirePolicy)] = RetirePolicy.ARCHIVE

@@ -48,6 +48,15 @@ class DumpLayout(StrEnum):
     CONNECT = "connect"
 
 
+class SinkStore(StrEnum):
+    """What a Kafka Connect storage sink writes beside each value file when told to
+    (``store.kafka.keys``, ``store.kafka.headers``): a file of the records' keys
+    (``<name>.keys.<ext>``) or of their headers (``<name>.headers.<ext>``)."""
+
+    KEYS = "keys"
+    HEADERS = "headers"
+
+
 class IncludeField(StrEnum):
     """Kafka metadata of the record a row comes from (its winning record for the upsert
     envelopes), each an output column of its own name, after the data columns."""

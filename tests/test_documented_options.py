@@ -28,9 +28,10 @@ from cdc_core.checks import validate
 from cdc_core.config import Config, parse_config
 from cdc_core.envelopes import EnvelopeBatch, apply_envelope
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
+from cdc_core.ingest import list_dump_files
 from cdc_core.reclock import HeldPartition, overdue
 from cdc_core.reclock.remap import configured_starts
-from cdc_core.source.layout import published_tables, transaction_binder
+from cdc_core.source.layout import published_tables, source_registry, transaction_binder
 from cdc_core.spark import named_remote, session_conf
 from cdc_core.storage import Location, delta_options, spark_conf
 from tests.envelopes.test_envelope_support import dataframe
@@ -228,6 +229,9 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "sources[].allow_offset_gaps": (
         {"users.allow_offset_gaps": True}, lambda c, s: users(c).allow_offset_gaps
     ),
+    "sources[].sink_stores": (
+        {"users.sink_stores": ["keys"]}, lambda c, s: _sink_value_file_waits(s, c)
+    ),
     "sources[].start_offsets": (
         {"users.start_offsets": {0: 5}}, lambda c, s: configured_starts(users(c))
     ),
@@ -282,6 +286,18 @@ def _group_binding(spark: SparkSession, config: Config) -> tuple | None:
         return None
     members = {name: m.collection for name, m in binder.members.items()}
     return binder.bindings.path, binder.registry.topic, members
+
+
+def _sink_value_file_waits(spark: SparkSession, config: Config) -> list[tuple]:
+    """What a Kafka Connect sink value file of ``users`` that landed alone waits for."""
+    topic = users(config).topic
+    value = config.landing / topic / "partition=0" / f"{topic}+0+0000000000.json"
+    if not value.exists():  # the probe runs twice: the file lands once
+        value.parent.mkdir(parents=True, exist_ok=True)
+        value.write_text('{"name": "n", "email": "e", "tier": "free"}\n')
+    registry = source_registry(config.lake, users(config))
+    registry.register(spark, list_dump_files(config.landing, topic), arrival_ms=0)
+    return [f.waiting_for for f in registry.files()]
 
 
 def _expectations_pass(spark: SparkSession, config: Config) -> bool:

@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_core.cdcv2 import check_completeness
+from cdc_core.envelopes import constraint_violations
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import RegisteredFile
 from cdc_core.reclock import HeldPartition, frontier_of, remap_updates
@@ -41,6 +42,8 @@ def fingerprint(columns: Sequence[str]) -> Column:
     checks shuffle one long per row instead of the row: two different rows collide with
     probability about 2**-64 (a million rows: about 3e-8 that any pair does)."""
     values = [F.col(f"`{name}`") for name in columns]
+    if not values:  # a key-only table's rows have no columns beyond their key
+        return F.lit(0).cast("long")
     return F.xxhash64(*values, *[value.isNull() for value in values])
 
 
@@ -143,16 +146,18 @@ def exactly_once(
     *,
     gaps_allowed: bool,
     errors: Shard | None = None,
+    holes: Mapping[int, Sequence[tuple[int, int]]] | None = None,
 ) -> CheckOutcome:
     """The records reclocked at times in ``[lower, upper)`` are exactly the offsets from
     ``before`` (the remap at ``lower - 1``, or the configured start offsets) up to ``after``
     (the remap at ``upper - 1``), each once: nothing outside that interval (which includes
     an earlier window's record appearing again), no offset twice, none missing unless
-    gaps are allowed or ``errors`` holds the offset at those times (a damaged line is
-    bound at its position, as an error instead of a record). It reads only the range's
-    updates, so a run pays for what it wrote; with every window judged once, every
-    offset appears exactly once overall. Where the range starts below ``since`` it
-    judges everything from the first offset."""
+    gaps are allowed, ``errors`` holds the offset at those times (a damaged line is
+    bound at its position, as an error instead of a record) or it lies in one of the
+    partition's ``holes`` (``[low, high)`` ranges known to hold no record: ``sink_gaps``).
+    It reads only the range's updates, so a run pays for what it wrote; with every
+    window judged once, every offset appears exactly once overall. Where the range starts
+    below ``since`` it judges everything from the first offset."""
     rows = _range_updates(reclocked, lower, upper)
     if lower - 1 < (reclocked.since.time or 0):
         before = OffsetFrontier()
@@ -187,7 +192,10 @@ def exactly_once(
         records = row["records"] if row else 0
         low = max(before[partition], starts.get(partition, 0))
         high = after[partition]
-        expected = max(high - low, 0)
+        empty = sum(
+            max(min(hi, high) - max(lo, low), 0) for lo, hi in (holes or {}).get(partition, ())
+        )
+        expected = max(high - low, 0) - empty
         figures[f"partition_{partition}"] = {"records": records, "from": low, "to": high}
         if row and row["not_once"]:
             problems.append(f"partition {partition}: {row['not_once']} offset(s) not exactly once")
@@ -343,22 +351,28 @@ def _updates_from(shard: Shard, times: Sequence[int], as_of: int) -> DataFrame:
     return shard.listen(earliest - 1, as_of)
 
 
-def state_is_set(changes: Shard, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
-    """Upsert state: every row's accumulated count is 1 and every key holds one row.
+def state_counts(changes: Shard, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
+    """The published state (``changes`` consolidated at ``as_of``) holds each row as often
+    as its envelope allows. Keyed (``key_columns``: upsert, debezium-upsert, debezium):
+    every row's count is 1 and every key holds one row. A bag (no key columns: none,
+    materialize), whose equal records are counted each: every count is at least 1. A
+    negative or zero count means a retraction matched no row.
+
     One Spark job: rows consolidated by key and value fingerprint, then per key its rows
     and their counts, then one summary row. The updates are shuffled once, by key, which
-    both groupings share."""
-    is_bad = F.col("diff") != 1
+    both groupings share (a bag's rows are their own keys)."""
+    keyed = bool(key_columns)
+    is_bad = F.col("diff") != 1 if keyed else F.col("diff") < 1
     values = [name for name in changes.data_schema.names if name not in key_columns]
+    updates = changes.updates_until(as_of)
     consolidated = (
-        changes.updates_until(as_of)
-        .repartition(*key_columns)
+        (updates.repartition(*key_columns) if keyed else updates)
         .groupBy(*key_columns, fingerprint(values).alias("_value"))
         .agg(F.sum("diff").alias("diff"))
         .where(F.col("diff") != 0)
     )
     per_key = (
-        consolidated.groupBy(*key_columns)
+        consolidated.groupBy(*key_columns, *([] if keyed else ["_value"]))
         .agg(
             F.count("*").alias("rows"),
             F.sum("diff").alias("count"),
@@ -372,16 +386,42 @@ def state_is_set(changes: Shard, key_columns: Sequence[str], as_of: int) -> Chec
         F.min("min_diff").alias("min_diff"),
         F.count(F.when(F.col("count") != 1, 1)).alias("bad_keys"),
     ).first()
-    bad_rows, bad_keys = summary["bad_rows"], summary["bad_keys"]
+    bad_rows = summary["bad_rows"]
+    bad_keys = summary["bad_keys"] if keyed else 0
     problems = []
     if bad_rows:
-        problems.append(f"{bad_rows} row(s) with count other than 1 (min {summary['min_diff']})")
+        allowed = "other than 1" if keyed else "below 1"
+        problems.append(f"{bad_rows} row(s) with count {allowed} (min {summary['min_diff']})")
     if bad_keys:
         problems.append(f"{bad_keys} key(s) holding more than one row")
+    held = "every key holds at most one row, counted once" if keyed else "no count below 1"
     return CheckOutcome(
         not problems,
-        "; ".join(problems) or "every key holds at most one row",
+        "; ".join(problems) or held,
         {"rows": summary["rows"], "bad_counts": bad_rows, "bad_keys": bad_keys},
+    )
+
+
+def constraints_hold(errors: Shard, as_of: int) -> CheckOutcome:
+    """No error of the ``constraint violated`` category (the classic DEBEZIUM envelope's:
+    a partial or mismatched before image, a missing source position, a broken re-send)
+    stands in ``errors`` at ``as_of``: such an event changed nothing, so the table lacks
+    what it would have done. They stand until the source is rebuilt; only counts and a
+    few examples reach the driver."""
+    standing = constraint_violations(errors.snapshot(as_of)).where(F.col("diff") > 0)
+    examples = [
+        {"partition": r["partition"], "offset": r["offset"], "reason": r["reason"]}
+        for r in standing.orderBy("partition", "offset").limit(MAX_EXAMPLES).collect()
+    ]
+    if not examples:
+        return CheckOutcome(True, "no constraint violation stands in errors", {"violations": 0})
+    count = standing.count()
+    first = examples[0]
+    return CheckOutcome(
+        False,
+        f"{count} constraint violation(s) stand in errors; the first, partition "
+        f"{first['partition']} offset {first['offset']}: {first['reason']}",
+        {"violations": count, "examples": examples},
     )
 
 

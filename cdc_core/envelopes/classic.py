@@ -19,20 +19,30 @@ tells the asset check). The event is not applied, except for ``contiguous re-sen
 which is detected on a new event after the damage (a re-send that stopped below the
 high-water mark, so events in between may have been dropped); that event is applied.
 - ``primary key``: the record has a key;
-- ``before image``: ``u`` and ``d`` events carry a before image;
+- ``before image``: a ``u`` or ``d`` event carries a before image, and it is the row its
+  key holds (a ``c`` or ``r`` event finds its key without a row). Postgres's default
+  REPLICA IDENTITY DEFAULT puts only the key columns in the before image: retracting that
+  would leave a negative row beside the real one, so the event is an error instead, and
+  changes nothing (``verified``);
 - ``connector``: the event comes from the postgresql or mysql connector;
-- ``source position``: a streaming event carries its position fields;
+- ``source position``: a streaming event carries its position fields (the error names
+  the missing ones);
 - ``contiguous re-sends``: see above;
 - ``snapshot``: no snapshot event after the partition's snapshot ended (a new snapshot
   cannot be deduplicated: use DEBEZIUM UPSERT).
-Undecodable keys/values, unknown ops and truncates are errors as in DEBEZIUM UPSERT; they
-are never retracted. A null value (the tombstone after a delete) carries nothing.
+Undecodable keys/values and unknown ops are errors as in DEBEZIUM UPSERT; they are
+never retracted. A null value (the tombstone after a delete) carries nothing. A truncate
+(op ``t``) is deduplicated like any event; where it is used, every row of the table is
+retracted, and the events after it (in Kafka order) apply to the empty table.
 
 The dedup state is a shard of its own (``DEDUP_STATE``), read back at the previous time, so
 a restart never re-reads the topic.
 """
 
 from __future__ import annotations
+
+import functools
+import operator
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -51,13 +61,21 @@ from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.debezium import (
     DELETE_OP,
     SOURCE,
+    TRUNCATE_OP,
+    after_key_mismatch,
     event_problem,
+    may_hold_truncates,
     stage_events,
-    truncate_problem,
 )
 from cdc_core.envelopes.decode import decode_json
 from cdc_core.envelopes.reasons import CONSTRAINT, VALUE_DECODE, error_rows, reason
-from cdc_core.envelopes.result import EnvelopeResult, negated, prior_updates, stamped
+from cdc_core.envelopes.result import (
+    EnvelopeResult,
+    column,
+    negated,
+    prior_updates,
+    stamped,
+)
 from cdc_core.envelopes.upsert import key_problem, value_problem, with_key
 from cdc_core.schemas import ERROR
 from cdc_core.updates import consolidate
@@ -66,7 +84,25 @@ from cdc_core.vocabulary import Envelope
 POSTGRES = "postgresql"
 MYSQL = "mysql"
 CREATE_OP = "c"
+READ_OP = "r"
 UPDATE_OP = "u"
+# What a before image must be, and the connector settings that make it so.
+FULL_IMAGES = (
+    "a before image must be the whole row: Postgres needs REPLICA IDENTITY FULL "
+    "(ALTER TABLE ... REPLICA IDENTITY FULL), MySQL binlog_row_image=FULL"
+)
+# The source fields each connector's position is made of, and what writes them.
+POSITION_FIELDS = {
+    POSTGRES: (
+        ("sequence", "lsn"),
+        "the Debezium PostgreSQL connector writes source.sequence from version 1.5 on, "
+        "and source.lsn with every streamed event",
+    ),
+    MYSQL: (
+        ("file", "pos", "row"),
+        "the Debezium MySQL connector writes them with every binlog event",
+    ),
+}
 
 # A composite source position; compared field by field.
 POSITION = StructType(
@@ -138,30 +174,23 @@ def decode_events(
     invalid_sequence = src["sequence"].isNotNull() & (
         F.col("sequence").isNull() | (F.col("commit_text").isNotNull() & commit_lsn.isNull())
     )
-    position_parts = F.when(
-        src["connector"] == POSTGRES, F.array(src["sequence"], src["lsn"].cast("string"))
-    ).otherwise(F.array(src["file"], src["pos"].cast("string"), src["row"].cast("string")))
+    truncates = op == TRUNCATE_OP
     problem = F.coalesce(
         F.when(
-            F.col("key").isNull(),
+            ~truncates & F.col("key").isNull(),
             reason(CONSTRAINT, "primary key: the record has no key (its table needs one)"),
         ),
-        key_problem(),
+        F.when(~truncates, key_problem()),
         event_problem("after"),
         value_problem("before", "before image"),
         value_problem("source", "source"),
-        truncate_problem(),
+        F.when(~truncates, after_key_mismatch(key_schema)),
         F.when(
             op.isin(UPDATE_OP, DELETE_OP) & F.col("before_text").isNull(),
             reason(
                 CONSTRAINT,
                 F.concat(
-                    F.lit("before image: op '"),
-                    op,
-                    F.lit(
-                        "' has no before image (needs Postgres REPLICA IDENTITY FULL or "
-                        "MySQL binlog_row_image=FULL)"
-                    ),
+                    F.lit("before image: op '"), op, F.lit(f"' has no before image; {FULL_IMAGES}")
                 ),
             ),
         ),
@@ -180,16 +209,15 @@ def decode_events(
             ~is_snapshot & invalid_sequence,
             reason(VALUE_DECODE, F.concat(F.lit("invalid sequence: "), src["sequence"])),
         ),
-        F.when(
-            ~is_snapshot & ~F.forall(position_parts, lambda part: part.isNotNull()),
-            reason(CONSTRAINT, "source position: a streaming event lacks its position fields"),
-        ),
+        F.when(~is_snapshot, missing_position(src)),
     )
     op_rank = F.when(op == DELETE_OP, 0).when(op == CREATE_OP, 1).otherwise(2)
     return staged.select(
         "partition",
         "offset",
         "key",
+        "key_value",
+        "op",
         problem.alias("reason"),
         F.to_json("key_value").alias("key_json"),
         is_snapshot.alias("is_snapshot"),
@@ -204,6 +232,23 @@ def decode_events(
         F.when(F.col("before_text").isNotNull(), F.col("before")).alias("before"),
         F.when(F.col("after_text").isNotNull(), F.col("after")).alias("after"),
     )
+
+
+def missing_position(src: Column) -> Column:
+    """The ``source position`` error of an event whose connector's position fields are
+    not all there, naming the missing ones and what writes them; else null."""
+    reasons = []
+    for connector, (fields, writer) in POSITION_FIELDS.items():
+        missing = F.concat_ws(
+            ", ", *[F.when(src[name].isNull(), F.lit(f"source.{name}")) for name in fields]
+        )
+        detail = F.concat(
+            F.lit(f"source position: a streaming {connector} event lacks "),
+            missing,
+            F.lit(f", which the deduplication orders by ({writer})"),
+        )
+        reasons.append(F.when((src["connector"] == connector) & (missing != ""), detail))
+    return reason(CONSTRAINT, F.coalesce(*reasons))
 
 
 def binlog_files(valid: DataFrame, prior: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -304,12 +349,15 @@ def apply_debezium(batch: EnvelopeBatch) -> EnvelopeResult:
         )
         .alias("used"),
     )
-    changes = consolidate(stamped(emissions(decided.filter("used"), output), time), output.names)
+    used = decided.filter("used")
+    truncates = may_hold_truncates(records)
+    updates, refused = verified(used, batch.prior_changes, key_schema, output, truncates)
+    changes = consolidate(stamped(updates, time), output.names)
     errors = consolidate(
         stamped(
-            error_rows(events.filter(F.col("reason").isNotNull()), topic).union(
-                error_rows(stream_violations(decided), topic)
-            ),
+            error_rows(events.filter(F.col("reason").isNotNull()), topic)
+            .union(error_rows(stream_violations(decided), topic))
+            .union(error_rows(refused, topic)),
             time,
         ),
         ERROR.names,
@@ -318,17 +366,158 @@ def apply_debezium(batch: EnvelopeBatch) -> EnvelopeResult:
     return EnvelopeResult(changes, errors, consolidate(stamped(dedup, time), DEDUP_STATE.names))
 
 
-def emissions(used: DataFrame, output: StructType) -> DataFrame:
-    """``-before`` and ``+after`` of every used event."""
-    images = [("before", -1), ("after", 1)]
-    parts = [
-        used.filter(F.col(image).isNotNull()).select(
-            *[F.col(image)[name].alias(name) for name in output.names],
-            F.lit(diff).cast("long").alias("diff"),
+# What applying one event to its key's row gives: its position and raw key, the reason it
+# is refused (null when it applies), the row it retracts and the row it asserts.
+def _verdict(image: StructType) -> StructType:
+    return StructType(
+        [
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("key", StringType()),
+            StructField("reason", StringType()),
+            StructField("retracted", image),
+            StructField("asserted", image),
+        ]
+    )
+
+
+def verified(
+    used: DataFrame,
+    prior_changes: DataFrame | None,
+    key_schema: StructType,
+    output: StructType,
+    truncates: bool,
+) -> tuple[DataFrame, DataFrame]:
+    """The window's updates (output columns + ``diff``) and its refused events
+    (``partition``, ``offset``, ``key``, ``reason``), from its ``used`` events applied in
+    Kafka order to the rows their keys hold (``prior_changes``: the ``changes`` updates
+    before the window, None for none).
+
+    Per key, the events fold over the key's row: a ``c``/``r`` applies to a key without a
+    row, a ``u``/``d`` when its before image is the row (null-safe, every column), and
+    then retracts it and asserts its after image; any other is refused and changes
+    nothing. A used truncate empties every key at its position (``truncates``: the window
+    may hold one, so the keys no event touches are retracted too), as a mark in each
+    touched key's fold."""
+    spark = used.sparkSession
+    events = used.filter(F.col("op") != TRUNCATE_OP)
+    touched = events.select("key_json", "key_value").dropDuplicates(["key_json"])
+    prior = prior_updates(spark, prior_changes, output)
+    same_key = [prior[name].eqNullSafe(F.col("key_value")[name]) for name in key_schema.names]
+    on_touched = functools.reduce(operator.and_, same_key)
+    held = consolidate(
+        prior.join(F.broadcast(touched), on_touched).select(
+            "key_json", *[prior[name] for name in output.names], "diff"
+        ),
+        ["key_json", *output.names],
+        by_time=False,
+    )
+    rows = F.struct(*[column(name) for name in output.names])
+    # A key's row, when it holds exactly one (a key holding none, or a damaged one, has
+    # none to retract: its events are refused until it holds one).
+    current = held.groupBy("key_json").agg(
+        F.when((F.count("*") == 1) & (F.sum("diff") == 1), F.first(rows)).alias("current")
+    )
+    element = F.struct(
+        "partition", "offset", F.lit(False).alias("truncate"), "op", "key", "before", "after"
+    )
+    steps = events.select("key_json", element.alias("step"))
+    empty = F.lit(None).cast(output)
+    if truncates:
+        marks = used.filter(F.col("op") == TRUNCATE_OP).select(
+            "partition",
+            "offset",
+            F.lit(True).alias("truncate"),
+            "op",
+            F.lit(None).cast("string").alias("key"),
+            empty.alias("before"),
+            empty.alias("after"),
         )
-        for image, diff in images
-    ]
-    return parts[0].union(parts[1])
+        steps = steps.unionByName(
+            touched.select("key_json").crossJoin(marks).select(
+                "key_json", F.struct(*marks.columns).alias("step")
+            )
+        )
+    folded = (
+        steps.groupBy("key_json")
+        .agg(F.array_sort(F.collect_list("step")).alias("steps"))
+        .join(current, "key_json", "left")
+        .select(
+            F.explode(
+                F.aggregate(
+                    "steps",
+                    F.struct(
+                        F.col("current").alias("row"),
+                        F.array().cast(ArrayType(_verdict(output))).alias("verdicts"),
+                    ),
+                    _apply_step,
+                )["verdicts"]
+            ).alias("v")
+        )
+        .select("v.*")
+    )
+    updates = folded.filter(F.col("retracted").isNotNull()).select(
+        "retracted.*", F.lit(-1).cast("long").alias("diff")
+    ).unionByName(
+        folded.filter(F.col("asserted").isNotNull()).select(
+            "asserted.*", F.lit(1).cast("long").alias("diff")
+        )
+    )
+    if truncates:
+        emptied = used.filter(F.col("op") == TRUNCATE_OP).select().limit(1)
+        untouched = prior.join(F.broadcast(touched), on_touched, "left_anti").crossJoin(emptied)
+        emptied_rows = untouched.select(*output.names, "diff")
+        updates = updates.unionByName(
+            negated(consolidate(emptied_rows, output.names, by_time=False))
+        )
+    refused = folded.filter(F.col("reason").isNotNull()).select(
+        "partition", "offset", "key", "reason"
+    )
+    return updates, refused
+
+
+def _apply_step(state: Column, step: Column) -> Column:
+    """One event (or truncate mark) applied to a key's fold ``state`` (``row``: what the
+    key holds, ``verdicts``: the events so far)."""
+    held = state["row"]
+    creates = step["op"].isin(CREATE_OP, READ_OP)
+    applies = (
+        F.when(step["truncate"], F.lit(True))
+        .when(creates, held.isNull())
+        .otherwise(step["before"].isNotNull() & step["before"].eqNullSafe(held))
+    )
+    refusal = F.when(
+        creates,
+        F.concat(
+            F.lit("before image: op '"),
+            step["op"],
+            F.lit("' inserts a row for a key that holds "),
+            F.to_json(held),
+            F.lit(" already"),
+        ),
+    ).otherwise(
+        F.concat(
+            F.lit("before image: op '"),
+            step["op"],
+            F.lit("' retracts "),
+            F.to_json(step["before"]),
+            F.lit(" but its key holds "),
+            F.coalesce(F.to_json(held), F.lit("no row")),
+            F.lit(f"; {FULL_IMAGES}"),
+        )
+    )
+    verdict = F.struct(
+        step["partition"].alias("partition"),
+        step["offset"].alias("offset"),
+        step["key"].alias("key"),
+        F.when(~applies, reason(CONSTRAINT, refusal)).alias("reason"),
+        F.when(applies, held).alias("retracted"),
+        F.when(applies & ~step["truncate"], step["after"]).alias("asserted"),
+    )
+    return F.struct(
+        F.when(applies, F.when(~step["truncate"], step["after"])).otherwise(held).alias("row"),
+        F.concat(state["verdicts"], F.array(verdict)).alias("verdicts"),
+    )
 
 
 def stream_violations(decided: DataFrame) -> DataFrame:

@@ -6,9 +6,10 @@ converter). DEBEZIUM UPSERT keys by the Kafka record key and upserts the ``after
 - ``c``, ``r``, ``u``: upsert the after image (a null after deletes);
 - ``d``: delete the key; the null-value tombstone Debezium writes after a delete is a
   delete of an absent key, so no output and no error;
-- ``t`` (truncate): the key's slot becomes an error ``unsupported op``. A truncate names no
-  rows (Postgres sends it with a null key, so it lands in the shared null-key slot); the
-  error stays until the slot is cleared or the source is reset and re-read;
+- ``t`` (truncate): the table is emptied at the truncate's position. A truncate names no
+  rows (the connectors send it with a null key), so every slot's content (row or error)
+  is retracted there, and the records after it in Kafka order (``(partition, offset)``
+  within a window) apply to the empty table (see ``latest_truncates``);
 - anything else, or no op at all: the key's slot becomes an error ``unknown op`` naming it.
 The after image's key columns must equal the record key (``key mismatch`` otherwise), as
 the state read back from ``changes`` is found by those columns.
@@ -24,12 +25,7 @@ from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.columns import output_schema
 from cdc_core.envelopes.decode import decode_json, unwrap_connect_envelope
 from cdc_core.envelopes.metadata import metadata_columns
-from cdc_core.envelopes.reasons import (
-    KEY_MISMATCH,
-    UNKNOWN_OP,
-    UNSUPPORTED_OP,
-    reason,
-)
+from cdc_core.envelopes.reasons import KEY_MISMATCH, UNKNOWN_OP, reason
 from cdc_core.envelopes.result import EnvelopeResult
 from cdc_core.envelopes.upsert import apply_commands, key_problem, value_problem, with_key
 from cdc_core.vocabulary import Envelope
@@ -38,6 +34,8 @@ UPSERT_OPS = ("c", "r", "u")
 DELETE_OP = "d"
 TRUNCATE_OP = "t"
 KNOWN_OPS = (*UPSERT_OPS, DELETE_OP, TRUNCATE_OP)
+# A raw event text whose op is ``t`` (a Java regex; either converter form).
+TRUNCATE_PATTERN = r'"op"\s*:\s*"t"'
 
 # The event's parts as raw JSON text; each image is decoded on its own so that a
 # mismatch names the offending field.
@@ -91,27 +89,42 @@ def event_problem(image: str) -> Column:
     )
 
 
-def truncate_problem() -> Column:
-    """The reason a TRUNCATE event is refused (null for any other op)."""
-    return F.when(
-        F.col("event_error").isNull() & (F.col("op") == TRUNCATE_OP),
-        reason(
-            UNSUPPORTED_OP,
-            "Debezium truncate (op 't') names no rows to delete; reset the source to re-read it",
-        ),
+def may_hold_truncates(records: DataFrame) -> bool:
+    """Whether some record of ``records`` may be a truncate event: one pass over the raw
+    payloads, no decoding (a JSON text holds ``"op":"t"`` outside its strings only as a
+    field; inside a string its quotes are escaped). False for nearly every batch, which
+    then plans no truncate at all."""
+    return not records.filter(F.col("payload").rlike(TRUNCATE_PATTERN)).isEmpty()
+
+
+def is_truncate() -> Column:
+    """An event (``stage_events``) that decodes and truncates its table."""
+    return F.col("event_error").isNull() & (F.col("op") == TRUNCATE_OP)
+
+
+def latest_truncates(records: DataFrame) -> DataFrame:
+    """``time``, ``truncate_partition``, ``truncate_offset``: per binding time of
+    ``records`` (with ``time``), its latest truncate event in Kafka order. Tiny."""
+    truncates = stage_events(records.filter(F.col("payload").rlike(TRUNCATE_PATTERN)))
+    latest = F.max(F.struct("partition", "offset"))
+    return (
+        truncates.filter(is_truncate())
+        .groupBy("time")
+        .agg(latest.alias("_at"))
+        .select(
+            "time",
+            F.col("_at.partition").alias("truncate_partition"),
+            F.col("_at.offset").alias("truncate_offset"),
+        )
     )
 
 
-def apply_debezium_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
-    """The DEBEZIUM UPSERT envelope for a batch (see ``upsert.apply_upsert``). The value
-    schema is the after image (it holds the key columns); output = after columns."""
-    key_schema, value_schema = batch.key_schema, batch.value_schema
-    output = output_schema(Envelope.DEBEZIUM_UPSERT, key_schema, value_schema, batch.include)
+def after_key_mismatch(key_schema: StructType) -> Column:
+    """A ``key mismatch`` error when the decoded ``after`` image's key columns differ
+    from the record's key (``key_value``), for an event with an after image; else null."""
     after_key = F.struct(*[F.col("after")[name].alias(name) for name in key_schema.names])
-    is_tombstone = F.col("event_text").isNull()
-    deletes = (F.col("op") == DELETE_OP) | F.col("after_text").isNull()
-    mismatch = F.when(
-        ~deletes & ~after_key.eqNullSafe(F.col("key_value")),
+    return F.when(
+        F.col("after_text").isNotNull() & ~after_key.eqNullSafe(F.col("key_value")),
         reason(
             KEY_MISMATCH,
             F.concat(
@@ -122,9 +135,22 @@ def apply_debezium_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
             ),
         ),
     )
+
+
+def apply_debezium_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
+    """The DEBEZIUM UPSERT envelope for a batch (see ``upsert.apply_upsert``). The value
+    schema is the after image (it holds the key columns); output = after columns. A batch
+    that holds truncates (``may_hold_truncates``) clears every slot at each window's
+    latest truncate."""
+    key_schema, value_schema = batch.key_schema, batch.value_schema
+    output = output_schema(Envelope.DEBEZIUM_UPSERT, key_schema, value_schema, batch.include)
+    is_tombstone = F.col("event_text").isNull()
+    deletes = (F.col("op") == DELETE_OP) | F.col("after_text").isNull()
     problem = F.when(
         ~is_tombstone,
-        F.coalesce(truncate_problem(), key_problem(), event_problem("after"), mismatch),
+        F.coalesce(
+            key_problem(), event_problem("after"), F.when(~deletes, after_key_mismatch(key_schema))
+        ),
     )
 
     def command(latest: DataFrame) -> DataFrame:
@@ -137,4 +163,6 @@ def apply_debezium_upsert(batch: EnvelopeBatch) -> EnvelopeResult:
             "row", F.when(~is_tombstone & F.col("reason").isNull() & ~deletes, image)
         )
 
-    return apply_commands(with_key(batch.timed_records(), key_schema), command, batch, output)
+    records = batch.timed_records()
+    truncates = latest_truncates(records) if may_hold_truncates(records) else None
+    return apply_commands(with_key(records, key_schema), command, batch, output, truncates)

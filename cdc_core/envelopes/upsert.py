@@ -52,6 +52,7 @@ from cdc_core.envelopes.reasons import (
 )
 from cdc_core.envelopes.result import (
     EnvelopeResult,
+    column,
     negated,
     prior_updates,
 )
@@ -123,6 +124,7 @@ def apply_commands(
     command: Callable[[DataFrame], DataFrame],
     batch: EnvelopeBatch,
     output: StructType,
+    truncates: DataFrame | None = None,
 ) -> EnvelopeResult:
     """At each time, replace each touched slot's content by its latest record's command
     at that time: the old content is the slot's latest command at its previous time in
@@ -130,10 +132,18 @@ def apply_commands(
     nothing to replace). ``keyed``: the batch's records with ``slot`` and ``key_value``
     (``with_key``); ``command`` adds ``reason`` and ``row`` (the COMMAND_COLUMNS) to
     records. Which record is latest does not depend on its value, so only the latest
-    record per (slot, time) is decoded."""
+    record per (slot, time) is decoded.
+
+    ``truncates`` (``time``, ``truncate_partition``, ``truncate_offset``: a time's latest
+    truncate) empties every slot there: a record at or before its time's truncate is
+    superseded, and every slot, the prior shards' too, without a record after it gets a
+    clearing command (no row, no error) at that time."""
     key_schema, prior_changes, prior_errors = (
         batch.key_schema, batch.prior_changes, batch.prior_errors
     )
+    clears = None
+    if truncates is not None:
+        keyed, clears = _truncated(keyed, F.broadcast(truncates), batch, output)
     # One shuffle, by slot, of the records with their value still raw text: the latest
     # record per (slot, time) and the lag over a slot's times are both windows within a
     # slot, so they share its partitioning and sort order.
@@ -147,6 +157,9 @@ def apply_commands(
         .drop("_rank")
     )
     commands = command(latest).select(*COMMAND_COLUMNS)
+    if clears is not None:
+        at = ["slot", "time"]
+        commands = commands.unionByName(clears.join(commands.select(*at), at, "left_anti"))
     by_time = Window.partitionBy("slot").orderBy("time")
     sequenced = commands.select(
         "*",
@@ -221,3 +234,42 @@ def _update_columns(struct: str, names: tuple[str, ...], diff: int) -> tuple[Col
         F.col("time"),
         F.lit(diff).cast("long").alias("diff"),
     )
+
+
+def _truncated(
+    keyed: DataFrame, truncates: DataFrame, batch: EnvelopeBatch, output: StructType
+) -> tuple[DataFrame, DataFrame]:
+    """The records after their time's truncate, and the clearing commands (COMMAND_COLUMNS,
+    at each truncate's position) of every slot the batch or the prior shards hold, at
+    every truncate's time (``apply_commands`` keeps those of slots without a command
+    there)."""
+    position = F.struct("partition", "offset")
+    truncated_at = F.struct(
+        F.col("truncate_partition").alias("partition"), F.col("truncate_offset").alias("offset")
+    )
+    placed = keyed.join(truncates, "time", "left")
+    after = placed.filter(F.col("truncate_partition").isNull() | (position > truncated_at))
+    slots = keyed.select("slot", "key_value")
+    spark = keyed.sparkSession
+    if batch.prior_changes is not None:
+        key = F.struct(*[column(name) for name in batch.key_schema.names])
+        held = prior_updates(spark, batch.prior_changes, output).select(
+            F.concat(F.lit("key:"), F.to_json(key)).alias("slot"), key.alias("key_value")
+        )
+        slots = slots.unionByName(held)
+    if batch.prior_errors is not None:
+        erring = prior_updates(spark, batch.prior_errors, ERROR).filter(
+            is_envelope_error(F.col("reason"))
+        )
+        slots = slots.unionByName(with_key(erring, batch.key_schema).select("slot", "key_value"))
+    clears = slots.dropDuplicates(["slot"]).crossJoin(truncates).select(
+        F.col("truncate_partition").alias("partition"),
+        F.col("truncate_offset").alias("offset"),
+        F.lit(None).cast("string").alias("key"),
+        "slot",
+        "key_value",
+        F.lit(None).cast("string").alias("reason"),
+        F.lit(None).cast(StructType(output.fields)).alias("row"),
+        "time",
+    )
+    return after.drop("truncate_partition", "truncate_offset"), clears

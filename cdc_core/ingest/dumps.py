@@ -36,7 +36,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from pyspark.sql.window import Window
 
 from cdc_core.expressions import built_once
-from cdc_core.ingest.connect_files import connect_lines, layout_of
+from cdc_core.ingest.connect_files import Stored, connect_lines, layout_of, sink_gaps
 from cdc_core.ingest.dump_bytes import (
     GZIP_SUFFIX,
     MAX_LINE_BYTES,
@@ -181,6 +181,7 @@ def read_dumps(
     topic: str | None = None,
     damaged: Mapping[str, DumpDamage] | None = None,
     headers: bool = False,
+    stored: Mapping[str, Stored] | None = None,
 ) -> DumpRead:
     """Parse dump files into records and errors, data-parallel.
 
@@ -203,12 +204,13 @@ def read_dumps(
     verdicts already known for ``files`` (a registry's, taken when the immutable files
     were registered), which spares that job. Files that do not exist raise
     ``FileNotFoundError``. ``headers``: also read each record's headers (as JSON text,
-    null when the line has none).
+    null when the line has none). ``stored``: the key and header files a Kafka Connect
+    sink value file is read with (by its path).
     """
     readable, damaged = _readable(spark, files, damaged)
     fields = [*_RECORD_FIELDS, *([HEADERS] if headers else [])]
     line_schema = StructType([*fields, StructField(_CORRUPT, StringType())])
-    parsed = _parse(_read_lines(spark, readable, damaged), line_schema, topic)
+    parsed = _parse(_read_lines(spark, readable, damaged, stored), line_schema, topic)
     unreadable = local_frame(
         spark,
         [(None, None, None, None, d.reason, path) for path, d in sorted(damaged.items())],
@@ -378,10 +380,14 @@ def _verdicts(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def _read_lines(
-    spark: SparkSession, paths: Sequence[str], damaged: dict[str, DumpDamage]
+    spark: SparkSession,
+    paths: Sequence[str],
+    damaged: dict[str, DumpDamage],
+    stored: Mapping[str, Stored] | None = None,
 ) -> DataFrame:
-    """Non-blank lines with the absolute path of their file: every line of ``paths`` and
-    the salvaged lines of the damaged files among ``damaged``."""
+    """Non-blank lines with the absolute path of their file: every line of ``paths`` (a
+    sink value file's with the key and header files ``stored`` for it) and the salvaged
+    lines of the damaged files among ``damaged``."""
     frames = []
     kcat = [path for path in paths if layout_of(path) is DumpLayout.KCAT]
     if kcat:
@@ -389,7 +395,7 @@ def _read_lines(
         frames.append(text.select("value", _dump_path(F.col("_metadata.file_path")).alias("file")))
     connect = [path for path in paths if layout_of(path) is DumpLayout.CONNECT]
     if connect:
-        frames.append(connect_lines(spark, connect))
+        frames.append(connect_lines(spark, connect, stored))
     salvaged = sorted(path for path, damage in damaged.items() if damage.salvaged)
     if salvaged:
         frames.append(_salvaged_lines(spark, salvaged))
@@ -515,6 +521,7 @@ class CanonicalRecords:
     catalog: DataFrame
     unreadable: DataFrame
     headers: bool = False
+    covered: DataFrame | None = None  # ``partition``, ``offset``, ``covers``: see positions
 
     @property
     def records(self) -> DataFrame:
@@ -527,9 +534,17 @@ class CanonicalRecords:
         """``partition``, ``offset``, ``ts``, ``arrival_ms`` of every known position: the
         records, and the positioned damaged lines of positions no record holds (their
         ``ts`` null when it does not read). A binding passes these, so a damaged line
-        never holds back the records after it."""
+        never holds back the records after it. ``covers``: the last offset a position
+        accounts for, its own, or for the last record of a Kafka Connect sink file the
+        offset before the next file's start (``sink_gaps``)."""
         kept = (F.col("reason").isNull() | F.col("positioned")) & (F.col("_copy") == 1)
-        return self.lines.where(kept).select("partition", "offset", "ts", "arrival_ms")
+        positions = self.lines.where(kept).select("partition", "offset", "ts", "arrival_ms")
+        if self.covered is None:
+            return positions.withColumn("covers", F.col("offset"))
+        return positions.join(F.broadcast(self.covered), ["partition", "offset"], "left").select(
+            "partition", "offset", "ts", "arrival_ms",
+            F.coalesce("covers", "offset").alias("covers"),
+        )  # fmt: skip
 
     @property
     def conflicts(self) -> DataFrame:
@@ -627,7 +642,10 @@ def starts_column(spark: SparkSession, starts: Mapping[int, int]) -> Column:
 
 def require_present(files: Iterable[RegisteredFile]) -> None:
     """Fail loudly, naming each file and its offsets, when a needed dump file is gone."""
-    missing = [f for f in files if f.retired or not storage_files.exists(f.path)]
+    missing = [
+        f for f in files
+        if f.retired or not all(storage_files.exists(p) for p in (f.path, *f.stored.values()))
+    ]  # fmt: skip
     if missing:
         described = "; ".join(
             f.describe() + (f" retired to {f.archived_to}" if f.archived_to else "")
@@ -653,21 +671,28 @@ def read_canonical(
 
     The kept copy is a kcat copy before a Kafka Connect sink copy (which knows neither the
     key nor the true timestamp), then the one of the earliest-arriving file, then the
-    smallest path, so every run picks the same copy; dropped copies of the kept copy's
-    layout that differ in ts, key or payload become conflict rows. Identical redeliveries
+    smallest path, so every run picks the same copy (a sink value file is read with the
+    key and header files registered for it, and not at all while it waits for them);
+    dropped copies of the kept copy's layout that differ in ts, key or payload become
+    conflict rows. Identical redeliveries
     simply collapse. The lines are shuffled once, by Kafka partition, and sorted by
     offset: the copy ranking and every later per-partition pass in offset order (the
     binding times) reuse that layout. Gzip damage comes from the registry (judged when
     the immutable files were registered). ``headers``: the records carry their headers,
-    "[]" for a kcat record without any, null for a sink record (a sink keeps none, so
-    they are unknown), and copies must agree on them too.
+    "[]" for a kcat record without any; a sink record's from its headers file, null
+    without one (unknown, not absent); and copies must agree on them too.
     """
-    files = sorted((f for f in files if not f.unreadable), key=lambda f: f.path)
+    gaps = sink_gaps(files)
+    readable = (  # a key or header file is read with its value file, never alone
+        f for f in files if not f.unreadable and not f.waiting_for and f.stored_kind is None
+    )
+    files = sorted(readable, key=lambda f: f.path)
     require_present(files)
     damage = {f.path: DumpDamage.from_reason(f.problem) for f in files if f.problem}
     dumps = read_dumps(
-        spark, [f.path for f in files], topic=registry.topic, damaged=damage, headers=headers
-    )
+        spark, [f.path for f in files], topic=registry.topic, damaged=damage, headers=headers,
+        stored={f.path: f.stored for f in files if f.stored},
+    )  # fmt: skip
     # File ids in path order, so ordering copies by id orders them by path.
     catalog = local_frame(
         spark,
@@ -687,7 +712,8 @@ def read_canonical(
     lines = dumps.lines.join(F.broadcast(catalog), "file", "left").drop("file")
     if headers:
         known = F.coalesce(F.col(HEADERS.name), F.lit("[]"))
-        lines = lines.withColumn(HEADERS.name, F.when(~F.col("_from_sink"), known))
+        sink = F.col(HEADERS.name)  # its headers file's, or unknown (null) without one
+        lines = lines.withColumn(HEADERS.name, F.when(F.col("_from_sink"), sink).otherwise(known))
     lines = lines.repartition("partition")
     # Good records sort before bad lines at the same position, so a bad line never
     # displaces a good copy, and positioned bad lines before the rest (another topic's
@@ -711,6 +737,13 @@ def read_canonical(
     ranked = lines.select("*", rank.alias("_copy"), conflict.alias("_kept_file")).where(
         keep | ~good
     )
+    covered = None
+    if gaps:
+        covered = local_frame(
+            spark, [(p, low - 1, high - 1) for p, spans in gaps.items() for low, high in spans],
+            "partition int, offset bigint, covers bigint",
+        )  # fmt: skip
     return CanonicalRecords(
-        lines=ranked, catalog=catalog, unreadable=dumps.unreadable, headers=headers
-    )
+        lines=ranked, catalog=catalog, unreadable=dumps.unreadable, headers=headers,
+        covered=covered,
+    )  # fmt: skip

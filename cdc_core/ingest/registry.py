@@ -13,11 +13,12 @@ dump could silently change records already bound to a window).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import posixpath
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -27,6 +28,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.frontier import OffsetFrontier
+from cdc_core.ingest.connect_files import Stored, connect_name, stem, stored_kind
 from cdc_core.ingest.dumps import (
     SCAN_SCHEMA,
     DumpFile,
@@ -36,6 +38,7 @@ from cdc_core.shard import delta_io
 from cdc_core.shard.log import append_rows, existing_table, merge_files, rewrite_table
 from cdc_core.storage import files as storage_files
 from cdc_core.storage.files import LEADS_OUT
+from cdc_core.vocabulary import SinkStore
 
 FILES_SCHEMA = pa.schema(
     [
@@ -51,6 +54,10 @@ FILES_SCHEMA = pa.schema(
 RETIRED_SCHEMA = pa.schema(
     [("path", pa.string()), ("retired_ms", pa.int64()), ("archived_to", pa.string())]
 )
+
+
+# A Kafka Connect sink's key or header file (Arrow's RE2 regex; see ``connect_files``).
+STORED_FILE = r"\+[0-9]+\+[0-9]+\.(keys|headers)\.(json|avro)(\.gz)?$"
 
 
 class DumpFileChanged(ValueError):
@@ -80,7 +87,10 @@ class RegisteredFile:
     position reads.
     ``problem`` says why the file is damaged (a gzip stream cut short or corrupt) or
     cannot be read at all (``unreadable``); null for a sound file. ``bad_lines``: how
-    many of its lines are no record."""
+    many of its lines are no record. A Kafka Connect sink value file has the key and
+    header files registered beside it (``stored``) and those its source expects but that
+    have not landed yet (``waiting_for``): it is not read while it waits. A key or header
+    file is registered too (``stored_kind``), as part of its value file, never read alone."""
 
     path: str
     size: int
@@ -91,10 +101,25 @@ class RegisteredFile:
     retired: bool = False
     problem: str | None = None
     bad_lines: int = 0
+    stored_files: tuple[tuple[SinkStore, str], ...] = ()
+    waiting_for: tuple[SinkStore, ...] = ()
+
+    @property
+    def stored(self) -> Stored:
+        """The key and header files registered beside a sink value file, by what they store."""
+        return dict(self.stored_files)
+
+    @property
+    def stored_kind(self) -> SinkStore | None:
+        """What this file stores beside its value file (None for a dump of records)."""
+        return stored_kind(self.path)
 
     @property
     def has_errors(self) -> bool:
-        """Reading it yields error rows: it is damaged, has bad lines, or has no record."""
+        """Reading it yields error rows: it is damaged, has bad lines, or has no record (a
+        key or header file has none of its own: its value file reports its damage)."""
+        if self.stored_kind is not None:
+            return False
         return bool(self.problem or self.bad_lines or not self.has_records)
 
     @property
@@ -102,7 +127,9 @@ class RegisteredFile:
         """Some of its errors belong to the file, not to a position: damage, no record,
         or lines without a position (the rest are bound with their positions)."""
         placed = sum(s.damaged_lines for s in self.partitions)
-        return bool(self.problem or not self.has_records or self.bad_lines > placed)
+        return self.has_errors and bool(
+            self.problem or not self.has_records or self.bad_lines > placed
+        )
 
     @property
     def has_records(self) -> bool:
@@ -146,10 +173,15 @@ class RegisteredFile:
 
 
 class Registry:
-    """The registry of one topic's dumps: ``files`` and ``retired`` Delta tables under ``root``."""
+    """The registry of one topic's dumps: ``files`` and ``retired`` Delta tables under ``root``.
+    ``stores``: what its Kafka Connect sink writes beside each value file (a value file is
+    read only once those files are registered too)."""
 
-    def __init__(self, root: os.PathLike[str] | str, topic: str) -> None:
+    def __init__(
+        self, root: os.PathLike[str] | str, topic: str, stores: Collection[SinkStore] = ()
+    ) -> None:
         self.topic = topic
+        self.stores = tuple(SinkStore(kind) for kind in stores)
         self.files_path = storage_files.join(str(root), "files")
         self.retired_path = storage_files.join(str(root), "retired")
 
@@ -165,18 +197,18 @@ class Registry:
         without ``reaching``, every file."""
         tables = self._tables()
         if reaching is None:
-            return tables.registered(tables.every_row())
+            return tables.registered(tables.every_row(), self.stores)
         rows = tables.every_row() if tables.folded_reach(reaching) else tables.rows
         needed = pa.concat_arrays([
             pc.unique(pc.filter(rows["path"], _ahead(rows, reaching))),
             tables.live_with_errors,
         ])  # fmt: skip
-        return tables.registered(rows.filter(pc.is_in(rows["path"], needed)))
+        return tables.registered(rows.filter(pc.is_in(rows["path"], needed)), self.stores)
 
     def live_files(self) -> list[RegisteredFile]:
         """The registered files not retired (retire keeps them few)."""
         tables = self._tables()
-        return tables.registered(tables.live_rows)
+        return tables.registered(tables.live_rows, self.stores)
 
     def unregistered(self, paths: Iterable[str]) -> list[str]:
         """Those of ``paths`` this registry does not hold (retired files count as held).
@@ -265,7 +297,7 @@ class Registry:
         found = pc.is_in(asked, tables.rows["path"])  # the rest may lie in folded files
         rows = tables.rows.filter(pc.is_in(tables.rows["path"], asked))
         folded = _rows_of(tables.folded_files, FILES_SCHEMA, pc.filter(asked, pc.invert(found)))
-        return tables.registered(pa.concat_tables([rows, folded]))
+        return tables.registered(pa.concat_tables([rows, folded]), self.stores)
 
     def mark_retired(self, retired: Mapping[str, str | None], retired_ms: int) -> None:
         """Record that these files (path -> archive path, None when deleted) are retired."""
@@ -539,6 +571,7 @@ class _Tables:
     folded_tops: pa.Table
     folded_files: pa.dataset.Dataset
     folded_retired: pa.dataset.Dataset
+    stored: Mapping[str, Stored]  # by stem: the key and header files registered
 
     @classmethod
     def read(
@@ -553,14 +586,26 @@ class _Tables:
         live = rows.join(gone.select(["path"]), "path", join_type="left anti")
         with_records = pc.filter(live["path"], pc.fill_null(pc.greater(live["records"], 0), False))
         bad_lines = pc.fill_null(pc.greater(live["bad_lines"], 0), False)
-        errors = pc.or_(
-            pc.or_(pc.is_valid(live["problem"]), bad_lines),
-            pc.invert(pc.is_in(live["path"], with_records)),
+        # A key or header file has no record of its own, and no error either.
+        is_stored = pc.match_substring_regex(live["path"], STORED_FILE)
+        errors = pc.and_(
+            pc.or_(
+                pc.or_(pc.is_valid(live["problem"]), bad_lines),
+                pc.invert(pc.is_in(live["path"], with_records)),
+            ),
+            pc.invert(is_stored),
         )
         with_errors = pc.unique(pc.filter(live["path"], errors))
+        stored: dict[str, dict[SinkStore, str]] = {}
+        for path in pc.unique(pc.filter(rows["path"], pc.match_substring_regex(
+            rows["path"], STORED_FILE
+        ))).to_pylist():
+            kind, paired = stored_kind(path), stem(path)
+            assert kind is not None and paired is not None
+            stored.setdefault(paired, {})[kind] = path
         return cls(
             versions, rows, live, with_errors, gone.select(["path", "archived_to"]),
-            _folded_tops(files), folded_files, folded_retired,
+            _folded_tops(files), folded_files, folded_retired, stored,
         )  # fmt: skip
 
     def folded_reach(self, reaching: Mapping[int, int]) -> bool:
@@ -571,14 +616,29 @@ class _Tables:
         """Every (file, partition) row, folded ones too."""
         return pa.concat_tables([self.rows, _rows_of(self.folded_files, FILES_SCHEMA)])
 
-    def registered(self, rows: pa.Table) -> list[RegisteredFile]:
+    def registered(self, rows: pa.Table, stores: Sequence[SinkStore]) -> list[RegisteredFile]:
         """``RegisteredFile``s of ``rows``, with where each retired one is archived (only
-        folded files' archive paths lie in folded files)."""
+        folded files' archive paths lie in folded files), and for a sink value file the
+        key and header files registered beside it (waiting for those of ``stores`` not
+        registered yet)."""
         paths = pc.unique(rows["path"])
         kept = self.retired.filter(pc.is_in(self.retired["path"], paths))
         folded_paths = pc.filter(paths, pc.invert(pc.is_in(paths, self.rows["path"])))
         folded = _rows_of(self.folded_retired, RETIRED_SCHEMA, folded_paths)
-        return _registered(rows, pa.concat_tables([kept, folded.select(kept.column_names)]))
+        registered = _registered(rows, pa.concat_tables([kept, folded.select(kept.column_names)]))
+        return [self._paired(f, stores) for f in registered]
+
+    def _paired(self, registered: RegisteredFile, stores: Sequence[SinkStore]) -> RegisteredFile:
+        """``registered`` with its stored files, when it is a sink value file."""
+        name = connect_name(registered.path)
+        if name is None or name.stored is not None:
+            return registered
+        stored = self.stored.get(stem(registered.path) or "", {})
+        return dataclasses.replace(
+            registered,
+            stored_files=tuple(sorted(stored.items())),
+            waiting_for=tuple(kind for kind in stores if kind not in stored),
+        )
 
 
 def _rows_of(
@@ -638,7 +698,8 @@ def _registration_rows(
     """One row per (file, partition) from the scan, plus one partition-less row per file
     whose scan found no valid record, so that such files are registered too; each row
     carries the file's problem (unreadable path, damaged gzip stream) and bad lines."""
-    scan = scan_dump_files(spark, [d.path for d in new if d.problem is None], topic=topic)
+    dumps = [d.path for d in new if d.problem is None and stored_kind(d.path) is None]
+    scan = scan_dump_files(spark, dumps, topic=topic)
     by_path: dict[str, list[dict]] = {}
     for row in scan.summary.to_pylist():
         by_path.setdefault(str(row["file"]), []).append(row)

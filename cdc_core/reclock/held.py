@@ -86,6 +86,10 @@ class _Span:
         lines = self.stats.records + self.stats.damaged_lines
         return low <= offset <= high and lines >= high - low + 1
 
+    def covers(self, offset: int) -> bool:
+        """The range includes ``offset``."""
+        return self.stats.min_offset <= offset <= self.stats.max_offset
+
     def around(self, offset: int) -> bool:
         """The range includes ``offset`` but misses offsets somewhere."""
         return self.stats.min_offset <= offset <= self.stats.max_offset and not self.holds(offset)
@@ -100,8 +104,17 @@ def overdue(held: Sequence[HeldPartition], now_ms: int, after_ms: int) -> list[H
 def _reason(
     source: ReclockSource, waits_at: int, ahead: Sequence[_Span], group: str | None
 ) -> str:
-    if not any(span.holds(waits_at) for span in ahead) and not source.allow_offset_gaps:
-        holed = [span.file.path for span in ahead if span.around(waits_at)]
+    waiting = [span.file for span in ahead if span.file.waiting_for and span.covers(waits_at)]
+    if waiting:
+        first = waiting[0]
+        return (
+            f"Kafka Connect sink file {first.path} waits for its "
+            f"{' and '.join(first.waiting_for)} file: a value file is read only with the "
+            "files the sink stores beside it (sink_stores), which land after it"
+        )
+    holding = [span for span in ahead if not span.file.waiting_for]
+    if not any(span.holds(waits_at) for span in holding) and not source.allow_offset_gaps:
+        holed = [span.file.path for span in holding if span.around(waits_at)]
         where = (
             f"it lies inside the range of {', '.join(holed)}, which misses offsets"
             if holed
@@ -109,7 +122,9 @@ def _reason(
         )
         return (
             f"offset gap: no registered dump is known to hold offset {waits_at} ({where}); "
-            "land the missing dump, or set allow_offset_gaps for a compacted topic"
+            "land the missing dump. A compacted topic, or one written by a transactional "
+            "producer (each commit marker takes an offset no consumer sees, and an aborted "
+            "transaction's records are skipped), has such gaps: set allow_offset_gaps for it"
         )
     if group is not None:
         return (

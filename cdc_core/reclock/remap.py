@@ -184,17 +184,19 @@ def bind_times(
     policy: ReclockPolicy | str,
     allow_gaps: bool,
 ) -> DataFrame:
-    """Canonical positions (``CanonicalRecords.positions``: one per offset, with ``ts``
-    and ``arrival_ms``) at or above their partition's start -> ``partition``, ``offset``,
-    ``time``: the first window end whose binding covers the position (null when none of
-    ``windows`` does). A damaged line whose ``ts`` does not read is eligible under
-    event-time as soon as the records before it are.
+    """Canonical positions (``CanonicalRecords.positions``: one per offset, with ``ts``,
+    ``arrival_ms`` and ``covers``) at or above their partition's start -> ``partition``,
+    ``offset``, ``covers``, ``time``: the first window end whose binding covers the
+    position (null when none of ``windows`` does). A damaged line whose ``ts`` does not
+    read is eligible under event-time as soon as the records before it are.
 
     A record is covered at ``end`` when every record of the prefix up to it is eligible:
     under event-time its running maximum ts is below ``end``; under arrival every record
     up to it arrived before ``end``, or, with gaps allowed, some record at or after it did
     (the frontier jumps to the highest arrived offset). Without gaps the prefix also stops
-    at the first offset that is not ``start + rank``.
+    at the first offset that is no successor of the offsets the positions before it
+    account for (their ``covers``: a position's own offset, or for a sink file's last
+    record, the holes before the next file).
     """
     if policy not in tuple(ReclockPolicy):
         expected = ", ".join(ReclockPolicy)
@@ -211,9 +213,11 @@ def bind_times(
         eligible = F.max("arrival_ms").over(before)
     time = windows.first_end_after(eligible)
     if not allow_gaps:
-        contiguous = F.col("offset") == F.col("_start") + F.row_number().over(by_offset) - 1
-        time = F.when(contiguous, time)
-    return candidates.select("partition", "offset", time.alias("time"))
+        reached = F.max("covers").over(by_offset.rowsBetween(Window.unboundedPreceding, -1))
+        follows = F.col("offset") <= F.coalesce(reached, F.col("_start") - 1) + 1
+        candidates = candidates.withColumn("_follows", follows.cast("int"))
+        time = F.when(F.min("_follows").over(before) == 1, time)
+    return candidates.select("partition", "offset", "covers", time.alias("time"))
 
 
 def frontiers_from_times(
@@ -224,7 +228,7 @@ def frontiers_from_times(
     tops = (
         times.filter(F.col("time").isNotNull())
         .groupBy("partition", "time")
-        .agg((F.max("offset") + 1).alias("offset"))
+        .agg((F.max("covers") + 1).alias("offset"))
         .collect()
     )
     frontiers = []

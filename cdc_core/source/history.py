@@ -16,7 +16,7 @@ versions are written to separate files, so a refresh rewrites only files of open
 whose keys it closes, and a closed version's file is never rewritten.
 
 It relies on set semantics (every key holds at most one row at a time), which the upsert
-envelopes give and the ``state_is_set`` check verifies.
+envelopes give and the ``state_is_set`` check (``state_counts``) verifies.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def stored_outputs_upper(lake: LocationLike, source: SourceConfig) -> TimeFronti
 
 def source_registry(lake: LocationLike, source: SourceConfig) -> Registry:
     """The registry of ``source``'s dumps in ``lake``."""
-    return Registry(located(lake) / source.name / "dumps", source.topic)
+    return Registry(located(lake) / source.name / "dumps", source.topic, source.sink_stores)
 
 
 def group_root(lake: LocationLike, group: TransactionGroup) -> Location:

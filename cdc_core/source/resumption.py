@@ -160,14 +160,22 @@ def retirable(
     files: Sequence[RegisteredFile], committed: ResumptionFrontiers
 ) -> list[RegisteredFile]:
     """Files no later run can need: every record below the committed offsets, or, for a
-    file without valid records, arrived before the last binding the commit covers."""
+    file without valid records, arrived before the last binding the commit covers. A
+    Kafka Connect sink's key or header file goes with its value file (alone, as a file
+    without records)."""
     time = committed.timestamp.time or 0
-    return [
-        f
-        for f in files
-        if not f.retired
-        and (f.lies_below(committed.offsets) or (not f.partitions and f.arrival_ms < time - 1))
-    ]
+    dumps = [f for f in files if not f.retired and f.stored_kind is None]
+    chosen = [
+        f for f in dumps
+        if f.lies_below(committed.offsets) or (not f.partitions and f.arrival_ms < time - 1)
+    ]  # fmt: skip
+    stored = {p for f in dumps for p in f.stored.values()}
+    beside = {p for f in chosen for p in f.stored.values()}
+    return chosen + [
+        f for f in files
+        if not f.retired and f.stored_kind is not None
+        and (f.path in beside or (f.path not in stored and f.arrival_ms < time - 1))
+    ]  # fmt: skip
 
 
 def retire(

@@ -3,15 +3,21 @@ well-formed shard and name what is wrong in a broken one."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from cdc_core.checks.invariants import exactly_once, remap_monotone, state_is_set
+from cdc_core.checks.invariants import (
+    constraints_hold,
+    exactly_once,
+    remap_monotone,
+    state_counts,
+)
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.schemas import RECLOCKED, REMAP
+from cdc_core.schemas import ERROR, RECLOCKED, REMAP
 from cdc_core.shard import Shard
 
 CHANGES = StructType([StructField("id", StringType()), StructField("v", StringType())])
@@ -27,26 +33,58 @@ def shard_with(spark: SparkSession, path: Path, schema: StructType, rows: list[t
     return shard
 
 
+KEY_ONLY = StructType([StructField("id", StringType())])
+
+
 @pytest.mark.parametrize(
-    ("rows", "passed", "bad_counts", "bad_keys"),
+    ("schema", "keys", "rows", "passed", "bad_counts", "bad_keys"),
     [
-        ([("a", "1", 1, 1), ("a", "1", 2, -1), ("a", "2", 2, 1), ("b", "1", 3, 1)], True, 0, 0),
-        ([("a", "1", 1, 1), ("a", "2", 2, 1)], False, 0, 1),  # two rows for one key
-        ([("a", "1", 1, 2)], False, 1, 1),  # one row counted twice
-        ([], True, 0, 0),
+        (CHANGES, ["id"], [("a", "1", 1, 1), ("a", "1", 2, -1), ("a", "2", 2, 1),
+                           ("b", "1", 3, 1)], True, 0, 0),
+        (CHANGES, ["id"], [("a", "1", 1, 1), ("a", "2", 2, 1)], False, 0, 1),  # one key, 2 rows
+        (CHANGES, ["id"], [("a", "1", 1, 2)], False, 1, 1),  # one row counted twice
+        (CHANGES, ["id"], [], True, 0, 0),
+        # A key-only table (every column a key column): no value to fingerprint.
+        (KEY_ONLY, ["id"], [("a", 1, 1), ("a", 2, -1), ("b", 2, 1)], True, 0, 0),
+        (KEY_ONLY, ["id"], [("a", 1, 1), ("b", 2, -1)], False, 1, 1),  # a retraction of nothing
+        # A bag (none, materialize): equal records count each; only a count below 1 is wrong.
+        (CHANGES, [], [("a", "1", 1, 2), ("b", None, 2, 1)], True, 0, 0),
+        (KEY_ONLY, [], [("a", 1, 3), ("b", 2, -1)], False, 1, 0),
     ],
-)
-def test_state_is_set_counts_rows_and_keys_that_break_the_upsert_state(
-    spark, tmp_path, rows, passed, bad_counts, bad_keys
+)  # fmt: skip
+def test_state_counts_names_rows_and_keys_that_break_the_published_state(
+    spark, tmp_path, schema, keys, rows, passed, bad_counts, bad_keys
 ):
-    changes = shard_with(spark, tmp_path / "changes", CHANGES, rows)
-    outcome = state_is_set(changes, ["id"], 9)
-    assert outcome.passed is passed
+    changes = shard_with(spark, tmp_path / "changes", schema, rows)
+    outcome = state_counts(changes, keys, 9)
+    assert outcome.passed is passed, outcome.description
     assert (outcome.figures["bad_counts"], outcome.figures["bad_keys"]) == (bad_counts, bad_keys)
-    live = {(i, v): 0 for i, v, _, _ in rows}
-    for i, v, _, diff in rows:
-        live[(i, v)] += diff
+    live: Counter = Counter()
+    for *data, _, diff in rows:
+        live[tuple(data)] += diff
     assert outcome.figures["rows"] == sum(1 for count in live.values() if count)
+
+
+def test_constraints_hold_until_a_constraint_violation_stands_in_errors(spark, tmp_path):
+    partial = (
+        "constraint violated: before image: op 'u' retracts {\"id\":1,\"name\":null} but its "
+        "key holds {\"id\":1,\"name\":\"a\"}; a before image must be the whole row: ..."
+    )
+    decode = "value decode error: value is not a JSON object"
+    rows = [
+        ("t", 0, 4, '{"id":1}', decode, None, 1, 1),
+        ("t", 0, 7, '{"id":1}', partial, None, 2, 1),
+        ("t", 0, 9, '{"id":2}', "constraint violated: snapshot: ...", None, 3, 1),
+        ("t", 0, 9, '{"id":2}', "constraint violated: snapshot: ...", None, 4, -1),
+    ]
+    errors = shard_with(spark, tmp_path / "errors", ERROR, rows)
+    assert constraints_hold(errors, 1).passed
+    outcome = constraints_hold(errors, 9)
+    assert not outcome.passed
+    assert outcome.description == (
+        f"1 constraint violation(s) stand in errors; the first, partition 0 offset 7: {partial}"
+    )
+    assert outcome.figures["violations"] == 1
 
 
 def test_exactly_once_names_duplicates_records_outside_the_bindings_and_missing_ones(

@@ -1,12 +1,21 @@
 """A batch of binding times in one call, by hand: each slot's content moves time by time,
-the prior state is replaced at each slot's own first time, and classic DEBEZIUM refuses."""
+the prior state is replaced at each slot's own first time (a truncate empties every slot at
+its own), and classic DEBEZIUM refuses."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdc_core.envelopes import EnvelopeBatch, apply_envelope, apply_upsert, output_schema
+from cdc_core.envelopes import (
+    EnvelopeBatch,
+    apply_debezium_upsert,
+    apply_envelope,
+    apply_upsert,
+    output_schema,
+)
 from cdc_core.schemas import ERROR
+from tests.envelopes.test_envelope_debezium_upsert import AFTER, UNKNOWN_X, ev, row
+from tests.envelopes.test_envelope_debezium_upsert import KEY as DBZ_KEY
 from tests.envelopes.test_envelope_support import (
     TOPIC,
     batch,
@@ -92,3 +101,30 @@ def test_a_time_column_and_time_are_ambiguous(spark) -> None:
         apply_upsert(
             EnvelopeBatch(reclocked(spark, []), topic=TOPIC, key_schema=KEY, value_schema=VALUE),
         )
+
+
+def test_truncates_of_several_windows_in_one_call(spark) -> None:
+    """DEBEZIUM UPSERT: each window's truncate empties every slot at its position (the
+    prior state's rows and errors, the batch's earlier windows), its window's later
+    records apply after it."""
+    after = output_schema("debezium-upsert", DBZ_KEY, AFTER)
+    prior_changes = dataframe(spark, [(2, "p", 1)], with_diff(after))
+    prior_errors = dataframe(spark, [(TOPIC, 0, 9, "7", UNKNOWN_X, None, 1)], with_diff(ERROR))
+    records = {
+        10: [(0, 10, 1, ev("c", row(1, "a"))), (0, 11, None, ev("t")),
+             (0, 12, 3, ev("c", row(3, "c")))],
+        20: [(0, 13, 1, ev("c", row(1, "b")))],
+        30: [(0, 14, None, ev("t")), (0, 15, 3, ev("u", row(3, "C"), before=row(3, "c")))],
+    }  # fmt: skip
+    result = apply_debezium_upsert(
+        EnvelopeBatch(
+            batch(spark, records), topic=TOPIC, key_schema=DBZ_KEY, value_schema=AFTER,
+            prior_changes=prior_changes, prior_errors=prior_errors,
+        ),
+    )  # fmt: skip
+    assert timed_updates(result.changes) == sorted(
+        [(2, "p", 10, -1), (3, "c", 10, 1), (1, "b", 20, 1),
+         (1, "b", 30, -1), (3, "c", 30, -1), (3, "C", 30, 1)],
+        key=repr,
+    )  # fmt: skip
+    assert timed_updates(result.errors) == [(TOPIC, 0, 9, "7", UNKNOWN_X, None, 10, -1)]

@@ -129,7 +129,7 @@ def test_snapshot_records_are_deduplicated_by_key_until_streaming_begins(run: Ru
         [rec(2, snap(row(1, "a"))), rec(3, snap(row(2, "b"))), rec(4, snap(row(3, "c"), "last"))],
     )
     keys_seen = run.dedup_entries("snapshot_key")
-    third, errors3 = run.dedup_window(30, [rec(5, E5)])
+    third, errors3 = run.dedup_window(30, [rec(5, pg("c", None, row(4, "d"), 140, 141))])
     fourth, errors4 = run.dedup_window(40, [rec(6, snap(row(9, "z")))])
     assert first == [(1, "a", 1), (2, "b", 1)]
     assert second == [(3, "c", 1)]
@@ -138,9 +138,10 @@ def test_snapshot_records_are_deduplicated_by_key_until_streaming_begins(run: Ru
         (0, '{"id":2}', None, None, None, None, 1),
         (0, '{"id":3}', None, None, None, None, 1),
     ]
-    assert third == [(3, "c", 1)] and errors3 == []
+    assert third == [(4, "d", 1)] and errors3 == []
     # Streaming began: the seen keys are dropped, the state is one cursor again.
     assert run.dedup_entries("snapshot_key") == []
+    assert run.state() == [(1, "a", 1), (2, "b", 1), (3, "c", 1), (4, "d", 1)]
     assert fourth == []
     assert errors4 == [error(0, 6, {"id": 9}, LATE_SNAPSHOT, 1)]
 
@@ -176,12 +177,19 @@ def test_broken_constraints_give_error_rows_and_fail_the_check(spark) -> None:
     assert reasons == {
         (
             0,
-            "constraint violated: before image: op 'u' has no before image (needs Postgres "
-            "REPLICA IDENTITY FULL or MySQL binlog_row_image=FULL)",
+            "constraint violated: before image: op 'u' has no before image; a before image "
+            "must be the whole row: Postgres needs REPLICA IDENTITY FULL (ALTER TABLE ... "
+            "REPLICA IDENTITY FULL), MySQL binlog_row_image=FULL",
         ),
         (1, "constraint violated: primary key: the record has no key (its table needs one)"),
         (2, "constraint violated: connector: 'sqlserver' is neither postgresql nor mysql"),
-        (3, "constraint violated: source position: a streaming event lacks its position fields"),
+        (
+            3,
+            "constraint violated: source position: a streaming postgresql event lacks "
+            "source.sequence, which the deduplication orders by (the Debezium PostgreSQL "
+            "connector writes source.sequence from version 1.5 on, and source.lsn with every "
+            "streamed event)",
+        ),
         (4, 'value decode error: invalid sequence: ["x", "1"]'),
         (
             9,

@@ -10,10 +10,7 @@ from tests.envelopes.test_envelope_support import Run, batched, error
 
 KEY = StructType([StructField("id", LongType())])
 AFTER = StructType([StructField("id", LongType()), StructField("name", StringType())])
-TRUNCATE = (
-    "unsupported op: Debezium truncate (op 't') names no rows to delete; reset the source to "
-    "re-read it"
-)
+UNKNOWN_X = "unknown op: op 'x' is none of c, r, u, d, t"
 NO_OP = "unknown op: the value has no op, so it is not a Debezium change event"
 
 
@@ -62,10 +59,16 @@ CASES = {
         [[(1, "a", 1)], [(1, "a", -1)]],
         [[], []],
     ),
-    "truncate is an error in the null-key slot, cleared by a null-key tombstone": (
-        [[(0, 0, 1, ev("c", row(1, "a"))), (0, 1, None, ev("t"))], [(0, 2, None, None)]],
-        [[(1, "a", 1)], []],
-        [[error(0, 1, None, TRUNCATE, 1)], [error(0, 1, None, TRUNCATE, -1)]],
+    "truncate empties every key at its position; the window's later events apply after it": (
+        [
+            [(0, 0, 1, ev("c", row(1, "a"))), (0, 1, 2, ev("c", row(2, "b"))),
+             (0, 2, 5, ev("x", row(5, "e")))],
+            [(0, 3, 1, ev("u", row(1, "A"), before=row(1, "a"))), (0, 4, None, ev("t")),
+             (0, 5, 3, ev("c", row(3, "c")))],
+            [(0, 6, 3, ev("u", row(3, "C"), before=row(3, "c"))), (0, 7, None, ev("t"))],
+        ],
+        [[(1, "a", 1), (2, "b", 1)], [(1, "a", -1), (2, "b", -1), (3, "c", 1)], [(3, "c", -1)]],
+        [[error(0, 2, 5, UNKNOWN_X, 1)], [error(0, 2, 5, UNKNOWN_X, -1)], []],
     ),
     "an unknown op makes the key an error until a valid event supersedes it": (
         [
@@ -76,8 +79,8 @@ CASES = {
         [[(1, "a", 1)], [(1, "a", -1)], [(1, "c", 1)]],
         [
             [],
-            [error(0, 1, 1, "unknown op: op 'x' is none of c, r, u, d, t", 1)],
-            [error(0, 1, 1, "unknown op: op 'x' is none of c, r, u, d, t", -1)],
+            [error(0, 1, 1, UNKNOWN_X, 1)],
+            [error(0, 1, 1, UNKNOWN_X, -1)],
         ],
     ),
     "a value without op is no change event": (

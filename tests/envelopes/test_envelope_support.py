@@ -142,7 +142,12 @@ class Run:
         )
 
     def dedup_window(self, time: int, rows: Iterable[tuple[int, int, object, object]]):
-        return self.window(time, rows, prior_dedup_state=self.prior(self.dedup_state, DEDUP_STATE))
+        return self.window(
+            time,
+            rows,
+            prior_changes=self.prior(self.changes, self.output),
+            prior_dedup_state=self.prior(self.dedup_state, DEDUP_STATE),
+        )
 
     def dedup_entries(self, entry: str) -> list[tuple]:
         """The accumulated dedup state rows of one kind, without the ``entry`` column."""

@@ -1,6 +1,7 @@
 """Kafka Connect sink files (JSON lines and Avro container files, plain or gzip) as dumps:
 offsets from the file name and the record's place in it, mixed with kcat files of the same
-topic without counting a record twice, through a real pipeline run."""
+topic without counting a record twice, and read with the key and header files the sink
+stores beside them (a value file waits for them), through real pipeline runs."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.config import parse_config
-from cdc_core.ingest.connect_files import connect_name, kcat_lines
+from cdc_core.ingest.connect_files import connect_name, kcat_lines, stem
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
+from cdc_core.vocabulary import SinkStore
 
 T0 = 1_767_225_600_000
 WIDTH = 60_000
@@ -56,10 +58,69 @@ def write(path: Path, data: bytes, mtime_ms: int = T0 + 5000) -> None:
 
 def test_names_give_partition_and_start_offset() -> None:
     name = connect_name("/l/clicks/partition=3/clicks+3+0000000120.json.gz")
-    assert (name.topic, name.partition, name.start, name.avro, name.gzip) == (
-        "clicks", 3, 120, False, True
+    assert (name.topic, name.partition, name.start, name.avro, name.gzip, name.stored) == (
+        "clicks", 3, 120, False, True, None
     )
     assert connect_name("/l/clicks/dump-0001.json") is None
+    keys = connect_name("/l/a+b/partition=3/a+b+3+0000000120.keys.avro")
+    assert (keys.topic, keys.partition, keys.start, keys.avro, keys.stored) == (
+        "a+b", 3, 120, True, SinkStore.KEYS
+    )
+    folder = "/l/clicks/partition=3"
+    names = ("clicks+3+0000000120.json", "clicks+3+0000000120.keys.json.gz",
+             "clicks+3+0000000120.headers.avro")  # fmt: skip
+    assert {stem(f"{folder}/{n}") for n in names} == {f"{folder}/clicks+3+0000000120"}
+    assert stem(f"{folder}/clicks+3+0000000121.json") != stem(f"{folder}/{names[0]}")
+
+
+def avro_file(schema: object, records: list) -> bytes:
+    out = io.BytesIO()
+    fastavro.writer(out, fastavro.parse_schema(schema), records)
+    return out.getvalue()
+
+
+HEADER_RECORD = {"type": "record", "name": "Header",
+                 "fields": [{"name": "key", "type": "string"},
+                            {"name": "value", "type": ["null", "string"]}]}  # fmt: skip
+HEADERS_AVRO = {"type": "array", "items": HEADER_RECORD}
+KEY_AVRO = {"type": "record", "name": "Key", "fields": [{"name": "id", "type": "long"}]}
+
+
+def test_key_and_header_files_give_each_record_its_key_and_headers(tmp_path: Path) -> None:
+    """As the S3 sink writes them: keys as JSON values (an object, or a string for a key
+    it read as text), headers enveloped in JSON, bare in Avro; kcat's headers alternate
+    names and values."""
+    value = tmp_path / "clicks+0+7.json"
+    write(value, b'{"page": "a", "n": 1}\nnull\n', mtime_ms=T0 + 7)
+    write(tmp_path / "clicks+0+7.keys.json", b'{"id": 1}\n"k2"\n')
+    write(tmp_path / "clicks+0+7.headers.json",
+          b'{"headers":[{"key":"trace","value":"t1"},{"key":"n","value":null}]}\n'
+          b'{"headers":[{"key":"trace","value":"t2"}]}\n')  # fmt: skip
+    stored = {SinkStore.KEYS: str(tmp_path / "clicks+0+7.keys.json"),
+              SinkStore.HEADERS: str(tmp_path / "clicks+0+7.headers.json")}  # fmt: skip
+    lines = [json.loads(line) for line in kcat_lines(str(value), stored)]
+    assert [(r["offset"], r["key"], r["payload"], r["headers"]) for r in lines] == [
+        (7, '{"id": 1}', '{"page": "a", "n": 1}', ["trace", "t1", "n", None]),
+        (8, '"k2"', None, ["trace", "t2"]),
+    ]
+    avro = tmp_path / "clicks+1+0.avro"
+    write(avro, avro_file(VALUE_AVRO, [{"page": "x", "n": 5}]))
+    write(tmp_path / "clicks+1+0.keys.avro", avro_file(KEY_AVRO, [{"id": 5}]))
+    write(tmp_path / "clicks+1+0.headers.avro",
+          avro_file(HEADERS_AVRO, [[{"key": "trace", "value": "t5"}]]))  # fmt: skip
+    stored = {kind: str(tmp_path / f"clicks+1+0.{kind}.avro") for kind in SinkStore}
+    [line] = [json.loads(line) for line in kcat_lines(str(avro), stored)]
+    assert (line["key"], line["payload"], line["headers"]) == (
+        '{"id": 5}', '{"page": "x", "n": 5}', ["trace", "t5"]
+    )
+    # A key file that ends early: the records before are read, the rest is the damage.
+    write(tmp_path / "clicks+0+7.keys.json", b'{"id": 1}\n')
+    short = list(kcat_lines(str(value), {SinkStore.KEYS: str(tmp_path / "clicks+0+7.keys.json")}))
+    assert json.loads(short[0])["key"] == '{"id": 1}'
+    assert short[1] == (
+        f"Kafka Connect sink file is damaged after 1 record(s): its keys file "
+        f"{tmp_path / 'clicks+0+7.keys.json'} holds only 1 record(s)"
+    )
 
 
 def test_records_get_offsets_from_the_name_and_the_file_time_as_ts(tmp_path: Path) -> None:
@@ -125,3 +186,76 @@ def test_sink_and_kcat_files_of_one_topic_give_each_record_once(
     [damaged] = errors.to_pylist()
     assert damaged["file"].endswith("clicks+2+0.json.gz")
     assert "Kafka Connect sink file is damaged" in damaged["reason"]
+
+
+def test_a_sink_value_file_is_read_with_its_key_and_header_files_and_waits_for_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """An upsert source fed by a sink that stores keys and headers (JSON for partition 0,
+    Avro for partition 1). Partition 0's second value file lands before its key file: the
+    binding holds the partition at its first offset, naming the file it waits for; once
+    the key file lands, the next window reads it."""
+    landing = tmp_path / "landing" / "users"
+    zero, one = landing / "partition=0", landing / "partition=1"
+
+    def keys(ids: range) -> bytes:
+        return "".join(json.dumps({"id": i}) + "\n" for i in ids).encode()
+
+    def headers(ids: range) -> bytes:
+        return "".join(
+            json.dumps({"headers": [{"key": "trace", "value": f"t{i}"}]}) + "\n" for i in ids
+        ).encode()
+
+    def names(ids: range) -> bytes:
+        return "".join(json.dumps({"name": f"n{i}"}) + "\n" for i in ids).encode()
+
+    write(zero / "users+0+0000000000.json", names(range(1, 3)))
+    write(zero / "users+0+0000000000.keys.json", keys(range(1, 3)))
+    write(zero / "users+0+0000000000.headers.json", headers(range(1, 3)))
+    write(one / "users+1+0000000000.avro",
+          avro_file({"type": "record", "name": "V", "fields": [{"name": "name", "type": "string"}]},
+                    [{"name": "n10"}]))  # fmt: skip
+    write(one / "users+1+0000000000.keys.avro", avro_file(KEY_AVRO, [{"id": 10}]))
+    write(one / "users+1+0000000000.headers.avro",
+          avro_file(HEADERS_AVRO, [[{"key": "trace", "value": "t10"}]]))  # fmt: skip
+    write(zero / "users+0+0000000002.json", names(range(3, 5)))  # its keys come later
+    write(zero / "users+0+0000000002.headers.json", headers(range(3, 5)))
+    config = parse_config(
+        {"lake": "lake", "landing": "landing", "window": "1m", "start": "2026-01-01T00:00:00Z",
+         "sources": [{"name": "users", "topic": "users", "key": {"id": "bigint"},
+                      "value": {"name": "string"}, "envelope": "upsert", "reclock": "arrival",
+                      "include": ["headers"], "sink_stores": ["keys", "headers"]}]},
+        tmp_path,
+    )  # fmt: skip
+    pipeline = SourcePipeline.from_config(spark, config, config.sources[0])
+
+    def state() -> list[tuple]:
+        rows = DeltaTable(str(tmp_path / "lake" / "users" / "state")).to_pyarrow_table()
+        return sorted(
+            (r["id"], r["name"], [(h["key"], h["value"]) for h in r["headers"]])
+            for r in rows.to_pylist()
+        )
+
+    pipeline.register_dumps(arrival_ms=T0)
+    [report] = pipeline.run_windows(Windows(T0, T0 + WIDTH, WIDTH))
+    pipeline.finish()
+    assert state() == [(1, "n1", [("trace", b"t1")]), (2, "n2", [("trace", b"t2")]),
+                       (10, "n10", [("trace", b"t10")])]  # fmt: skip
+    assert report.frontier.offsets == {0: 2, 1: 1}
+    [held] = pipeline.inspect().held
+    assert (held.partition, held.waits_at) == (0, 2)
+    assert held.reason == (
+        f"Kafka Connect sink file {zero / 'users+0+0000000002.json'} waits for its keys "
+        "file: a value file is read only with the files the sink stores beside it "
+        "(sink_stores), which land after it"
+    )
+
+    write(zero / "users+0+0000000002.keys.json", keys(range(3, 5)))
+    pipeline.register_dumps(arrival_ms=T0 + WIDTH)
+    [report] = pipeline.run_windows(Windows(T0 + WIDTH, T0 + 2 * WIDTH, WIDTH))
+    pipeline.finish()
+    assert report.frontier.offsets == {0: 4, 1: 1}
+    assert state()[2:4] == [(3, "n3", [("trace", b"t3")]), (4, "n4", [("trace", b"t4")])]
+    assert pipeline.inspect().held == ()
+    errors = DeltaTable(str(tmp_path / "lake" / "users" / "errors")).to_pyarrow_table()
+    assert errors.num_rows == 0

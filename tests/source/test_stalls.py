@@ -20,7 +20,10 @@ from deltalake import DeltaTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdc_core.checks.invariants import exactly_once
 from cdc_core.config import Config, load_config
+from cdc_core.frontier import OffsetFrontier
+from cdc_core.ingest.connect_files import sink_gaps
 from cdc_core.reclock import Windows
 from cdc_core.reclock.remap import UnexpectedStartOffset
 from cdc_core.source import SourcePipeline
@@ -176,6 +179,65 @@ def test_a_partition_held_at_a_gap_is_named_and_fails_accounted_past_stall_after
     assert waits in metadata["held"].value
     described = statuses(config)[0].describe()
     assert waits in described and "no registered dump is known to hold offset 1" in described
+
+
+def test_a_transactional_topics_marker_gaps_hold_it_unless_gaps_are_allowed_or_known(
+    tmp_path: Path, spark
+) -> None:
+    """A topic a transactional producer writes: each commit marker takes an offset no
+    consumer sees (3 and 7 here), and an aborted transaction's records and marker are
+    skipped (8 to 10). In a kcat dump, the binding holds the partition at the first gap by
+    default, saying why such gaps arise and which setting admits them; with
+    ``allow_offset_gaps`` it binds every record. Kafka Connect sink files (here with their
+    key files) show the holes themselves: a file's records run up to the next file's
+    start, so the binding passes them by default, and the exactly-once check counts them
+    as no record."""
+    kept = {0: "a", 1: "b", 2: "c", 4: "d", 5: "e", 6: "f", 11: "g"}
+    everything = {(o, name) for o, name in kept.items()}
+    files = [(0, 1, 2), (4, 5, 6), (11,)]  # as a sink flushed them: one file per transaction
+    cases = {"kcat": False, "kcat, gaps allowed": True, "sink files": False}
+    for case, allowed in cases.items():
+        workdir = tmp_path / case.replace(" ", "_").replace(",", "")
+        landing = workdir / "landing" / "users"
+        landing.mkdir(parents=True)
+        if case.startswith("kcat"):
+            dump = b"".join(line(offset, offset, name) for offset, name in kept.items())
+            (landing / "dump.json").write_bytes(dump)
+        for offsets in files if case == "sink files" else ():
+            name = f"users+{PARTITION}+{offsets[0]:010d}"
+            (landing / f"{name}.json").write_text(
+                "".join(json.dumps({"name": kept[o]}) + "\n" for o in offsets))
+            (landing / f"{name}.keys.json").write_text(
+                "".join(json.dumps({"id": o}) + "\n" for o in offsets))  # fmt: skip
+        config = write_config(workdir, allow_offset_gaps=allowed, sink_stores=["keys"],
+                              reclock="arrival")  # fmt: skip
+        pipeline = SourcePipeline.from_config(spark, config, config.source("users"))
+        pipeline.register_dumps(T0)
+        [report] = pipeline.run_windows(Windows(T0, T0 + MINUTE, MINUTE))
+        pipeline.finish()
+        state = {(r["id"], r["name"]) for r in table(config, "state")}
+        held = pipeline.inspect().held
+        if case == "kcat":
+            assert report.frontier.offsets == {PARTITION: 3}
+            assert state == {(0, "a"), (1, "b"), (2, "c")}
+            [waits] = held
+            assert waits.describe().startswith(f"partition {PARTITION} waits at offset 3 ")
+            assert "offset gap: no registered dump is known to hold offset 3" in waits.reason
+            assert "written by a transactional producer (each commit marker takes an " \
+                "offset no consumer sees, and an aborted transaction's records are " \
+                "skipped)" in waits.reason
+            assert waits.reason.endswith("set allow_offset_gaps for it")
+            continue
+        assert held == () and state == everything, case
+        # The last sink file's holes after it are unknown (no next file): its end binds.
+        assert report.frontier.offsets == {PARTITION: 12}, case
+        holes = sink_gaps(pipeline.registry.files())
+        assert holes == ({PARTITION: [(3, 4), (7, 11)]} if case == "sink files" else {})
+        outcome = exactly_once(
+            pipeline.reclocked, OffsetFrontier(), report.frontier, {}, 1, T0 + MINUTE + 1,
+            gaps_allowed=allowed, errors=pipeline.errors, holes=holes,
+        )  # fmt: skip
+        assert outcome.passed, outcome.description
 
 
 # Damage a line can carry while its partition and offset still read (bound at its

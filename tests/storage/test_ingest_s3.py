@@ -1,9 +1,9 @@
 """Dumps landed on S3 and a registry kept on S3 behave as the same dumps and registry in
 local folders: registration (statistics, damage, bad lines), the sensor's look for
 unregistered paths (before and after maintenance sorts the registry), the canonical
-read (kcat, gzip, Kafka Connect sink files, a truncated gzip file's salvaged lines, an
-empty object, a line that is not UTF-8) and the loud failure on a needed file that is
-gone."""
+read (kcat, gzip, Kafka Connect sink files with their key and header files, a truncated
+gzip file's salvaged lines, an empty object, a line that is not UTF-8) and the loud
+failure on a needed file that is gone."""
 
 from __future__ import annotations
 
@@ -48,6 +48,13 @@ DUMPS = {
     "cut.json.gz": gzip.compress(kcat(range(20, 200)), compresslevel=1)[:-30],
     "with space+plus.json": kcat(range(9, 12)),
     f"partition=2/{TOPIC}+2+40.json": sink(range(40, 43)),
+    # What the sink stores beside it (store.kafka.keys, store.kafka.headers).
+    f"partition=2/{TOPIC}+2+40.keys.json": "".join(
+        json.dumps({"k": k}) + "\n" for k in range(40, 43)
+    ).encode(),
+    f"partition=2/{TOPIC}+2+40.headers.json": "".join(
+        json.dumps({"headers": [{"key": "h", "value": str(k)}]}) + "\n" for k in range(40, 43)
+    ).encode(),
     "empty.json": b"",
     "undecodable.json": kcat(range(12, 14)) + b'{"topic": "users", "ts": "\xff\xfe"}\n',
 }
@@ -66,7 +73,7 @@ def land(root: str) -> None:
 
 
 def registered(spark: SparkSession, landing: str, registry_root: str) -> Registry:
-    registry = Registry(registry_root, TOPIC)
+    registry = Registry(registry_root, TOPIC, stores=("keys", "headers"))
     registry.register(spark, list_dump_files(Location.parse(landing), TOPIC), arrival_ms=7)
     return registry
 
@@ -115,21 +122,26 @@ def test_dumps_on_s3_register_and_read_as_the_same_dumps_in_a_folder(
     assert RegisteredPaths(on_s3.files_path).missing([known, late]) == [late]
 
     def records(registry: Registry) -> list[tuple]:
-        canonical = read_canonical(spark, registry, registry.files(), F.lit(True))
-        rows = canonical.records.select("partition", "offset", "ts", "payload").collect()
-        return sorted(tuple(row) for row in rows)
+        canonical = read_canonical(
+            spark, registry, registry.files(), F.lit(True), headers=True
+        )
+        columns = ("partition", "offset", "ts", "payload", "key", "headers")
+        return sorted(tuple(row) for row in canonical.records.select(*columns).collect())
 
     s3_records = records(on_s3)
     local_records = records(on_disk)
     assert [r for r in s3_records if r[0] != 2] == [r for r in local_records if r[0] != 2]
     assert [r[:2] + r[3:] for r in s3_records] == [r[:2] + r[3:] for r in local_records]
-    offsets = {(p, o) for p, o, _, _ in s3_records}
+    offsets = {(p, o) for p, o, *_ in s3_records}
+    # The sink's value file read with its key and header files, on the store as on disk.
+    assert [(o, key, json.loads(headers)) for p, o, _, _, key, headers in s3_records
+            if p == 2] == [(k, json.dumps({"k": k}), ["h", str(k)]) for k in range(40, 43)]
     assert {(0, o) for o in range(12)} | {(1, o) for o in range(3)} <= offsets
     assert {(2, 40), (2, 41), (2, 42)} <= offsets
     salvaged = {o for p, o in offsets if p == 0 and o >= 20}
     assert salvaged and salvaged == set(range(20, 20 + len(salvaged)))
     sink_file = files.join(remote, TOPIC, f"partition=2/{TOPIC}+2+40.json")
-    assert {ts for p, _, ts, _ in s3_records if p == 2} == {files.mtime_ms(sink_file)}
+    assert {ts for p, _, ts, *_ in s3_records if p == 2} == {files.mtime_ms(sink_file)}
     canonical = read_canonical(spark, on_s3, on_s3.files(), F.lit(True))
     errors = {(row.file, row.reason.split(":")[0]) for row in canonical.read_errors.collect()}
     assert (known, "not a JSON object") in errors

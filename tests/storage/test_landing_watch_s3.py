@@ -105,3 +105,27 @@ def test_a_local_landing_zone_is_listed_whole_every_tick(tmp_path: Path) -> None
     earlier = land(landing, "a.json")
     assert watch.landed(landing, "users", []) == [*earlier, *first]
     assert watch.state() == {}
+
+
+def test_a_value_files_key_and_header_files_are_seen_though_they_sort_around_it(
+    s3_bucket: str,
+) -> None:
+    """The sink writes a value file, then its keys, then its headers; ``x.headers.json``
+    sorts before ``x.json``, so a folder's listing after the value file would miss it:
+    the listing starts at the value file's stem until both have been seen."""
+    landing = f"s3://{s3_bucket}/topics"
+    stem = "partition=0/users+0+0000000010"
+    land(landing, connect_name(0, 0))
+    now = int(time.time() * 1000)
+    watch = LandingWatch(None, now)
+    watch.landed(landing, "users", [])
+    [value] = land(landing, f"{stem}.json")
+    assert watch.landed(landing, "users", []) == [value]
+    [keys] = land(landing, f"{stem}.keys.json")
+    assert keys in watch.landed(landing, "users", [])
+    [headers] = land(landing, f"{stem}.headers.json")
+    watch = LandingWatch(json.loads(json.dumps(watch.state())), now + 1_000)
+    assert headers in watch.landed(landing, "users", [])
+    # Both seen: the folder's listing starts after its greatest dump again.
+    later = land(landing, connect_name(0, 20))
+    assert watch.landed(landing, "users", []) == later
