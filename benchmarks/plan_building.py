@@ -3,7 +3,8 @@
 A classic session builds every Column and DataFrame step through a JVM round trip, and
 each DataFrame step is analyzed at once; a window pays that for every envelope it
 applies, whatever its rows. This times ``apply_*`` on an empty window with prior shards
-(the plan is built, nothing runs) and counts the round trips:
+(the plan is built, nothing runs but DEBEZIUM UPSERT's one pass looking for truncates)
+and counts the round trips:
 
     python -m benchmarks.plan_building --repeat 15
 
