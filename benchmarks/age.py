@@ -94,7 +94,7 @@ from typing import Any
 
 import pyarrow as pa
 import yaml
-from dagster import AssetKey, DagsterInstance, build_sensor_context
+from dagster import AssetKey, DagsterInstance, Definitions, build_sensor_context
 from deltalake import write_deltalake
 
 from assets.partitions import PARTITION_FORMAT, to_datetime
@@ -521,18 +521,33 @@ def sensor_ticks(histories: Sequence[History], repeat: int) -> dict[int, list[Sa
         for history, definitions, resources in loaded:
             os.environ["DAGSTER_HOME"] = str(history.home)
             with DagsterInstance.from_config(str(history.home)) as instance:
-                context = build_sensor_context(
-                    instance=instance, cursor=cursors[history.days], resources=resources,
-                    repository_def=definitions.get_repository_def(),
-                )  # fmt: skip
-                began, cpu = time.perf_counter(), time.process_time()
-                result = definitions.resolve_sensor_def("new_dumps").evaluate_tick(context)
-                samples[history.days].append(Sample(
-                    time.perf_counter() - began, time.process_time() - cpu,
-                    f"{len(result.run_requests or [])} request(s)",
-                ))  # fmt: skip
-                cursors[history.days] = result.cursor
+                sample, cursors[history.days] = sensor_tick(
+                    definitions, instance, cursors[history.days], resources
+                )
+            samples[history.days].append(sample)
     return samples
+
+
+def sensor_tick(
+    definitions: Definitions,
+    instance: DagsterInstance,
+    cursor: str | None,
+    resources: dict[str, Any],
+) -> tuple[Sample, str | None]:
+    """One evaluation of the ``new_dumps`` sensor of ``definitions``, as a code server
+    evaluates a tick (``build_sensor_context``, the sensor's own definition and
+    ``resources``): its wall and CPU seconds in this process, and the cursor it leaves."""
+    context = build_sensor_context(
+        instance=instance, cursor=cursor, resources=resources,
+        repository_def=definitions.get_repository_def(),
+    )  # fmt: skip
+    began, cpu = time.perf_counter(), time.process_time()
+    result = definitions.resolve_sensor_def("new_dumps").evaluate_tick(context)
+    sample = Sample(
+        time.perf_counter() - began, time.process_time() - cpu,
+        f"{len(result.run_requests or [])} request(s)",
+    )  # fmt: skip
+    return sample, result.cursor
 
 
 def tick_measures(samples: list[Sample]) -> dict[str, list[Sample]]:

@@ -25,7 +25,7 @@ import os
 import random
 import struct
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, NamedTuple
@@ -327,8 +327,8 @@ def debezium_order_messages(
         table[order_id] = _new_order(rng, order_id)
         ts = start_ms + snapshot_ms * (order_id - 1) // snapshot_rows
         marker = "last" if order_id == snapshot_rows else "true"
-        source = _pg_source(ts, marker, lsn, None, tx_id=700)
-        messages.append(_debezium_message(order_id, None, table[order_id], "r", source, ts))
+        source = pg_source(ts, marker, lsn, None, tx_id=700)
+        messages.append(debezium_message(order_id, None, table[order_id], "r", source, ts))
 
     commit_lsn = lsn  # streaming continues from the snapshot's position
     replay_at = changes * 3 // 5
@@ -343,23 +343,23 @@ def debezium_order_messages(
         for _ in range(tx_events):
             ts = start_ms + snapshot_ms + (span_ms - snapshot_ms) * done // changes
             lsn += rng.randint(8, 400)
-            source = _pg_source(ts - rng.randint(5, 80), "false", lsn, commit_lsn, tx_id)
+            source = pg_source(ts - rng.randint(5, 80), "false", lsn, commit_lsn, tx_id)
             roll = rng.random()
-            in_tx = _transaction_block(txid, written, "orders")
+            in_tx = transaction_block(txid, written, "orders")
             written.append(("orders", ts))
             if not table or roll < 0.3:
                 table[next_id] = _new_order(rng, next_id)
                 messages.append(
-                    _debezium_message(next_id, None, table[next_id], "c", source, ts, in_tx)
+                    debezium_message(next_id, None, table[next_id], "c", source, ts, in_tx)
                 )
                 for _ in range(lines_rng.randint(1, 3)):
                     line_ts = min(ts + lines_rng.randrange(MAX_LINE_DELAY_MS), last_ms)
                     line = _new_line(lines_rng, next_line, next_id)
                     line_source = {**source, "table": "order_lines", "ts_ms": line_ts}
-                    line_tx = _transaction_block(txid, written, "order_lines")
+                    line_tx = transaction_block(txid, written, "order_lines")
                     written.append(("order_lines", line_ts))
                     lines.append(
-                        _debezium_message(next_line, None, line, "c", line_source, line_ts, line_tx)
+                        debezium_message(next_line, None, line, "c", line_source, line_ts, line_tx)
                     )
                     next_line += 1
                 next_id += 1
@@ -368,25 +368,25 @@ def debezium_order_messages(
                 before = table[order_id]
                 table[order_id] = _updated_order(rng, before)
                 messages.append(
-                    _debezium_message(order_id, before, table[order_id], "u", source, ts, in_tx)
+                    debezium_message(order_id, before, table[order_id], "u", source, ts, in_tx)
                 )
             else:
                 order_id = rng.choice(sorted(table))
                 before = table.pop(order_id)
                 messages.append(
-                    _debezium_message(order_id, before, None, "d", source, ts, in_tx)
+                    debezium_message(order_id, before, None, "d", source, ts, in_tx)
                 )
                 messages.append(Message(messages[-1].partition, ts, messages[-1].key, None))
             done += 1
             if done == replay_at:
                 messages.extend(_connector_restart(messages[-6:], ts))
-        transactions += _transaction_records(txid, written)
+        transactions += transaction_records(txid, written)
         commit_lsn = lsn
         tx_id += 1
     return Shop(messages, lines, transactions)
 
 
-def _transaction_block(
+def transaction_block(
     txid: str, written: list[tuple[str, int]], table: str
 ) -> dict[str, object]:
     """The ``transaction`` block of the next event of ``table`` in a transaction that wrote
@@ -395,16 +395,19 @@ def _transaction_block(
     return {"id": txid, "total_order": len(written) + 1, "data_collection_order": order}
 
 
-def _transaction_records(txid: str, written: list[tuple[str, int]]) -> list[Message]:
+def transaction_records(
+    txid: str, written: list[tuple[str, int]], collections: Mapping[str, str] = DATA_COLLECTIONS
+) -> list[Message]:
     """The BEGIN and END records of a transaction that wrote ``(table, ts)`` events, as
-    the connector writes them (one partition, keyed by the transaction id)."""
+    the connector writes them (one partition, keyed by the transaction id); ``collections``
+    names each table's data collection."""
     counts = Counter(name for name, _ in written)
     begin_ms, end_ms = min(ts for _, ts in written), max(ts for _, ts in written)
     key = json.dumps({"id": txid})
     begin = {"status": "BEGIN", "id": txid, "event_count": None, "data_collections": None,
              "ts_ms": begin_ms}
     end = {"status": "END", "id": txid, "event_count": len(written), "ts_ms": end_ms,
-           "data_collections": [{"data_collection": DATA_COLLECTIONS[name], "event_count": n}
+           "data_collections": [{"data_collection": collections[name], "event_count": n}
                                 for name, n in sorted(counts.items())]}
     return [Message(0, begin_ms, key, json.dumps(begin, separators=(",", ":"))),
             Message(0, end_ms, key, json.dumps(end, separators=(",", ":")))]  # fmt: skip
@@ -745,7 +748,7 @@ def _updated_order(rng: random.Random, order: dict[str, object]) -> dict[str, ob
     return updated
 
 
-def _pg_source(
+def pg_source(
     ts: int, snapshot: str, lsn: int, commit_lsn: int | None, tx_id: int
 ) -> dict[str, object]:
     """Debezium's Postgres ``source`` block; ``sequence`` is ``[last_commit_lsn, lsn]``."""
@@ -765,7 +768,7 @@ def _pg_source(
     }
 
 
-def _debezium_message(
+def debezium_message(
     row_id: int,
     before: dict[str, object] | None,
     after: dict[str, object] | None,

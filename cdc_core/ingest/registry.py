@@ -35,7 +35,14 @@ from cdc_core.ingest.dumps import (
     scan_dump_files,
 )
 from cdc_core.shard import delta_io
-from cdc_core.shard.log import append_rows, existing_table, merge_files, rewrite_table
+from cdc_core.shard.log import (
+    LogMark,
+    append_rows,
+    existing_table,
+    log_mark,
+    merge_files,
+    rewrite_table,
+)
 from cdc_core.storage import files as storage_files
 from cdc_core.storage.files import LEADS_OUT
 from cdc_core.vocabulary import SinkStore
@@ -407,8 +414,12 @@ class RegisteredPaths:
 
     def __init__(self, files_path: str) -> None:
         self._files_path = files_path
-        self._seen: tuple[str, int] | None = None  # (table id, version) of the last look
+        self._mark: LogMark | None = None  # where the table's log stood at the last look
+        self._table_id: str | None = None  # the table looked at last
         self._files: dict[str, _PathRanges] = {}  # data file -> its row groups
+        # The last question and its answer (the asked paths held), while the mark holds:
+        # a sensor asks about the same landed paths tick after tick.
+        self._answered: tuple[list[str], set[str]] | None = None
         self._lock = threading.Lock()  # sensors of one code server may tick at once
 
     def missing(self, paths: Iterable[str]) -> list[str]:
@@ -417,9 +428,12 @@ class RegisteredPaths:
         asked = sorted(set(paths))
         with self._lock:
             self._look()
-            held: set[str] = set()
-            for ranges in self._files.values():
-                held.update(ranges.among(asked))
+            if self._answered is None or self._answered[0] != asked:
+                held: set[str] = set()
+                for ranges in self._files.values():
+                    held.update(ranges.among(asked))
+                self._answered = (asked, held)
+            held = self._answered[1]
         return [path for path in paths if path not in held]
 
     @property
@@ -428,22 +442,25 @@ class RegisteredPaths:
         return sum(ranges.rows_read for ranges in self._files.values())
 
     def _look(self) -> None:
-        """Bring the kept data files to the table's latest version."""
-        table = existing_table(self._files_path)
+        """Bring the kept data files to the table's latest version: opened only when its
+        log moved since the last look (``log_mark``)."""
+        mark = log_mark(self._files_path, self._mark)
+        if mark is not None and mark == self._mark:
+            return
+        self._answered = None
+        table = None if mark is None else existing_table(self._files_path, mark.version)
         if table is None:
-            self._seen, self._files = None, {}
+            self._mark, self._table_id, self._files = None, None, {}
             return
-        seen = (table.metadata().id, table.version())
-        if seen == self._seen:
-            return
-        if self._seen is not None and seen[0] != self._seen[0]:
+        table_id = table.metadata().id
+        if table_id != self._table_id:
             self._files = {}  # a new table under the same path
         fragments = {f.path: f for f in table.to_pyarrow_dataset().get_fragments()}
         self._files = {
             name: self._files.get(name) or _PathRanges(fragment)
             for name, fragment in fragments.items()
         }
-        self._seen = seen
+        self._mark, self._table_id = mark, table_id
 
 
 class _PathRanges:

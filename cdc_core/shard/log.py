@@ -13,9 +13,13 @@ versions, so they move in the same commit as the data they describe.
 
 from __future__ import annotations
 
+import os
+import posixpath
+import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -29,7 +33,7 @@ from pyspark.errors import PySparkException
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import check_table_features
-from cdc_core.storage import delta_options
+from cdc_core.storage import delta_options, files, is_remote
 
 # Commit metadata keys (Delta commitInfo): what a commit did, the id that lets a writer
 # recognise its own commit after an ambiguous failure, and the CDCv2 progress statement.
@@ -168,6 +172,59 @@ def _landed(
             definitely_not_written=False,
         ) from unreadable
     return any(entry.get(COMMIT_ID_KEY) == commit_id for entry in history)
+
+
+# A commit file of a Delta log: ``_delta_log/<version, 20 digits>.json``.
+COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+
+
+@dataclass(frozen=True)
+class LogMark:
+    """Where a Delta table's log stands: its newest version, and the size and modification
+    time of that version's commit file.
+
+    Equal marks mean the same table at the same version: a commit adds a newer file, and a
+    table put in the place of another (a rebuild's swap, a table deleted and created
+    anew) has commit files written at other moments. So what was read from a table at a
+    mark still holds while the mark does, and a look that finds its mark unchanged need
+    not open the table (which reads its whole log, or checkpoint and commits since)."""
+
+    version: int
+    size: int
+    mtime_ms: int
+
+
+def log_mark(location: str, known: LogMark | None = None) -> LogMark | None:
+    """The mark of the table at ``location`` now (None where there is none). Reads no
+    commit and creates nothing. With the ``known`` mark of an earlier look: on local disk
+    two lookups find whether it still holds (its commit file as it was, no next one),
+    whatever the log's length; on an object store one listing from its version on (the
+    commits before it cost no request). Else the log is listed whole."""
+    log = files.join(files.normalize(location), "_delta_log")
+    if known is not None and not is_remote(location) and _still_at(log, known):
+        return known
+    first = 0 if known is None else known.version
+    after = files.join(log, f"{first - 1:020d}.json") if first else None
+    listed = files.list_after(log, after, recursive=False)
+    commits = [(version, entry) for entry in listed
+               if (found := COMMIT_FILE.match(posixpath.basename(entry.path)))
+               and (version := int(found[1])) >= first]  # fmt: skip
+    if not commits:  # no table, or not the known one: its commit is gone
+        return None if after is None else log_mark(location)
+    version, entry = max(commits, key=lambda commit: commit[0])
+    return LogMark(version, entry.size, entry.mtime_ms)
+
+
+def _still_at(log: str, known: LogMark) -> bool:
+    """Whether the local log folder ``log`` still ends at ``known``: its commit file as
+    it was, and no newer one."""
+    try:
+        commit = os.stat(posixpath.join(log, f"{known.version:020d}.json"))
+    except OSError:
+        return False
+    if (commit.st_size, commit.st_mtime_ns // 1_000_000) != (known.size, known.mtime_ms):
+        return False
+    return not os.path.exists(posixpath.join(log, f"{known.version + 1:020d}.json"))
 
 
 def existing_table(location: str, version: int | None = None) -> DeltaTable | None:

@@ -117,6 +117,23 @@ def test_a_look_for_unregistered_paths_reads_only_the_files_registered_since(
     assert Registry(root, "t").unregistered([str(a), c, str(b)]) == [c]
 
 
+def test_a_look_at_a_registry_whose_log_has_not_moved_opens_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The sensor asks every registry about the same landed paths tick after tick: while
+    the registry's log ends where it did, the answer stands without opening the table.
+    Proved by damaging the log's first commit, which any open reads."""
+    landing = tmp_path / "landing"
+    a = write_dump(landing, "t", "a.json", [Rec(0, 0, 1)])
+    root = tmp_path / "registry"
+    register_new(spark, Registry(root, "t"), landing, arrival_ms=1)
+    b = str(landing / "t" / "b.json")
+    assert Registry(root, "t").unregistered([str(a), b]) == [b]
+    (root / "files" / "_delta_log" / f"{0:020d}.json").write_bytes(b"not a commit")
+    assert Registry(root, "t").unregistered([str(a), b]) == [b]
+    assert Registry(root, "t").unregistered([b, str(a)]) == [b]
+
+
 def test_a_registry_created_anew_is_looked_at_anew(spark: SparkSession, tmp_path: Path) -> None:
     """A lake deleted and rebuilt under a running code server: paths of the old registry
     are not taken for registered (a new table id, other files)."""

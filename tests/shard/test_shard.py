@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from cdc_core.shard import (
     ShardUsageError,
     UpperMismatch,
     delta_io,
+    stored_upper,
 )
 from cdc_core.shard.log import merge_files
 
@@ -185,6 +187,35 @@ def test_a_heartbeat_commits_nothing(spark, shard):
 
 
 # ---- append (replicated writers) --------------------------------------------------------
+
+
+def test_the_stored_upper_follows_commits_and_a_table_put_in_its_place(spark, tmp_path):
+    """A process keeps the uppers it read (the sensor asks for every source's each tick)
+    and opens a table again only once its log moved: a commit since, a table moved into
+    the same place at the same version, or no table any more, is seen at once. That an
+    unchanged log is not read again is proved by damaging its first commit."""
+    path = str(tmp_path / "shard")
+    assert stored_upper(path) == at(0)  # no table yet
+    shard = Shard.open(spark, path, KV)
+    shard.compare_and_append(updates(spark, []), at(0), at(3))
+    assert stored_upper(path) == at(3)
+    shard.compare_and_append(updates(spark, []), at(3), at(5))
+    assert stored_upper(path) == at(5)
+    first_commit = Path(path, "_delta_log", f"{0:020d}.json")
+    intact = first_commit.read_bytes()
+    first_commit.write_bytes(b"not a commit")
+    assert stored_upper(path) == at(5)
+    first_commit.write_bytes(intact)
+
+    other = Shard.open(spark, str(tmp_path / "other"), KV)
+    other.compare_and_append(updates(spark, []), at(0), at(2))
+    other.compare_and_append(updates(spark, []), at(2), at(9))
+    assert other.version == shard.version
+    shutil.rmtree(path)
+    shutil.move(tmp_path / "other", path)
+    assert stored_upper(path) == at(9)
+    shutil.rmtree(path)
+    assert stored_upper(path) == at(0)
 
 
 def test_append_writes_once_and_a_rerun_writes_no_new_version(spark, shard):
