@@ -242,7 +242,7 @@ def test_a_sink_value_file_is_read_with_its_key_and_header_files_and_waits_for_t
     assert state() == [(1, "n1", [("trace", b"t1")]), (2, "n2", [("trace", b"t2")]),
                        (10, "n10", [("trace", b"t10")])]  # fmt: skip
     assert report.frontier.offsets == {0: 2, 1: 1}
-    [held] = pipeline.inspect().held
+    [held] = pipeline.reader.inspect().held
     assert (held.partition, held.waits_at) == (0, 2)
     assert held.reason == (
         f"Kafka Connect sink file {zero / 'users+0+0000000002.json'} waits for its keys "
@@ -256,6 +256,6 @@ def test_a_sink_value_file_is_read_with_its_key_and_header_files_and_waits_for_t
     pipeline.finish()
     assert report.frontier.offsets == {0: 4, 1: 1}
     assert state()[2:4] == [(3, "n3", [("trace", b"t3")]), (4, "n4", [("trace", b"t4")])]
-    assert pipeline.inspect().held == ()
+    assert pipeline.reader.inspect().held == ()
     errors = DeltaTable(str(tmp_path / "lake" / "users" / "errors")).to_pyarrow_table()
     assert errors.num_rows == 0

@@ -216,7 +216,7 @@ def test_a_transactional_topics_marker_gaps_hold_it_unless_gaps_are_allowed_or_k
         [report] = pipeline.run_windows(Windows(T0, T0 + MINUTE, MINUTE))
         pipeline.finish()
         state = {(r["id"], r["name"]) for r in table(config, "state")}
-        held = pipeline.inspect().held
+        held = pipeline.reader.inspect().held
         if case == "kcat":
             assert report.frontier.offsets == {PARTITION: 3}
             assert state == {(0, "a"), (1, "b"), (2, "c")}
