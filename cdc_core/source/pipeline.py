@@ -170,7 +170,7 @@ class SourcePipeline:
         self.upstream = UpstreamCommit(self.root / "upstream")
         self.group = transaction_binder(spark, config, group_lake or lake, source.name)
         shards = {name: getattr(self, name) for name in ("remap", *output_tables(source))}
-        self.reader = SourceReader.over(spark, config, source, self.root, shards, self.group)
+        self.reader = SourceReader(spark, config, source, self.root, shards, self.group)
         self.encodings = {
             part: PartEncoding(
                 source.key_encoding if part == "key" else source.value_encoding,

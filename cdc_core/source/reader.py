@@ -6,7 +6,7 @@ and commits nothing, so it works on a lake it may not write (read-only credentia
 read-only mount): a table no run has created yet reads as empty (``AbsentShard``), a
 config's columns not added yet are ignored, and a transaction group that never bound has
 nothing pending. A run's ``SourcePipeline`` (the write handle) hands out a reader over the
-shards it holds open (``SourceReader.over``), so its report reads what it wrote.
+shards it holds open, so its report reads what it wrote.
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ class SourceReader:
         shards: Mapping[str, ShardReader],
         group: TransactionGroupBinder | None,
     ) -> None:
-        """Prefer ``open`` (on its own) or ``over`` (a run's open shards)."""
+        """A reader over ``shards`` already open (a run's write handle hands out its own);
+        ``open`` opens them on its own, to read."""
         self.spark = spark
         self.config = config
         self.source = source
@@ -127,19 +128,6 @@ class SourceReader:
             for name in ("remap", *output_tables(source))
         }  # fmt: skip
         group = transaction_binder(spark, config, lake, source.name, to_read=True)
-        return cls(spark, config, source, root, shards, group)
-
-    @classmethod
-    def over(
-        cls,
-        spark: SparkSession,
-        config: Config,
-        source: SourceConfig,
-        root: Location,
-        shards: Mapping[str, ShardReader],
-        group: TransactionGroupBinder | None,
-    ) -> SourceReader:
-        """A reader over shards a write handle holds open (no table is opened again)."""
         return cls(spark, config, source, root, shards, group)
 
     @property
