@@ -86,8 +86,8 @@ BASE: dict[str, Any] = {
 
 SOURCE_KEYS = (
     "name, topic, format, key, value, key_encoding, value_encoding, key_avro_schema, "
-    "value_avro_schema, envelope, include, reclock, allow_offset_gaps, start_offsets, retire, "
-    "stall_after, expectations, owners, history, retention"
+    "value_avro_schema, envelope, include, reclock, allow_offset_gaps, sink_stores, "
+    "start_offsets, retire, stall_after, expectations, owners, history, retention"
 )
 
 

@@ -30,6 +30,7 @@ from cdc_core.shard.read import ShardReader
 from cdc_core.source.layout import output_tables, source_registry, transaction_binder
 from cdc_core.source.resumption import SourceInspection, UpstreamCommit, inspect_source
 from cdc_core.source.state import current_rows
+from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.spark import planned_for_input
 from cdc_core.storage import Location, LocationLike, located
 
@@ -119,7 +120,11 @@ class SourceReader:
     def open(
         cls, spark: SparkSession, config: Config, source: SourceConfig, lake: LocationLike
     ) -> SourceReader:
-        """The source's tables in ``lake`` opened to read: nothing created or changed."""
+        """The source's tables in ``lake`` opened to read: nothing created or changed.
+
+        A source whose rebuild was cut short is refused (``RebuildUnfinished``): its folder
+        may be missing or half moved, so reading it would show empty or mixed tables."""
+        check_not_mid_swap(lake, source.name)
         root = located(lake) / source.name
         expected = {"remap": REMAP, "reclocked": source.reclocked_schema,
                     "changes": source.output_schema, "errors": ERROR, "dedup": DEDUP_STATE}
