@@ -22,14 +22,11 @@ from pathlib import Path
 from dagster import (
     AssetExecutionContext,
     AssetKey,
-    AssetsDefinition,
-    BackfillPolicy,
+    AssetSpec,
     MaterializeResult,
     MetadataValue,
     TimeWindowPartitionsDefinition,
-    asset,
 )
-from dagster_pyspark import PySparkResource
 
 from assets.partitions import PARTITION_FORMAT, to_datetime, to_ms, window_bounds
 from assets.source_assets import output_key, source_tags
@@ -47,8 +44,8 @@ from cdc_core.frontier import TimeFrontier, iso
 from cdc_core.phases import phase
 from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.leases import read_leases, reading
+from cdc_core.source import SourcePipeline
 from cdc_core.storage import LocationLike, files, located
-from resources.lake import LakeResource
 
 EXPORT_ENCODING = Encoding.JSON
 EXPORT_FOLDER = "cdcv2"
@@ -322,64 +319,72 @@ def window_export_metadata(export: WindowExport) -> dict[str, object]:
     }
 
 
-def cdcv2_export_asset(
-    config: Config, source: SourceConfig, partitions: TimeWindowPartitionsDefinition
-) -> AssetsDefinition:
-    """Build the export asset of one source, partitioned like its ``changes``."""
-
-    @asset(
-        key=export_key(source.name),
+def export_spec(source: SourceConfig) -> AssetSpec:
+    """The asset of the source's export, downstream of its ``changes`` and partitioned
+    like it."""
+    return AssetSpec(
+        export_key(source.name),
+        description=(
+            "The `changes` shard as CDCv2 files, one folder per IntoTime window, for "
+            "consumers that do not read Delta."
+        ),
         deps=[output_key(source.name, "changes")],
-        partitions_def=partitions,
-        backfill_policy=BackfillPolicy.single_run(),
         group_name=source.name,
         kinds={"spark", "json"},
         owners=list(source.owners),
         tags=source_tags(source),
         metadata={"encoding": EXPORT_ENCODING.name, "topic": source.topic},
     )
-    def changes_cdcv2(
-        context: AssetExecutionContext, pyspark: PySparkResource, lake: LakeResource
-    ) -> MaterializeResult:
-        """The ``changes`` shard as CDCv2 files, one folder per IntoTime window.
 
-        It depends on ``changes``, so the blocking ``complete`` check on ``changes``
-        stops it from being built on a window whose changes failed that check: a
-        consumer never receives a stream the lake itself judged incomplete.
 
-        While it runs it is a registered reader of ``changes`` (from its first window on),
-        so no compaction or gc takes that history away mid-export: the lease is renewed
-        while the export runs, and released at the end, also on failure.
-        """
-        pipeline = lake.open(pyspark.spark_session, config, source)
-        root = pipeline.root / EXPORT_FOLDER
-        keys = sorted(context.partition_keys)
-        windows = [window_bounds(partitions.time_window_for_partition_key(k)) for k in keys]
-        reader = f"{EXPORT_READER}{context.run_id}"
-        lease_ms = config.readers.lease_ms
-        since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
-        # From the shard's since, the export reads the snapshot there too: all of changes.
-        from_since = pipeline.changes.since == TimeFrontier.at(windows[0][0] + 1)
-        after = {} if from_since else {"changes": windows[0][0]}
-        planned = pipeline.planned_by_tables("changes", after=after)
-        with planned, phase(source.name, "export CDCv2"), reading(
-            pipeline.changes, reader, since.time or 0, lease_ms
-        ):
-            exports = export_windows(
-                pipeline.changes,
-                root,
-                [Window(key, start, end) for key, (start, end) in zip(keys, windows, strict=True)],
-                reader,
-            )
-        for index, export in enumerate(exports, 1):
-            context.log.info(f"[{index}/{len(keys)}] {source.name}: exported {export.summary()}")
-            context.add_asset_metadata(window_export_metadata(export), partition_key=export.key)
-        return MaterializeResult(
-            metadata={
-                "folder": MetadataValue.path(str(root)),
-                "encoding": EXPORT_ENCODING.name,
-                "windows": len(keys),
-            }
+def export_changes(
+    context: AssetExecutionContext,
+    config: Config,
+    pipeline: SourcePipeline,
+    partitions: TimeWindowPartitionsDefinition,
+) -> MaterializeResult:
+    """Export the run's windows of the source's ``changes`` as CDCv2 files, one folder per
+    IntoTime window.
+
+    It is built only after the source's checks passed (the deployment's step leaves it out
+    when a blocking check failed): a consumer never receives a stream the lake itself
+    judged incomplete.
+
+    While it runs it is a registered reader of ``changes`` (from its first window on),
+    so no compaction or gc takes that history away mid-export: the lease is renewed
+    while the export runs, and released at the end, also on failure.
+    """
+    source = pipeline.source
+    root = pipeline.root / EXPORT_FOLDER
+    keys = sorted(context.partition_keys)
+    windows = [window_bounds(partitions.time_window_for_partition_key(k)) for k in keys]
+    reader = f"{EXPORT_READER}{context.run_id}"
+    lease_ms = config.readers.lease_ms
+    since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
+    # From the shard's since, the export reads the snapshot there too: all of changes.
+    from_since = pipeline.changes.since == TimeFrontier.at(windows[0][0] + 1)
+    after = {} if from_since else {"changes": windows[0][0]}
+    planned = pipeline.planned_by_tables("changes", after=after)
+    with planned, phase(source.name, "export CDCv2"), reading(
+        pipeline.changes, reader, since.time or 0, lease_ms
+    ):
+        exports = export_windows(
+            pipeline.changes,
+            root,
+            [Window(key, start, end) for key, (start, end) in zip(keys, windows, strict=True)],
+            reader,
         )
-
-    return changes_cdcv2
+    key = export_key(source.name)
+    for index, export in enumerate(exports, 1):
+        context.log.info(f"[{index}/{len(keys)}] {source.name}: exported {export.summary()}")
+        context.add_asset_metadata(
+            window_export_metadata(export), asset_key=key, partition_key=export.key
+        )
+    return MaterializeResult(
+        asset_key=key,
+        metadata={
+            "folder": MetadataValue.path(str(root)),
+            "encoding": EXPORT_ENCODING.name,
+            "windows": len(keys),
+        },
+    )

@@ -1,7 +1,7 @@
 """Asset checks of one source, each saying which IntoTime window(s) it judged.
 
-The checks that guard correctness are blocking: an asset downstream of a failed check
-(in another step, e.g. a CDCv2 export of ``changes``) is not built on a failed window.
+The checks that guard correctness are blocking: when one fails, the source's CDCv2
+export of ``changes`` is not built on the failed window, and the run fails.
 The transactions check of a group member fails with severity error but does not block:
 what its bindings hold back is waiting, and what they bound stays consistent.
 A run covers a range of windows; the checks judge that whole range (every time in it
@@ -11,23 +11,22 @@ for completeness, the last window's time for the others). Without partition tags
 
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dagster import (
     AssetCheckEvaluation,
-    AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
-    AssetChecksDefinition,
     AssetCheckSeverity,
     AssetCheckSpec,
+    AssetExecutionContext,
+    AssetsDefinition,
     MetadataValue,
     Output,
-    multi_asset_check,
 )
-from dagster_pyspark import PySparkResource
+from pyspark.sql import SparkSession
 
 from assets.partitions import (
     to_datetime,
@@ -54,7 +53,7 @@ from resources.run_tags import (
 
 
 def judged_range(
-    context: AssetCheckExecutionContext, config: Config, pipeline: SourcePipeline
+    context: AssetExecutionContext, config: Config, pipeline: SourcePipeline
 ) -> tuple[int, int] | None:
     """``(first window start, last window end)`` of the run, else the newest complete
     window; None when nothing is complete yet."""
@@ -123,40 +122,35 @@ class SourceCheck:
 
 
 class CheckReports:
-    """How a checks definition reports its results without Dagster listing every window.
+    """How the checks report their results without Dagster listing every window.
 
     Dagster turns an ``AssetCheckResult`` into an evaluation pointing at the materialization
     the check judged. In a run of one window it finds it by that window; in any other run
     (a range of windows, or none) it lists every partition key of the asset first, since
     an unpartitioned check depends on all of them: minutes for a year of one-minute
-    windows. So outside one-window runs the step reports the evaluation itself
-    (with the check's output, which downstream steps wait on), without that pointer; the
-    check's status in the UI is the same.
+    windows. So outside one-window runs the step reports the evaluation itself (with the
+    check's output), without that pointer; the check's status in the UI is the same.
     """
 
     def __init__(self) -> None:
         self._outputs: dict[AssetCheckKey, tuple[str, AssetCheckSpec]] = {}
 
-    def of(self, checks: AssetChecksDefinition) -> AssetChecksDefinition:
-        """``checks``, whose output names (one per check) the reports now know."""
+    def of(self, definition: AssetsDefinition) -> AssetsDefinition:
+        """``definition``, whose output names (one per check) the reports now know."""
         self._outputs = {
-            spec.key: (output, spec) for output, spec in checks.check_specs_by_output_name.items()
+            spec.key: (output, spec)
+            for output, spec in definition.check_specs_by_output_name.items()
         }
-        return checks
+        return definition
 
     def report(
-        self, context: AssetCheckExecutionContext, result: AssetCheckResult
+        self, context: AssetExecutionContext, result: AssetCheckResult
     ) -> Iterator[AssetCheckResult | Output | AssetCheckEvaluation]:
         """What the step yields for ``result``."""
         if context.run.tags.get(PARTITION_NAME_TAG):
             yield result
             return
-        key = (
-            AssetCheckKey(result.asset_key, result.check_name)
-            if result.asset_key is not None and result.check_name is not None
-            else next(iter(self._outputs))  # a definition of one check
-        )
-        output, spec = self._outputs[key]
+        output, spec = self._outputs[AssetCheckKey(result.asset_key, result.check_name)]
         yield Output(None, output_name=output)
         yield AssetCheckEvaluation(
             asset_key=spec.asset_key, check_name=spec.name, passed=result.passed,
@@ -195,76 +189,79 @@ def judge_concurrently(
         return list(pool.map(judged, selected))
 
 
-def source_checks(config: Config, source: SourceConfig) -> AssetChecksDefinition:
+def check_specs(config: Config, source: SourceConfig) -> list[AssetCheckSpec]:
+    """The checks of ``source`` as Dagster specs, each on the table it judges."""
+    return [
+        AssetCheckSpec(
+            c.name, asset=output_key(source.name, c.asset), blocking=c.blocking,
+            description=c.description,
+        )
+        for c in _source_checks(config, source)
+    ]  # fmt: skip
+
+
+def judge_source(
+    context: AssetExecutionContext,
+    config: Config,
+    source: SourceConfig,
+    lake: LakeResource,
+    spark: SparkSession,
+    selected: Collection[AssetCheckKey],
+    reports: CheckReports,
+) -> Generator[AssetCheckResult | Output | AssetCheckEvaluation, None, list[str]]:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
     registered record accounted for, the state's counts (a set per key for a keyed
     envelope, positive for a bag), no standing constraint violation (classic DEBEZIUM),
     well-formed history (when kept),
     no transaction waiting past its group's timeout (for a member of a transaction group),
-    and the source's data expectations.
+    and the source's data expectations: those of them in ``selected`` (any subset, e.g.
+    one picked in the UI). Returns the names of the blocking checks that failed.
 
-    They run as one step per source (any subset of them, e.g. one picked in the UI),
-    judged at once (``judge_concurrently``): the source is opened once per checking
-    thread, not once per check. A check that raises does not keep the others from
-    reporting; the step fails after they did."""
+    They are judged at once (``judge_concurrently``): the source is opened once per
+    checking thread, not once per check. A check that raises does not keep the others
+    from reporting; the call raises after they did."""
     name = source.name
-    defined = _source_checks(config, source)
-    keys = {AssetCheckKey(output_key(name, c.asset), c.name): c for c in defined}
+    keys = {AssetCheckKey(output_key(name, c.asset), c.name): c
+            for c in _source_checks(config, source)}  # fmt: skip
+    chosen = [keys[key] for key in sorted(selected, key=str) if key in keys]
+    # Opened here first: an open settles the tables' schema (it may commit), which the
+    # checking threads' own opens below must find done, not race on.
+    pipeline = lake.open(spark, config, source)
+    window = judged_range(context, config, pipeline)
+    if window is None:
+        for check in chosen:
+            yield from reports.report(context, AssetCheckResult(
+                asset_key=output_key(name, check.asset), check_name=check.name,
+                passed=True, description="no complete window yet",
+            ))  # fmt: skip
+        return []
+    opened = threading.local()  # a pipeline per thread: its table handles are its own
 
-    reports = CheckReports()
+    def judge(check: SourceCheck) -> checks.CheckOutcome:
+        if not hasattr(opened, "pipeline"):
+            opened.pipeline = lake.open(spark, config, source)
+        return check.judge(opened.pipeline, *window)
 
-    @multi_asset_check(
-        name=f"{name}_checks",
-        specs=[
-            AssetCheckSpec(
-                c.name, asset=output_key(name, c.asset), blocking=c.blocking,
-                description=c.description,
-            )
-            for c in defined
-        ],
-        can_subset=True,
-    )
-    def _checks(
-        context: AssetCheckExecutionContext, pyspark: PySparkResource, lake: LakeResource
-    ) -> Iterator[AssetCheckResult | Output | AssetCheckEvaluation]:
-        spark = pyspark.spark_session
-        # Opened here first: an open settles the tables' schema (it may commit), which the
-        # checking threads' own opens below must find done, not race on.
-        pipeline = lake.open(spark, config, source)
-        window = judged_range(context, config, pipeline)
-        selected = [keys[key] for key in sorted(context.selected_asset_check_keys, key=str)]
-        if window is None:
-            for check in selected:
-                yield from reports.report(context, AssetCheckResult(
-                    asset_key=output_key(name, check.asset), check_name=check.name,
-                    passed=True, description="no complete window yet",
-                ))  # fmt: skip
-            return
-        opened = threading.local()  # a pipeline per thread: its table handles are its own
-
-        def judge(check: SourceCheck) -> checks.CheckOutcome:
-            if not hasattr(opened, "pipeline"):
-                opened.pipeline = lake.open(spark, config, source)
-            return check.judge(opened.pipeline, *window)
-
-        # Planned once for every checking thread (the plan settings are the session's).
-        judged_from = {"reclocked": window[0], "errors": window[0]}
-        with pipeline.planned_by_tables(*CHECKED_TABLES, after=judged_from):
-            judged = judge_concurrently(name, selected, judge)
-        failures: list[Exception] = []
-        for check, outcome in zip(selected, judged, strict=True):
-            if isinstance(outcome, Exception):  # re-raised once every other check reported
-                context.log.error(f"check {check.asset}.{check.name} failed to run: {outcome}")
-                failures.append(outcome)
-                continue
-            default = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
-            severity = check.severity or default
-            key = AssetCheckKey(output_key(name, check.asset), check.name)
-            yield from reports.report(context, to_result(outcome, window, severity, config, key))
-        if failures:
-            raise failures[0]
-
-    return reports.of(_checks)
+    # Planned once for every checking thread (the plan settings are the session's).
+    judged_from = {"reclocked": window[0], "errors": window[0]}
+    with pipeline.planned_by_tables(*CHECKED_TABLES, after=judged_from):
+        judged = judge_concurrently(name, chosen, judge)
+    failures: list[Exception] = []
+    blocked: list[str] = []
+    for check, outcome in zip(chosen, judged, strict=True):
+        if isinstance(outcome, Exception):  # re-raised once every other check reported
+            context.log.error(f"check {check.asset}.{check.name} failed to run: {outcome}")
+            failures.append(outcome)
+            continue
+        default = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
+        severity = check.severity or default
+        if check.blocking and severity == AssetCheckSeverity.ERROR and not outcome.passed:
+            blocked.append(f"{check.asset}.{check.name}")
+        key = AssetCheckKey(output_key(name, check.asset), check.name)
+        yield from reports.report(context, to_result(outcome, window, severity, config, key))
+    if failures:
+        raise failures[0]
+    return blocked
 
 
 def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:

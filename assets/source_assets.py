@@ -1,35 +1,29 @@
-"""The software-defined assets of one source: remap, reclocked, changes, state, errors
-(and history, for a source that keeps one).
+"""The tables of one source as assets: remap, reclocked, changes, state, errors (and
+history, for a source that keeps one), and what a run reports of them.
 
-All of them are produced by one multi-asset step because a run's outputs are committed
-together, in order, by the engine (``cdc_core.source.pipeline``); splitting them into separate
-steps would only re-read the same shards. A backfill is one run (single-run backfill
-policy) and its windows are reclocked in one pass; across runs the remap shard's
-upper decides: a window at or below it reuses its durable binding, a window beyond
-it first binds the skipped windows, so running windows out of order never reorders
-bindings.
+A source's tables are committed together, in order, by the engine
+(``cdc_core.source.pipeline``), so one call runs a source's windows and reports every
+table of it the run selected; the deployment's one multi-asset (``assets.deployment``)
+makes that call for each source it serves.
 """
 
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from dagster import (
     AssetExecutionContext,
     AssetKey,
     AssetSpec,
-    BackfillPolicy,
     MaterializeResult,
     MetadataValue,
     TableColumn,
     TableRecord,
     TableSchema,
     TimeWindowPartitionsDefinition,
-    multi_asset,
 )
-from dagster_pyspark import PySparkResource
 from pyspark.sql.types import StructType
 
 from assets.partitions import contiguous_windows, to_datetime, window_key
@@ -37,8 +31,7 @@ from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest import Registry
 from cdc_core.phases import PhaseEvent, observing
-from cdc_core.source import SourceStatus, WindowReport, published_tables
-from resources.lake import LakeResource
+from cdc_core.source import SourcePipeline, SourceStatus, WindowReport, published_tables
 
 # Run tag: JSON ``{path: arrival_ms}`` of dump files a sensor saw land before the run.
 ARRIVALS_TAG = "reclock/arrivals"
@@ -73,10 +66,9 @@ def source_tags(source: SourceConfig) -> dict[str, str]:
     return {"reclock/envelope": source.envelope.value, "reclock/policy": source.reclock.value}
 
 
-def source_assets(
-    config: Config, source: SourceConfig, partitions: TimeWindowPartitionsDefinition
-):
-    """Build the multi-asset that materializes one source window by window."""
+def table_specs(source: SourceConfig) -> list[AssetSpec]:
+    """The source's tables as assets, each with its description, its upstream table, the
+    source's group, owners and catalog tags."""
     upstream = {
         "reclocked": "remap",
         "changes": "reclocked",
@@ -84,7 +76,7 @@ def source_assets(
         "errors": "reclocked",
         "history": "changes",
     }
-    specs = [
+    return [
         AssetSpec(
             output_key(source.name, name),
             description=DESCRIPTIONS[name],
@@ -98,41 +90,44 @@ def source_assets(
         for name in published_tables(source)
     ]
 
-    @multi_asset(
-        name=f"{source.name}_windows",
-        specs=specs,
-        partitions_def=partitions,
-        backfill_policy=BackfillPolicy.single_run(),
-        can_subset=False,
-    )
-    def materialize_windows(
-        context: AssetExecutionContext,
-        pyspark: PySparkResource,
-        lake: LakeResource,
-    ) -> Iterator[MaterializeResult]:
-        pipeline = lake.open(pyspark.spark_session, config, source)
-        keys = list(context.partition_keys)
-        with observing(lambda event: log_phase(context, config, event)):
-            arrived = json.loads(context.run.tags.get(ARRIVALS_TAG, "{}"))
-            pipeline.register_dumps(arrival_ms=int(time.time() * 1000), arrived=arrived)
-            reports: list[WindowReport] = []
-            for windows in contiguous_windows(partitions, keys, config.window_ms):
-                for report in pipeline.run_windows(windows):
-                    reports.append(report)
-                    context.log.info(f"[{len(reports)}/{len(keys)}] {report.summary()}")
-            status = pipeline.finish()
-        backlog = Backlog.of(pipeline.registry)
-        for name in published_tables(source):
-            key = output_key(source.name, name)
-            for report in reports:  # each partition its own window's figures
-                context.add_asset_metadata(
-                    window_metadata(report, backlog),
-                    asset_key=key,
-                    partition_key=window_key(config, report.end),
-                )
-            yield MaterializeResult(asset_key=key, metadata=output_metadata(name, status))
 
-    return materialize_windows
+def materialize_windows(
+    context: AssetExecutionContext,
+    config: Config,
+    pipeline: SourcePipeline,
+    partitions: TimeWindowPartitionsDefinition,
+    selected: Collection[str],
+) -> Iterator[MaterializeResult]:
+    """Run the source's windows of the run (its partition keys) and report each of its
+    tables named in ``selected``: a materialization with the table as it stands, and per
+    window that window's own figures.
+
+    A backfill is one run (single-run backfill policy) and its windows are reclocked in
+    one pass; across runs the remap shard's upper decides: a window at or below it reuses
+    its durable binding, a window beyond it first binds the skipped windows, so running
+    windows out of order never reorders bindings. The engine commits all of a source's
+    tables together, so the source runs whole when any of them is selected."""
+    source = pipeline.source
+    keys = list(context.partition_keys)
+    with observing(lambda event: log_phase(context, config, event)):
+        arrived = json.loads(context.run.tags.get(ARRIVALS_TAG, "{}"))
+        pipeline.register_dumps(arrival_ms=int(time.time() * 1000), arrived=arrived)
+        reports: list[WindowReport] = []
+        for windows in contiguous_windows(partitions, keys, config.window_ms):
+            for report in pipeline.run_windows(windows):
+                reports.append(report)
+                context.log.info(f"[{len(reports)}/{len(keys)}] {report.summary()}")
+        status = pipeline.finish()
+    backlog = Backlog.of(pipeline.registry)
+    for name in (name for name in published_tables(source) if name in selected):
+        key = output_key(source.name, name)
+        for report in reports:  # each partition its own window's figures
+            context.add_asset_metadata(
+                window_metadata(report, backlog),
+                asset_key=key,
+                partition_key=window_key(config, report.end),
+            )
+        yield MaterializeResult(asset_key=key, metadata=output_metadata(name, status))
 
 
 def log_phase(context: AssetExecutionContext, config: Config, event: PhaseEvent) -> None:

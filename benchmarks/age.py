@@ -276,7 +276,7 @@ STEP_DONE = re.compile(
 
 def logged_phases(lines: Sequence[str]) -> dict[str, float]:
     """Seconds per engine phase (``register dumps``, summed over sources) and per Dagster
-    step (``step users_checks``) in a run's log."""
+    step (``step sources``) in a run's log."""
     phases: dict[str, float] = defaultdict(float)
     for line in lines:
         if found := PHASE_DONE.search(line):

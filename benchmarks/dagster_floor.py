@@ -2,8 +2,8 @@
 
 A fresh process imports what a reclock run imports (Dagster, the Spark Connect client,
 reclock's definitions) and runs, on an ephemeral instance, a Dagster job of the shape of
-one window of one source: a partitioned multi-asset of six tables, a multi-asset check of
-eight checks, a partitioned export asset, every body doing nothing. No scheduled window
+one window of one source: one partitioned multi-asset (the step of every source) of six
+tables, eight checks and an export, its body doing nothing. No scheduled window
 launched as a Dagster run can cost less than this, however fast its Spark work is:
 
     python -m benchmarks.dagster_floor [--repeat 5]
@@ -43,28 +43,25 @@ def child(out: Path) -> None:
     keys = [dg.AssetKey(["users", table]) for table in TABLES]
     names = [f"check_{index}" for index in range(CHECKS)]
 
-    @dg.multi_asset(specs=[dg.AssetSpec(key) for key in keys], partitions_def=minutes)
-    def windows() -> Iterator[dg.MaterializeResult]:
+    export = dg.AssetSpec(dg.AssetKey(["users", "changes_cdcv2"]), deps=[keys[2]])
+    check_specs = [dg.AssetCheckSpec(n, asset=keys[i % len(keys)]) for i, n in enumerate(names)]
+
+    @dg.multi_asset(
+        specs=[*(dg.AssetSpec(key) for key in keys), export], check_specs=check_specs,
+        partitions_def=minutes, can_subset=True,
+    )  # fmt: skip
+    def sources() -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         for key in keys:
             yield dg.MaterializeResult(asset_key=key, metadata={"rows": 1})
-
-    @dg.multi_asset_check(
-        specs=[dg.AssetCheckSpec(n, asset=keys[i % len(keys)]) for i, n in enumerate(names)]
-    )
-    def checks() -> Iterator[dg.AssetCheckResult]:
         for index, name in enumerate(names):
             yield dg.AssetCheckResult(
                 check_name=name, asset_key=keys[index % len(keys)], passed=True
             )
-
-    @dg.asset(key=["users", "changes_cdcv2"], deps=[keys[2]], partitions_def=minutes)
-    def export() -> None:
-        return None
+        yield dg.MaterializeResult(asset_key=export.key)
 
     defs = dg.Definitions(
-        assets=[windows, export], asset_checks=[checks],
-        jobs=[dg.define_asset_job("window", selection=dg.AssetSelection.all())],
-    )  # fmt: skip
+        assets=[sources], jobs=[dg.define_asset_job("window", selection=dg.AssetSelection.all())]
+    )
     result = defs.resolve_job_def("window").execute_in_process(
         instance=dg.DagsterInstance.ephemeral(), partition_key=PARTITION
     )

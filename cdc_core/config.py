@@ -1269,6 +1269,11 @@ def config_schema_json() -> str:
     return json.dumps(config_schema(), indent=2) + "\n"
 
 
+# libyaml's parser where PyYAML was built with it (about 10x faster than the pure-Python
+# one: most of loading a config of two hundred sources); the same safe constructor.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_config(path: str | Path) -> Config:
     """Read and validate a YAML config; relative paths resolve against its folder.
 
@@ -1283,7 +1288,7 @@ def load_config(path: str | Path) -> Config:
         problem = f"cannot read config: {error.strerror or error}"
         raise ConfigError([ConfigProblem("<file>", problem)], file) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=YAML_LOADER)
     except yaml.YAMLError as error:
         raise ConfigError([ConfigProblem("<file>", f"not valid YAML: {error}")], file) from None
     try:

@@ -9,11 +9,8 @@ from dagster import (
     in_process_executor,
 )
 
-from assets.cdcv2_export import cdcv2_export_asset, exportable
-from assets.checks import source_checks
+from assets.deployment import deployment_assets
 from assets.partitions import window_partitions
-from assets.reader_checks import readers_check
-from assets.source_assets import source_assets
 from cdc_core.config import Config
 from pipelines.maintenance import maintenance_job, maintenance_schedule
 from pipelines.sensors import dump_sensor, window_schedule
@@ -27,19 +24,13 @@ def build_definitions(config: Config, now_ms: int | None = None) -> Definitions:
     """Assets, checks, jobs, schedules and sensor for every configured source (the
     windows' job and schedule, the maintenance job and its daily schedule).
 
-    The job runs in process: every window of every source in one run shares one Spark
-    session, instead of paying the JVM start-up once per step. The windows are those
-    still within the retention at ``now_ms`` (when the definitions load, by default).
+    Every source's assets and checks are one multi-asset (``assets.deployment``), so the
+    definitions cost about the same for two hundred sources as for one. The job runs in
+    process: every window of every source in one run shares one Spark session. The
+    windows are those still within the retention at ``now_ms`` (when the definitions
+    load, by default).
     """
     partitions = window_partitions(config, now_ms)
-    assets = [source_assets(config, source, partitions) for source in config.sources]
-    assets += [
-        cdcv2_export_asset(config, source, partitions)
-        for source in config.sources
-        if exportable(source)
-    ]
-    checks = [source_checks(config, source) for source in config.sources]
-    checks += [readers_check(config, source) for source in config.sources]
     job = define_asset_job(
         ALL_WINDOWS_JOB,
         selection=AssetSelection.all(),
@@ -53,8 +44,7 @@ def build_definitions(config: Config, now_ms: int | None = None) -> Definitions:
     schedule = window_schedule(config, job.name)
     maintenance = maintenance_job(config)
     return Definitions(
-        assets=assets,
-        asset_checks=checks,
+        assets=[deployment_assets(config, partitions)],
         jobs=[job, maintenance],
         schedules=[schedule, maintenance_schedule(maintenance.name)],
         sensors=[dump_sensor(config, job.name)],

@@ -330,6 +330,76 @@ def sorted_rows(config: Config, output: str) -> list[tuple]:
     return sorted(tuple(row.values()) for row in table_rows(config, output))
 
 
+MIRROR = "mirror"  # a second source on the same topic: its rows are users', by hand
+
+
+def two_sources(workdir: Path) -> Config:
+    """The tiny deployment with a second source, ``mirror``, reading the same topic (so
+    the rows written by hand for ``users`` are its rows too), both dumps landed."""
+    data = deployment_data()
+    data["sources"].append({**data["sources"][0], "name": MIRROR})
+    config = parse_config(data, workdir)
+    write_dump(config.landing / SOURCE / "a.json", FIRST_DUMP)
+    write_dump(config.landing / SOURCE / "later" / "b.json", SECOND_DUMP)
+    return config
+
+
+def rows_of(config: Config, source: str) -> set[tuple[int, str]]:
+    """A source's ``state``, as delta-rs reads it."""
+    table = DeltaTable(str(config.lake / source / "state")).to_pyarrow_table()
+    return {(row["id"], row["name"]) for row in table.to_pylist()}
+
+
+def test_a_ui_pick_of_one_sources_tables_runs_that_source_alone(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Every source's assets are one multi-asset: a run selecting one source's tables (as
+    the UI launches it) serves that source only, with its checks; the other source's
+    folder is never created, not even its dump registry."""
+    config = two_sources(tmp_path)
+    job = build_definitions(config).resolve_job_def(ALL_WINDOWS_JOB)
+    picked = [AssetKey([MIRROR, output]) for output in OUTPUTS]
+    result = job.execute_in_process(
+        partition_key=KEYS[0], asset_selection=picked, instance=DagsterInstance.ephemeral()
+    )
+
+    assert result.success
+    materialized = {e.materialization.asset_key for e in result.get_asset_materialization_events()}
+    assert materialized == set(picked)
+    assert {e.asset_key.path[0] for e in result.get_asset_check_evaluations()} == {MIRROR}
+    assert rows_of(config, MIRROR) == STATE_AFTER[0]
+    assert sorted(p.name for p in config.lake.iterdir()) == [MIRROR]
+
+
+def test_a_source_that_fails_leaves_the_others_exact_and_the_run_names_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``users`` cannot be opened (a rebuild's swap was cut short: every open refuses
+    it) and comes first in the config; ``mirror`` still runs whole (tables, checks,
+    export) and equals the rows by hand, then the step fails naming ``users`` alone."""
+    config = two_sources(tmp_path)
+    marker = config.lake / ".rebuild" / f"{SOURCE}.swap"
+    marker.parent.mkdir(parents=True)
+    marker.write_text(json.dumps({"step": "move old tables aside", "kept": None}))
+    job = build_definitions(config).resolve_job_def(ALL_WINDOWS_JOB)
+    result = job.execute_in_process(
+        partition_key=KEYS[0], instance=DagsterInstance.ephemeral(), raise_on_error=False
+    )
+
+    assert not result.success
+    assert rows_of(config, MIRROR) == STATE_AFTER[0]
+    materialized = {e.materialization.asset_key for e in result.get_asset_materialization_events()}
+    assert materialized == {AssetKey([MIRROR, name]) for name in (*OUTPUTS, "changes_cdcv2")}
+    evaluations = {f"{e.asset_key.path[-1]}.{e.check_name}": e
+                   for e in result.get_asset_check_evaluations()}  # fmt: skip
+    assert {e.asset_key.path[0] for e in evaluations.values()} == {MIRROR}
+    assert set(evaluations) == EXPECTED_CHECKS and all(e.passed for e in evaluations.values())
+    (failure,) = [event for event in result.all_events if event.is_step_failure]
+    message = failure.step_failure_data.error.cause.message  # under Dagster's own wrapper
+    assert message.startswith("assets.deployment.SourcesFailed: 1 of 2 source(s) failed")
+    assert f"{SOURCE}: RebuildUnfinished" in message and MIRROR not in message
+
+
 def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_change(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -479,7 +549,7 @@ def test_job_sensor_schedule_and_every_check_have_a_description(tmp_path: Path) 
     assert definitions.resolve_job_def(ALL_WINDOWS_JOB).description
     assert definitions.resolve_sensor_def("new_dumps").description
     assert definitions.resolve_schedule_def("latest_closed_window").description
-    specs = [spec for checks in definitions.asset_checks for spec in checks.check_specs]
+    specs = [spec for assets in definitions.assets for spec in assets.check_specs]
     assert {f"{s.asset_key.path[-1]}.{s.name}" for s in specs} == EXPECTED_CHECKS
     assert all(spec.description for spec in specs)
 
