@@ -337,14 +337,25 @@ def export_spec(source: SourceConfig) -> AssetSpec:
     )
 
 
+@dataclass(frozen=True)
+class SourceExport:
+    """A source's run exported: the windows written under ``root``."""
+
+    source: str
+    root: LocationLike
+    exports: list[WindowExport]
+
+
 def export_changes(
-    context: AssetExecutionContext,
     config: Config,
     pipeline: SourcePipeline,
     partitions: TimeWindowPartitionsDefinition,
-) -> MaterializeResult:
-    """Export the run's windows of the source's ``changes`` as CDCv2 files, one folder per
-    IntoTime window.
+    keys: Sequence[str],
+    run_id: str,
+) -> SourceExport:
+    """Export the windows ``keys`` (a run's partition keys) of the source's ``changes``
+    as CDCv2 files, one folder per IntoTime window. It reports nothing itself
+    (``report_export`` does, from the step's own thread).
 
     It is built only after the source's checks passed (the deployment's step leaves it out
     when a blocking check failed): a consumer never receives a stream the lake itself
@@ -356,9 +367,9 @@ def export_changes(
     """
     source = pipeline.source
     root = pipeline.root / EXPORT_FOLDER
-    keys = sorted(context.partition_keys)
+    keys = sorted(keys)
     windows = [window_bounds(partitions.time_window_for_partition_key(k)) for k in keys]
-    reader = f"{EXPORT_READER}{context.run_id}"
+    reader = f"{EXPORT_READER}{run_id}"
     lease_ms = config.readers.lease_ms
     since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
     # From the shard's since, the export reads the snapshot there too: all of changes.
@@ -374,17 +385,24 @@ def export_changes(
             [Window(key, start, end) for key, (start, end) in zip(keys, windows, strict=True)],
             reader,
         )
-    key = export_key(source.name)
-    for index, export in enumerate(exports, 1):
-        context.log.info(f"[{index}/{len(keys)}] {source.name}: exported {export.summary()}")
+    return SourceExport(source.name, root, exports)
+
+
+def report_export(context: AssetExecutionContext, exported: SourceExport) -> MaterializeResult:
+    """The export's materialization, with each window's own figures."""
+    key = export_key(exported.source)
+    for index, export in enumerate(exported.exports, 1):
+        context.log.info(
+            f"[{index}/{len(exported.exports)}] {exported.source}: exported {export.summary()}"
+        )
         context.add_asset_metadata(
             window_export_metadata(export), asset_key=key, partition_key=export.key
         )
     return MaterializeResult(
         asset_key=key,
         metadata={
-            "folder": MetadataValue.path(str(root)),
+            "folder": MetadataValue.path(str(exported.root)),
             "encoding": EXPORT_ENCODING.name,
-            "windows": len(keys),
+            "windows": len(exported.exports),
         },
     )

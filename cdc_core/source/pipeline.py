@@ -199,10 +199,7 @@ class SourcePipeline:
         A member of a transaction group registers its group's dumps too (every member's and
         the transaction topic's), so the group's binding sees them all at the same moment.
         Returns how many of the source's own files were new."""
-        registries = [self.registry]
-        if self.group is not None:
-            registries += [m.registry for m in self.group.members.values()]
-            registries.append(self.group.registry)
+        registries = self._registries()
         with phase(self.source.name, "register dumps") as figures:
             landed = [list_dump_files(self.landing, r.topic) for r in registries]
             with planned_for_input(
@@ -214,6 +211,25 @@ class SourcePipeline:
                 ]
             figures["files"] = counts[0]
         return figures["files"]
+
+    def _registries(self) -> list[Registry]:
+        """The registries a run of the source registers into: its own and, for a member
+        of a transaction group, every member's and the transaction topic's."""
+        registries = [self.registry]
+        if self.group is not None:
+            registries += [m.registry for m in self.group.members.values()]
+            registries.append(self.group.registry)
+        return registries
+
+    def input_bytes(self) -> int:
+        """What a run of the source reads, in stored bytes, judged before it registers
+        anything: the landed dumps it would register and what a run from the outputs'
+        upper reads (``_input_bytes``). Sizes the plan of sources served together."""
+        registries = self._registries()
+        landed = [list_dump_files(self.landing, r.topic) for r in registries]
+        lower = self.outputs_upper().time
+        prior = 0 if lower is None else self._input_bytes(lower)
+        return _new_bytes(registries, landed) + prior
 
     def _register(
         self,
