@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster import (
@@ -28,8 +27,9 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
-from assets.partitions import PARTITION_FORMAT, to_datetime, to_ms, window_bounds
+from assets.partitions import window_bounds
 from assets.source_assets import output_key, source_tags
+from cdc_core.calendar import key_start, to_datetime
 from cdc_core.cdcv2 import DataColumns, Encoding, export_shard, write_parts
 from cdc_core.cdcv2.data_columns import UnsupportedColumnType
 from cdc_core.cdcv2.export import CdcStream
@@ -74,7 +74,7 @@ def expire_exports(root: LocationLike, before_ms: int) -> list[str]:
     expired = []
     for name in files.list_folders(place):
         try:
-            start = to_ms(datetime.strptime(name, PARTITION_FORMAT).replace(tzinfo=UTC))
+            start = key_start(name)
         except ValueError:
             continue
         if start < before_ms:

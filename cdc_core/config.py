@@ -16,9 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import math
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -56,6 +54,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from cdc_core.calendar import (
+    DURATION,
+    MS_PER_DAY,
+    MS_PER_HOUR,
+    Calendar,
+    duration_ms,
+    launch_step_ms,
+    window_cron,
+)
 from cdc_core.checks import ExpectationSpec
 from cdc_core.envelopes.avro_schemas import (
     LATEST,
@@ -106,17 +113,12 @@ TYPE_ALIASES = {"long": "bigint"}
 # The column types a CDCv2 stream's rows can hold (the Materialize CDC Avro schema's).
 CDCV2_COLUMN_TYPES = ("string", "int", "bigint", "double", "boolean")
 
-MS_PER_MINUTE = 60_000
-MS_PER_HOUR = 60 * MS_PER_MINUTE
-MS_PER_DAY = 24 * MS_PER_HOUR
-DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": MS_PER_MINUTE, "h": MS_PER_HOUR, "d": MS_PER_DAY}
 # Dagster's guidance: at most this many partitions per asset.
 MAX_PARTITIONS = 100_000
 DEFAULT_RETENTION = "30d"
 # How far back an open-ended config's windows are Dagster partitions when it names no span.
 DEFAULT_LAUNCHABLE = "6h"
 
-_DURATION = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Kafka's own rule, "." and ".." excepted as Kafka excepts them: a topic names the folder
 # <landing>/<topic>, which must not be the landing zone or its parent.
@@ -261,17 +263,9 @@ def _owner(value: str) -> str:
 
 
 def _duration(value: Any) -> str:
-    if not isinstance(value, str) or not _DURATION.fullmatch(value.strip()):
+    if not isinstance(value, str) or not DURATION.fullmatch(value.strip()):
         raise _problem(f"must be a duration such as 1m, 5m, 1h or 1d (got {value!r})")
     return value.strip()
-
-
-def duration_ms(text: str) -> int:
-    """Milliseconds of a duration such as ``90s`` or ``5m``; ValueError when it is not one."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"not a duration: {text!r}")
-    return int(match[1]) * DURATION_UNITS_MS[match[2]]
 
 
 def _schedulable(window: str) -> str:
@@ -379,7 +373,7 @@ Place = Annotated[
 Duration = Annotated[
     str,
     BeforeValidator(_duration),
-    WithJsonSchema({"type": "string", "pattern": rf"^\s*{_DURATION.pattern}\s*$"}),
+    WithJsonSchema({"type": "string", "pattern": rf"^\s*{DURATION.pattern}\s*$"}),
 ]
 Instant = Annotated[
     int, BeforeValidator(_instant_ms), WithJsonSchema({"type": "string", "format": "date-time"})
@@ -994,7 +988,7 @@ class Config(_Section):
                 retentions[("sources", index, "retention")] = source.retention
         kept_by_all = self.retention is not None or all(s.retention for s in self.sources)
         if self.launchable_ms is not None:
-            step = self.launch_step_ms
+            step = launch_step_ms(window_ms)
             windows = (self.launchable_ms + step) // window_ms
             if finite is not None:  # a finite config holds no more than its windows
                 windows = min(windows, finite)
@@ -1035,25 +1029,10 @@ class Config(_Section):
 
     def source_retention_ms(self, name: str) -> int | None:
         """The retention of source ``name``: its own, else the config's (``retention_ms``)."""
-        own = self.source(name).retention
-        return duration_ms(own) if own is not None else self.retention_ms
+        return self._retention_of(self.source(name))
 
-    def source_horizon(self, name: str, now_ms: int | None = None) -> int:
-        """Where the windows of source ``name`` that its tables still read back exactly
-        begin at ``now_ms``: its since's place after maintenance. See
-        ``retention_start``."""
-        return self._horizon(self.source_retention_ms(name), now_ms)
-
-    def retention_start(self, now_ms: int | None = None) -> int:
-        """Where the windows some source still keeps begin at ``now_ms``: the earliest
-        source horizon (Dagster keeps the runs of the windows from there on).
-
-        A horizon is ``start``, or the UTC midnight at or before ``now - retention`` when
-        that is later; flooring to midnight moves it once a day. A finite config whose end
-        lies before the horizon keeps its last window.
-        """
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        return min(self.source_horizon(source.name, now) for source in self.sources)
+    def _retention_of(self, source: SourceConfig) -> int | None:
+        return self.retention_ms if source.retention is None else duration_ms(source.retention)
 
     @property
     def launchable_ms(self) -> int | None:
@@ -1062,41 +1041,6 @@ class Config(_Section):
         if self.launchable is not None:
             return duration_ms(self.launchable)
         return duration_ms(DEFAULT_LAUNCHABLE) if self.end_ms is None else None
-
-    @property
-    def launch_step_ms(self) -> int:
-        """The steps the partitions' start moves in: the hour, or the window when that is
-        longer (both tile the day, so every step starts a window)."""
-        return math.lcm(self.window_ms, MS_PER_HOUR)
-
-    def first_window_start(self, now_ms: int | None = None) -> int:
-        """Where Dagster's partitions begin at ``now_ms``: the hour at or before ``now -
-        launchable`` (with a launchable span), never before ``retention_start``, so the
-        UI lists and launches about the same number of windows at any age.
-
-        Flooring to the hour moves the start, and the partition status Dagster caches for
-        it, once an hour rather than every window. A finite config whose end lies before
-        it keeps its last window, so the set is never empty.
-        """
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        first = self.retention_start(now)
-        if self.launchable_ms is None:
-            return first
-        return max(first, self._floored_start(now - self.launchable_ms, self.launch_step_ms))
-
-    def _horizon(self, retention: int | None, now_ms: int | None) -> int:
-        if retention is None:
-            return self.start_ms
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        return self._floored_start(now - retention, MS_PER_DAY)
-
-    def _floored_start(self, moment_ms: int, step_ms: int) -> int:
-        """``moment_ms`` floored to ``step_ms`` (a window boundary: steps tile the day),
-        never before ``start``, and never after a finite config's last window."""
-        first = max(self.start_ms, moment_ms // step_ms * step_ms)
-        if self.end_ms is not None:
-            first = min(first, self.end_ms - self.window_ms)
-        return first
 
     @field_validator("sources", mode="wrap")
     @classmethod
@@ -1193,9 +1137,17 @@ class Config(_Section):
         return duration_ms(self.window)
 
     @property
-    def cron(self) -> str:
-        """The cron schedule whose ticks are the window boundaries."""
-        return window_cron(self.window_ms)
+    def calendar(self) -> Calendar:
+        """The windows and horizons of this config: where windows are kept and launched
+        from at a given moment, which have closed, and their cron schedule (made afresh at
+        each call, so a copy of the config with other fields has its own)."""
+        return Calendar(
+            start_ms=self.start_ms,
+            window_ms=self.window_ms,
+            end_ms=self.end_ms,
+            launchable_ms=self.launchable_ms,
+            retentions_ms={source.name: self._retention_of(source) for source in self.sources},
+        )
 
     def source(self, name: str) -> SourceConfig:
         """The source named ``name``; KeyError listing the configured names otherwise."""
@@ -1232,27 +1184,6 @@ def _iso(ms: int) -> str:
 def to_struct_type(columns: Mapping[str, str]) -> StructType:
     """A schema mapping (column -> type name) as a Spark schema of nullable columns."""
     return StructType([StructField(name, COLUMN_TYPES[kind]) for name, kind in columns.items()])
-
-
-def window_cron(window_ms: int) -> str:
-    """The cron schedule ticking at every window boundary, aligned to UTC midnight.
-
-    Raises ValueError when no five-field cron schedule can express the window.
-    """
-    minutes, rest = divmod(window_ms, MS_PER_MINUTE)
-    if rest or minutes == 0:
-        raise ValueError("must be a whole number of minutes: cron schedules cannot tick faster")
-    if minutes < 60 and 60 % minutes == 0:
-        return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
-    hours, rest = divmod(minutes, 60)
-    if not rest and hours < 24 and 24 % hours == 0:
-        return "0 * * * *" if hours == 1 else f"0 */{hours} * * *"
-    if minutes == 24 * 60:
-        return "0 0 * * *"
-    raise ValueError(
-        "no cron schedule can express it: use minutes dividing an hour (1m, 5m, 15m, ...), "
-        "hours dividing a day (1h, 2h, 6h, ...) or 1d"
-    )
 
 
 @functools.cache

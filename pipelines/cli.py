@@ -17,20 +17,19 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from assets.cdcv2_export import EXPORT_FOLDER, exportable
-from assets.partitions import closed_windows, range_tags, to_ms
+from assets.partitions import range_tags
 from assets.source_assets import source_output_keys
+from cdc_core.calendar import Windows, duration_ms, to_ms
 from cdc_core.config import (
     Config,
     ConfigError,
     SourceConfig,
     config_schema_json,
-    duration_ms,
     load_config,
 )
 from cdc_core.connect_token import ConnectTokenMissing, TokenFileUnsafe
 from cdc_core.envelopes import ConfigDriftError
 from cdc_core.frontier import iso
-from cdc_core.reclock import Windows
 from cdc_core.shard import ShardUsageError, stored_upper
 from cdc_core.shard.leases import Hold, LeaseBook, LeaseUsageError, holds_under
 from cdc_core.source import (
@@ -112,9 +111,9 @@ def materialize(
     range.
     """
     now_ms = int(time.time() * 1000)
-    first_start = config.first_window_start(now_ms)
+    first_start = config.calendar.first_window_start(now_ms)
     through = min(through_ms or now_ms, now_ms)
-    closed = closed_windows(config, first_start, through)
+    closed = config.calendar.closed_windows(first_start, through)
     if not closed and first_start > config.start_ms and through > config.start_ms:
         print(f"reclock: the windows through {iso(through)} are no partitions any more: the "
               f"first window Dagster still lists starts at {iso(first_start)} (see the "
@@ -318,7 +317,7 @@ def print_rebuilt(config: Config, name: str, through_ms: int | None) -> None:
     old tables are kept."""
     source = config.source(name)
     now_ms = int(time.time() * 1000)
-    closed = closed_windows(config, -1, min(through_ms or now_ms, now_ms))
+    closed = config.calendar.closed_windows(-1, min(through_ms or now_ms, now_ms))
     if not closed:
         print(f"{name}: nothing to rebuild: no window has closed yet.")
         return

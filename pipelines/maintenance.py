@@ -34,7 +34,7 @@ from dagster_graphql import (
 from dagster_pyspark import PySparkResource
 
 from assets.cdcv2_export import EXPORT_FOLDER, expire_exports, exportable
-from assets.partitions import to_datetime
+from cdc_core.calendar import to_datetime
 from cdc_core.config import Config
 from cdc_core.frontier import iso
 from cdc_core.source import SourcePipeline
@@ -71,7 +71,7 @@ def maintain_source(config: Config, pipeline: SourcePipeline, now_ms: int) -> st
     report = pipeline.maintain(now_ms).describe()
     if not exportable(pipeline.source):
         return report
-    horizon = config.source_horizon(pipeline.source.name, now_ms)
+    horizon = config.calendar.source_horizon(pipeline.source.name, now_ms)
     expired = expire_exports(pipeline.root / EXPORT_FOLDER, horizon)
     gone = f"{len(expired)} window folder(s) before {iso(horizon)} deleted"
     return f"{report}\n  {EXPORT_FOLDER:<14} {gone}"
@@ -111,7 +111,7 @@ def maintenance_job(config: Config) -> JobDefinition:
         for source in config.sources:
             pipeline = lake.open(pyspark.spark_session, config, source)
             context.log.info(maintain_source(config, pipeline, now_ms))
-        horizon = config.retention_start(now_ms)
+        horizon = config.calendar.retention_start(now_ms)
         if horizon > config.start_ms:  # some window left the retention of every source
             deleted = delete_old_runs(context.instance, horizon)
             context.log.info(f"deleted {deleted} run(s) created before the retention horizon")

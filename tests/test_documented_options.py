@@ -125,15 +125,18 @@ def users(config: Config) -> Any:
 
 def _horizons(config: Config) -> list[int]:
     """Where each source's windows stay re-materializable, and the partitions begin."""
-    sources = [config.source_horizon(source.name, JAN_3) for source in config.sources]
-    return [*sources, config.first_window_start(JAN_3)]
+    sources = [config.calendar.source_horizon(source.name, JAN_3) for source in config.sources]
+    return [*sources, config.calendar.first_window_start(JAN_3)]
 
 
 # option path -> (change of the example, probe of the engine's behaviour)
 PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "lake": ({"lake": "elsewhere"}, lambda c, s: c.lake),
     "landing": ({"landing": "other"}, lambda c, s: c.landing / users(c).topic),
-    "window": ({"window": "5m", "end": "2026-01-01T00:10:00Z"}, lambda c, s: (c.cron, c.window_ms)),
+    "window": (
+        {"window": "5m", "end": "2026-01-01T00:10:00Z"},
+        lambda c, s: (c.calendar.cron, c.window_ms),
+    ),
     "start": ({"start": "2026-01-01T00:05:00Z"}, lambda c, s: c.start_ms),
     "end": ({"end": "2026-01-01T00:20:00Z"}, lambda c, s: c.end_ms),
     "retention": ({"retention": "1d"}, lambda c, s: _horizons(c)),

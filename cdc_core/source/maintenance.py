@@ -3,7 +3,7 @@
 One pass, safe to repeat and to run beside the source's runs (every step is a
 compare-and-set commit, or deletes only what no version and no live registration
 refers to): retire the dumps below the resumption frontier; advance each shard's since
-to the source's retention horizon (``Config.source_horizon``: the windows that can still
+to the source's retention horizon (the calendar's ``source_horizon``: the windows that can still
 be materialized are read back exactly, older ones are compacted), never past a live
 reader's hold; compact the shards logically and physically; collect their garbage;
 checkpoint every table's Delta log and trim it to ``log_keep_ms`` of commits. After it,

@@ -533,12 +533,12 @@ class SourcePipeline:
 
     def maintain(self, now_ms: int) -> MaintenanceReport:
         """Retire, then bring every table of the source back within its bounds: shards'
-        sinces at its retention horizon (``Config.source_horizon``), compacted and
+        sinces at its retention horizon (the calendar's ``source_horizon``), compacted and
         collected, and every log trimmed to a reader lease of commits (see
         ``cdc_core.source.maintenance``). Its transaction group is kept from the earliest
         horizon of its members."""
         retired = self.retire()
-        horizon = self.config.source_horizon(self.source.name, now_ms)
+        horizon = self.config.calendar.source_horizon(self.source.name, now_ms)
         keep_ms = self.config.readers.lease_ms
         tables = {"remap": maintain_shard(self.remap, None, keep_ms)}
         for name in output_tables(self.source):
@@ -554,7 +554,8 @@ class SourcePipeline:
             return MaintenanceReport(self.source.name, retired, tables)
         group = self.config.transaction_group(self.source.name)
         modes = {self.config.source(name).retire for name in self.group.members}
-        earliest = min(self.config.source_horizon(name, now_ms) for name in self.group.members)
+        calendar = self.config.calendar
+        earliest = min(calendar.source_horizon(name, now_ms) for name in self.group.members)
         upkeep = maintain_group(
             self.group, self._group_keep_from(earliest), keep_ms, now_ms=now_ms,
             mode=RetirePolicy.DELETE if modes == {RetirePolicy.DELETE} else RetirePolicy.ARCHIVE,

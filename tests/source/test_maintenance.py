@@ -126,7 +126,7 @@ def test_maintain_bounds_every_table_and_keeps_what_it_publishes(aged: Config, s
     # begin at this source's horizon. A window before a source's since (a partition while
     # another source's longer retention reaches it) runs as a no-op, and its completeness
     # check has nothing left to recount.
-    assert aged.first_window_start(NOW) == MIDNIGHT
+    assert aged.calendar.first_window_start(NOW) == MIDNIGHT
     versions = {t: DeltaTable(str(aged.lake / "users" / t)).version() for t in SHARDS}
     before = Windows.one(MIDNIGHT - 2 * MINUTE, MIDNIGHT - MINUTE)
     assert not any(report.minted for report in pipeline.run_windows(before))
