@@ -148,8 +148,59 @@ def bad_input_lake(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession
     return load_config(Path(built["config"]))
 
 
+# The fixtures that start a JVM: the process's Spark session, the lakes built with it, a
+# Spark Connect server.
+JVM_FIXTURES = frozenset({"spark", "sample_lake", "bad_input_lake", "connect_server"})
+# Test files whose tests start a JVM another way (reclock subprocesses, Dagster runs of
+# the assets, Spark started by the code under test), relative to the repository.
+JVM_FILES = frozenset(
+    {
+        "tests/assets/test_retention.py",
+        "tests/benchmarks/test_bench.py",
+        "tests/benchmarks/test_profile.py",
+        "tests/benchmarks/test_sources.py",
+        "tests/pipelines/test_class_archive.py",
+        "tests/pipelines/test_cli.py",
+        "tests/pipelines/test_cluster.py",
+        "tests/pipelines/test_end_to_end.py",
+        "tests/pipelines/test_quick_start.py",
+        "tests/pipelines/test_webserver.py",
+        "tests/storage/test_export_s3.py",
+        "tests/storage/test_rebuild_s3.py",
+        "tests/storage/test_retire_s3.py",
+        "tests/storage/test_sensor_s3.py",
+        "tests/storage/test_spark_s3.py",
+        "tests/test_documented_options.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The benchmark's smoke run goes last. Like the benchmark itself, which warms up
-    before it times anything, it should meet a JVM whose just-in-time compiler has
-    already seen Spark's hot paths; run first, it would mostly time that warm-up."""
+    """Tests that start a JVM are marked ``jvm`` (``make check`` runs the others, with the
+    JVM refused: an unmarked test that starts one fails, naming the cause). The
+    benchmark's smoke run goes last. Like the benchmark itself, which warms up before it
+    times anything, it should meet a JVM whose just-in-time compiler has already seen
+    Spark's hot paths; run first, it would mostly time that warm-up."""
+    root = Path(__file__).resolve().parent.parent
+    for item in items:
+        named = JVM_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if named or item.path.resolve().relative_to(root).as_posix() in JVM_FILES:
+            item.add_marker(pytest.mark.jvm)
     items.sort(key=lambda item: item.path.name == "test_bench.py")
+
+
+class JvmRefused(RuntimeError):
+    """A test selected as starting no JVM started one: mark it (``JVM_FILES``)."""
+
+
+@pytest.fixture(autouse=True)
+def _no_jvm_when_refused(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``-m "not jvm"`` (``make check``), starting a JVM in this process fails."""
+    if request.config.option.markexpr != "not jvm":
+        return
+
+    def refuse(*_: object, **__: object) -> None:
+        raise JvmRefused(f"{request.node.nodeid} starts a JVM: list its file in JVM_FILES")
+
+    monkeypatch.setattr("pyspark.java_gateway.launch_gateway", refuse)
+    monkeypatch.setattr("pyspark.context.launch_gateway", refuse)

@@ -20,6 +20,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
@@ -229,7 +230,7 @@ class AvroSchemaRef(Section):
 
 
 Encoding = Annotated[RecordEncoding, one_of(RecordEncoding)]
-_CDCV2_FORMATS = [str(f) for f in Format if f.cdcv2]
+_CDCV2_FORMATS: list[JsonValue] = [str(f) for f in Format if f.cdcv2]
 
 
 class SourceConfig(Section):

@@ -221,7 +221,9 @@ def partition_problems(config: Config) -> list[Problem]:
     guidance = f"Dagster's guidance of {MAX_PARTITIONS:,} partitions per asset"
     finite = None if config.end_ms is None else (config.end_ms - config.start_ms) // window_ms
     problems: list[Problem] = []
-    retentions = {("retention",): config.retention} if config.retention is not None else {}
+    retentions: dict[tuple[str | int, ...], str] = {}
+    if config.retention is not None:
+        retentions[("retention",)] = config.retention
     for index, source in enumerate(config.sources):
         if source.retention is not None:
             retentions[("sources", index, "retention")] = source.retention
@@ -248,7 +250,7 @@ def partition_problems(config: Config) -> list[Problem]:
                 f"day), more than {guidance}: at most {longest}d for {config.window} "
                 f"windows, or a launchable span (got {retention!r})"
             ), retention))
-    elif finite is not None and finite > MAX_PARTITIONS:
+    elif finite is not None and config.end_ms is not None and finite > MAX_PARTITIONS:
         longest = (MAX_PARTITIONS * window_ms - MS_PER_HOUR) // MS_PER_DAY
         problems.append(Problem(("end",), (
             f"{finite:,} windows of {config.window} lie between start and end, more "
