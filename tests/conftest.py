@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyspark.context
+import pyspark.java_gateway
 import pytest
 from deltalake import DeltaTable
 from filelock import FileLock
@@ -67,7 +69,11 @@ _SHARED_FOLDER = pytest.StashKey[Path]()
 
 def pytest_configure(config: pytest.Config) -> None:
     """The pytest-xdist controller names the folder of the run's one Connect server before
-    it starts its workers, which inherit it (``SHARED_SERVER``)."""
+    it starts its workers, which inherit it (``SHARED_SERVER``). Under ``-m "not jvm"``
+    this process may start no JVM, whatever fixture or test would (``refuse_jvm``)."""
+    if config.option.markexpr == "not jvm":
+        pyspark.java_gateway.launch_gateway = refuse_jvm
+        pyspark.context.launch_gateway = refuse_jvm  # the name SparkContext calls
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         folder = Path(tempfile.mkdtemp(prefix="reclock-spark-server-"))
         os.environ[SHARED_SERVER] = str(folder)
@@ -161,6 +167,8 @@ JVM_FILES = frozenset(
         "tests/benchmarks/test_sources.py",
         "tests/pipelines/test_class_archive.py",
         "tests/pipelines/test_cli.py",
+        "tests/reclock/test_transactions.py",
+        "tests/security/test_secrets.py",
         "tests/pipelines/test_cluster.py",
         "tests/pipelines/test_end_to_end.py",
         "tests/pipelines/test_quick_start.py",
@@ -190,17 +198,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 class JvmRefused(RuntimeError):
-    """A test selected as starting no JVM started one: mark it (``JVM_FILES``)."""
+    """A test selected as starting no JVM started one: list its file in ``JVM_FILES``."""
 
 
-@pytest.fixture(autouse=True)
-def _no_jvm_when_refused(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under ``-m "not jvm"`` (``make check``), starting a JVM in this process fails."""
-    if request.config.option.markexpr != "not jvm":
-        return
-
-    def refuse(*_: object, **__: object) -> None:
-        raise JvmRefused(f"{request.node.nodeid} starts a JVM: list its file in JVM_FILES")
-
-    monkeypatch.setattr("pyspark.java_gateway.launch_gateway", refuse)
-    monkeypatch.setattr("pyspark.context.launch_gateway", refuse)
+def refuse_jvm(*_: object, **__: object) -> None:
+    """Stands for pyspark's JVM launcher under ``-m "not jvm"`` (``make check``)."""
+    raise JvmRefused("a test of `-m 'not jvm'` starts a JVM: list its file in JVM_FILES")

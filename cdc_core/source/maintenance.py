@@ -30,6 +30,7 @@ from cdc_core.source.resumption import (
     retirable,
     retire_files,
 )
+from cdc_core.storage import LocationLike
 from cdc_core.vocabulary import RetirePolicy
 
 # A registry table with this many files or more is compacted: it gained some since the
@@ -144,7 +145,7 @@ def maintain_group(
     log_keep_ms: int,
     *,
     mode: RetirePolicy,
-    landing: Path,
+    landing: LocationLike,
     now_ms: int,
 ) -> GroupUpkeep:
     """Retire the transaction dumps wholly below the group's open mark at ``keep_from``
