@@ -38,7 +38,7 @@ ui: $(STAMP)
 # (tests/conftest.py). docs: development/index.md, "Shared fixtures".
 test: $(STAMP) chromium
 	$(VENV)/bin/ruff check .
-	$(MAKE) typecheck
+	$(VENV)/bin/mypy
 	$(MAKE) docs
 	$(VENV)/bin/pytest -n 2 --dist loadfile
 
@@ -46,8 +46,8 @@ test: $(STAMP) chromium
 # that starts no JVM (tests/conftest.py marks the others `jvm`). docs: development/index.md.
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(MAKE) typecheck
-	$(VENV)/bin/pytest -m "not jvm" -p no:cacheprovider
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -m "not jvm"
 
 # mypy on the installed packages ([tool.mypy] in pyproject.toml).
 typecheck: $(STAMP)
