@@ -68,7 +68,7 @@ def materialize(
     """
     now_ms = int(time.time() * 1000)
     plan = plan_run(config, through_ms, now_ms, exports=exports)
-    if plan.before_partitions(config.start_ms):
+    if plan.before_partitions:
         print(f"reclock: the windows through {iso(plan.through)} are no partitions any more: "
               f"the first window Dagster still lists starts at {iso(plan.first_start)} (see "
               "the config's launchable and retention)", file=sys.stderr)  # fmt: skip

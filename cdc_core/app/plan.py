@@ -22,22 +22,20 @@ from cdc_core.storage import files, located
 class RunPlan:
     """The windows of a run through ``through``: ``closed`` are the windows (partition
     key, end) closed since the partitions' start ``first_start``, in order; the run
-    covers ``closed[first:]`` (none when ``first == len(closed)``)."""
+    covers ``closed[first:]`` (none when ``first == len(closed)``). ``before_partitions``:
+    windows closed, but only before the partitions' start (the launchable span and the
+    retention), so none of them is a partition any more."""
 
     first_start: int
     through: int
     closed: tuple[tuple[str, int], ...]
     first: int
+    before_partitions: bool
 
     @property
     def keys(self) -> list[str]:
         """The partition keys of the windows the run covers, in order."""
         return [key for key, _ in self.closed[self.first :]]
-
-    def before_partitions(self, start_ms: int) -> bool:
-        """Whether only windows before the partitions' start were asked for: closed
-        windows exist, but none is a partition any more (launchable span, retention)."""
-        return not self.closed and self.first_start > start_ms and self.through > start_ms
 
 
 def plan_run(
@@ -52,7 +50,9 @@ def plan_run(
     if closed:
         first = min(first_needed(config, source, closed, exports=exports)
                     for source in config.sources)  # fmt: skip
-    return RunPlan(first_start, through, tuple(closed), first)
+    start = config.start_ms
+    before = not closed and first_start > start and through > start
+    return RunPlan(first_start, through, tuple(closed), first, before)
 
 
 def first_needed(
