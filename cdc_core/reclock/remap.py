@@ -394,7 +394,7 @@ class RangeBindings:
         cls, previous: OffsetFrontier, bound: Sequence[tuple[int, OffsetFrontier]]
     ) -> RangeBindings:
         """The bindings just minted from ``previous``, without reading the remap again."""
-        bindings = []
+        bindings: list[tuple[int, int, int]] = []
         before = previous
         for time, frontier in bound:
             moved = [p for p in frontier.partitions if frontier[p] != before[p]]
