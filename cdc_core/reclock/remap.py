@@ -40,6 +40,7 @@ from cdc_core.calendar import Windows
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry, starts_column
 from cdc_core.shard import Shard, ShardUsageError
+from cdc_core.shard.read import ShardReader
 from cdc_core.vocabulary import ReclockPolicy
 
 REMAP_UPDATE = ("partition", "offset", "time", "diff")
@@ -290,14 +291,14 @@ def binding_updates(
     return pa.Table.from_pylist([dict(zip(schema.names, row, strict=True)) for row in rows], schema)
 
 
-def remap_updates(remap: Shard, until: int) -> list[tuple[int, int, int, int]]:
+def remap_updates(remap: ShardReader, until: int) -> list[tuple[int, int, int, int]]:
     """Every remap update ``(partition, offset, time, diff)`` at times ``<= until``, read on
     the driver: the remap is tiny metadata, and a Spark job would cost far more."""
     table = remap.updates_through(until)
     return list(zip(*(table.column(name).to_pylist() for name in REMAP_UPDATE), strict=True))
 
 
-def frontier_at(remap: Shard, time: int) -> OffsetFrontier:
+def frontier_at(remap: ShardReader, time: int) -> OffsetFrontier:
     """``remap[time]``; before time 0 nothing is bound. Validates the stored antichain."""
     if time < 0:
         return OffsetFrontier()
@@ -324,7 +325,7 @@ def frontier_of(live: Mapping[tuple[int, int], int], time: int) -> OffsetFrontie
     return OffsetFrontier(dict(key for key, _ in elements))
 
 
-def offsets_for(remap: Shard, frontier: TimeFrontier) -> OffsetFrontier:
+def offsets_for(remap: ShardReader, frontier: TimeFrontier) -> OffsetFrontier:
     """The FromTime frontier of an IntoTime frontier: ``remap`` at its last complete time.
 
     The empty IntoTime frontier (finished) maps to the remap's latest complete binding.

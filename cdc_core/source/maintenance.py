@@ -109,7 +109,8 @@ def maintain_table(
     if compact is not None and before >= SMALL_FILES:
         compact(str(path))
     collected, trimmed = tidy_table(str(path), log_keep_ms)
-    after = len(live_files(existing_table(str(path))))
+    tidied = existing_table(str(path))
+    after = 0 if tidied is None else len(live_files(tidied))
     return TableUpkeep(before, after, len(collected), len(trimmed))
 
 
