@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster import (
@@ -28,11 +27,13 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
-from assets.partitions import PARTITION_FORMAT, to_datetime, to_ms, window_bounds
+from assets.partitions import window_bounds
 from assets.source_assets import output_key, source_tags
-from cdc_core.cdcv2 import DataColumns, Encoding, export_shard, write_parts
-from cdc_core.cdcv2.data_columns import UnsupportedColumnType
+from cdc_core.calendar import to_datetime
+from cdc_core.cdcv2 import Encoding, export_shard, write_parts
 from cdc_core.cdcv2.export import CdcStream
+from cdc_core.cdcv2.export_folder import EXPORT_FOLDER as EXPORT_FOLDER
+from cdc_core.cdcv2.export_folder import exportable as exportable
 from cdc_core.cdcv2.stream_files import (
     file_owner,
     is_progress_file,
@@ -48,7 +49,6 @@ from cdc_core.source import SourcePipeline
 from cdc_core.storage import LocationLike, files, located
 
 EXPORT_ENCODING = Encoding.JSON
-EXPORT_FOLDER = "cdcv2"
 # A hidden staging folder this old belongs to no live export (an export writes its
 # folder in seconds to minutes); a younger one may be a concurrent run's. A folder named
 # after an export's reader registration is judged by that registration's lease instead.
@@ -63,34 +63,6 @@ def work_folder(root: Path) -> Path:
     holds only window folders and finding a window's leftovers looks at the few there
     are, not at the folder per window ever exported."""
     return root.parent / f".{root.name}.work"
-
-
-def expire_exports(root: LocationLike, before_ms: int) -> list[str]:
-    """Delete the window folders in ``root`` of windows that start before ``before_ms``
-    (the source's retention horizon), and return their names: the export keeps what the
-    tables keep, every window from the horizon on, so its folder does not grow by a
-    window a minute for ever. Other names (hidden staging, a consumer's own files) stay."""
-    place = str(located(root))
-    expired = []
-    for name in files.list_folders(place):
-        try:
-            start = to_ms(datetime.strptime(name, PARTITION_FORMAT).replace(tzinfo=UTC))
-        except ValueError:
-            continue
-        if start < before_ms:
-            files.delete_tree(files.join(place, name))
-            expired.append(name)
-    return expired
-
-
-def exportable(source: SourceConfig) -> bool:
-    """Whether the CDCv2 encodings carry every output column of ``source`` (scalars: a
-    source that includes ``headers``, a list column, has no export asset)."""
-    try:
-        DataColumns(source.output_schema)
-    except UnsupportedColumnType:
-        return False
-    return True
 
 
 def export_key(source: str) -> AssetKey:

@@ -28,13 +28,8 @@ from dagster import (
 )
 from pyspark.sql import SparkSession
 
-from assets.partitions import (
-    to_datetime,
-    window_bounds,
-    window_key,
-    window_partitions,
-)
 from assets.source_assets import output_key
+from cdc_core.calendar import to_datetime
 from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
@@ -57,14 +52,12 @@ def judged_range(
 ) -> tuple[int, int] | None:
     """``(first window start, last window end)`` of the run, else the newest complete
     window; None when nothing is complete yet."""
-    partitions = window_partitions(config)
+    calendar = config.calendar
     tags = context.run.tags
     first = tags.get(ASSET_PARTITION_RANGE_START_TAG) or tags.get(PARTITION_NAME_TAG)
     last = tags.get(ASSET_PARTITION_RANGE_END_TAG) or tags.get(PARTITION_NAME_TAG)
     if first and last:
-        start, _ = window_bounds(partitions.time_window_for_partition_key(first))
-        _, end = window_bounds(partitions.time_window_for_partition_key(last))
-        return start, end
+        return calendar.key_window(first)[0], calendar.key_window(last)[1]
     upper = pipeline.outputs_upper().time
     if upper is None or upper <= config.start_ms + 1:
         return None  # nothing complete yet, or finished (no newest window)
@@ -78,7 +71,8 @@ def judged_partitions(config: Config, window: tuple[int, int]) -> str:
     partition; a range run records one result per check, so the keys go in its metadata.
     """
     start, end = window
-    first, last = window_key(config, start + config.window_ms), window_key(config, end)
+    calendar = config.calendar
+    first, last = calendar.window_key(start + calendar.window_ms), calendar.window_key(end)
     return first if first == last else f"{first} .. {last}"
 
 

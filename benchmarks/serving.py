@@ -23,10 +23,10 @@ from pathlib import Path
 from benchmarks.age_instance import MINUTE_MS
 from benchmarks.sources import Case
 from cdc_core.app.materialize import SOURCE_WORKERS, materialize_windows, serve_together
+from cdc_core.app.session import config_spark
 from cdc_core.config import Config, load_config
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
-from pipelines.cli import config_spark
 
 FIRST_WINDOWS = 3
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from cdc_core.reclock.transactions import (
     transaction_registry,
 )
 from cdc_core.schemas import ERROR, REMAP
-from cdc_core.shard import Shard, existing_table, stored_upper
+from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
 from cdc_core.shard.write import Updates
@@ -57,18 +56,9 @@ from cdc_core.source.layout import (
     source_registry,
     transaction_binder,
 )
-from cdc_core.source.maintenance import (
-    MaintenanceReport,
-    maintain_group,
-    maintain_registry,
-    maintain_shard,
-    maintain_table,
-)
 from cdc_core.source.reader import SourceReader, SourceStatus
 from cdc_core.source.resumption import (
-    RetireReport,
     UpstreamCommit,
-    retire,
 )
 from cdc_core.source.state import (
     published_as_of,
@@ -78,7 +68,7 @@ from cdc_core.source.state import (
 from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.spark import planned_as, planned_for_input
 from cdc_core.storage import LocationLike, located
-from cdc_core.vocabulary import Envelope, RetirePolicy
+from cdc_core.vocabulary import Envelope
 
 # A step after the run that reads at most this many rows plans small (``planned_by_tables``):
 # a scheduled window's checks and publishing, a small source's; a backfill's checks over a
@@ -537,66 +527,6 @@ class SourcePipeline:
                 )
         with phase(self.source.name, "status"):
             return self.reader.status()
-
-    def maintain(self, now_ms: int) -> MaintenanceReport:
-        """Retire, then bring every table of the source back within its bounds: shards'
-        sinces at its retention horizon (``Config.source_horizon``), compacted and
-        collected, and every log trimmed to a reader lease of commits (see
-        ``cdc_core.source.maintenance``). Its transaction group is kept from the earliest
-        horizon of its members."""
-        retired = self.retire()
-        horizon = self.config.source_horizon(self.source.name, now_ms)
-        keep_ms = self.config.readers.lease_ms
-        tables = {"remap": maintain_shard(self.remap, None, keep_ms)}
-        for name in output_tables(self.source):
-            tables[name] = maintain_shard(getattr(self, name), horizon, keep_ms)
-        plain = {"state": str(self.root / "state"), "history": str(self.root / "history"),
-                 "upstream": self.upstream.path}
-        for name, path in plain.items():
-            upkeep = maintain_table(path, keep_ms)
-            if upkeep is not None:
-                tables[name] = upkeep
-        tables.update(maintain_registry(self.registry, keep_ms))
-        if self.group is None:
-            return MaintenanceReport(self.source.name, retired, tables)
-        group = self.config.transaction_group(self.source.name)
-        modes = {self.config.source(name).retire for name in self.group.members}
-        earliest = min(self.config.source_horizon(name, now_ms) for name in self.group.members)
-        upkeep = maintain_group(
-            self.group, self._group_keep_from(earliest), keep_ms, now_ms=now_ms,
-            mode=RetirePolicy.DELETE if modes == {RetirePolicy.DELETE} else RetirePolicy.ARCHIVE,
-            landing=self.landing,
-        )  # fmt: skip
-        for name, table in upkeep.tables.items():
-            tables[f"{group.name}/{name}"] = table
-        return MaintenanceReport(self.source.name, retired, tables, upkeep.retired)
-
-    def _group_keep_from(self, horizon: int) -> int | None:
-        """The earliest time the source's transaction group is still asked about: the
-        members' earliest retention horizon, each member's last binding (a member copies the group's
-        bindings from its own upper on), and the last time the group and its admitted
-        record hold; None while any of them holds nothing."""
-        uppers = [stored_upper(str(self.root.parent / name / "remap")).time
-                  for name in self.group.members]  # fmt: skip
-        for shard in (self.group.bindings, self.group.admitted):
-            uppers.append(shard.refresh().upper.time)
-        known = [upper for upper in uppers if upper is not None]
-        if any(upper <= 0 for upper in known):
-            return None
-        return min([horizon, *(upper - 1 for upper in known)])
-
-    def retire(self) -> RetireReport:
-        """Commit the offset resumption frontier upstream and retire the dumps below it."""
-        return retire(
-            self.remap,
-            self.outputs,
-            self.registry,
-            self.upstream,
-            mode=self.source.retire,
-            landing=self.landing,
-            archive=self.root / "archive",
-            now_ms=int(time.time() * 1000),
-        )
 
 
 def _new_bytes(registries: Sequence[Registry], landed: Sequence[Sequence[DumpFile]]) -> int:
