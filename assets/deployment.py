@@ -239,10 +239,11 @@ class SourceStep:
                 self.picked.checks,
             )  # fmt: skip
         if self.picked.export and not served.blocking_failed():
+            # The run's own handle when the source's windows ran (its tables are open).
+            pipeline = self.pipeline or self.lake.open(self.spark, self.config, self.source)
             served.export = export_changes(
-                self.config, self.lake.open(self.spark, self.config, self.source),
-                self.partitions, self.run.keys, self.run.run_id,
-            )  # fmt: skip
+                self.config, pipeline, self.partitions, self.run.keys, self.run.run_id
+            )
         return served
 
 
