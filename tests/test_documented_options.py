@@ -25,7 +25,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.checks import validate
-from cdc_core.config import Config, parse_config
+from cdc_core.config import Config, parse_config, use_config
 from cdc_core.envelopes import EnvelopeBatch, apply_envelope
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.ingest import list_dump_files
@@ -346,6 +346,7 @@ def test_each_documented_option_changes_what_the_engine_does(
     schemas(tmp_path)
     change, probe = PROBES[option]
     example = documented_example()
-    before = probe(parse_config(example, tmp_path), spark)
-    after = probe(parse_config(variant(example, change), tmp_path), spark)
+    # Loaded as a run loads it: parsed, then its storage settings made the process's.
+    before = probe(use_config(parse_config(example, tmp_path)), spark)
+    after = probe(use_config(parse_config(variant(example, change), tmp_path)), spark)
     assert before != after, f"{option}: {before!r}"

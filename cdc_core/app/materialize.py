@@ -128,7 +128,8 @@ def serve_together(
         return
     together = len(units) > 1
     done: queue.SimpleQueue[Served[T]] = queue.SimpleQueue()
-    with ThreadPoolExecutor(max(1, min(workers, len(units))), "reclock-source") as pool:
+    pool = ThreadPoolExecutor(max(1, min(workers, len(units))), "reclock-source")
+    try:
         opened = _run_all(
             pool, [lambda unit=unit: _open_unit(unit, open_work, together) for unit in units], idle
         )
@@ -142,6 +143,10 @@ def serve_together(
         sizes = sum(size for unit in works for _, _, size in unit)
         with planned_together(spark, sizes, config.spark.conf):
             yield from _drain_while(pool, jobs, idle, done)
+    finally:
+        # A run stopped early (terminated, or its caller failed) starts no further source;
+        # those under way finish their (atomic, idempotent) commits before it returns.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 Opened = list[tuple[str, SourceWork[T], int]]

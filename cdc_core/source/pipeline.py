@@ -158,6 +158,8 @@ class SourcePipeline:
             else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
+        # The landing zone as ``input_bytes`` listed it, for the next registration.
+        self._sized: list[list[DumpFile]] | None = None
         self.group = transaction_binder(spark, config, group_lake or lake, source.name)
         shards = {name: getattr(self, name) for name in ("remap", *output_tables(source))}
         self.reader = SourceReader(spark, config, source, self.root, shards, self.group)
@@ -191,7 +193,7 @@ class SourcePipeline:
         Returns how many of the source's own files were new."""
         registries = self._registries()
         with phase(self.source.name, "register dumps") as figures:
-            landed = [list_dump_files(self.landing, r.topic) for r in registries]
+            landed, self._sized = self._sized or self._landed(registries), None
             with planned_for_input(
                 self.spark, _new_bytes(registries, landed), self.config.spark.conf
             ):  # a scheduled run's dump is small: its scan (a cold process's first job) too
@@ -211,12 +213,17 @@ class SourcePipeline:
             registries.append(self.group.registry)
         return registries
 
+    def _landed(self, registries: Sequence[Registry]) -> list[list[DumpFile]]:
+        """The dump files landed for each registry's topic, as listed now."""
+        return [list_dump_files(self.landing, r.topic) for r in registries]
+
     def input_bytes(self) -> int:
         """What a run of the source reads, in stored bytes, judged before it registers
         anything: the landed dumps it would register and what a run from the outputs'
-        upper reads (``_input_bytes``). Sizes the plan of sources served together."""
+        upper reads (``_input_bytes``). Sizes the plan of sources served together; the
+        next ``register_dumps`` registers from this listing, not from one of its own."""
         registries = self._registries()
-        landed = [list_dump_files(self.landing, r.topic) for r in registries]
+        self._sized = landed = self._landed(registries)
         lower = self.outputs_upper().time
         prior = 0 if lower is None else self._input_bytes(lower)
         return _new_bytes(registries, landed) + prior
