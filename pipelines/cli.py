@@ -119,7 +119,10 @@ def write_class_archive(archive: Path = CLASS_ARCHIVE) -> None:
             raise RuntimeError("the sample's run failed: no class archive written")
     spark.stop()
     # The JVM writes the archive as it exits, which it does when its stdin closes.
-    jvm = SparkContext._gateway.proc
+    gateway = SparkContext._gateway
+    if gateway is None:
+        raise RuntimeError("the sample's run left no JVM to write the class archive")
+    jvm = gateway.proc
     jvm.stdin.close()
     jvm.wait()
     if not partial.is_file():

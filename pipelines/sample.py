@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import fastavro
 import yaml
@@ -452,7 +452,7 @@ def write_payment_schemas(folder: Path) -> None:
     (folder / "payments-value" / "1.json").write_text(json.dumps(entry) + "\n")
 
 
-def confluent_avro(schema: object, value: object, schema_id: int) -> str:
+def confluent_avro(schema: dict[str, Any] | str, value: object, schema_id: int) -> str:
     """base64 text of the Confluent wire format (magic byte 0, schema id, Avro binary),
     as a kcat ``-J`` dump holds a binary Kafka key or value."""
     out = io.BytesIO()

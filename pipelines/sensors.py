@@ -35,6 +35,7 @@ from dagster import (
 
 from assets.partitions import range_tags
 from assets.source_assets import ARRIVALS_TAG
+from cdc_core.app.plan import windows_to_ask
 from cdc_core.calendar import to_ms
 from cdc_core.config import Config
 from cdc_core.frontier import TimeFrontier, iso
@@ -74,12 +75,9 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
         upper = TimeFrontier.empty()
         for source in config.sources:
             upper = upper.meet(lake.outputs_upper(source))
-        # Windows before the partitions' start are no partitions: none is asked for.
-        first_start = config.calendar.first_window_start(now_ms)
-        after = None if upper.time is None else max(upper.time - 1, first_start)
-        if after is not None and not new_files:  # only windows closed since the last ask
-            after = max(after, requested_through)
-        wanted = None if after is None else config.calendar.closed_span(after, now_ms)
+        wanted = windows_to_ask(
+            config, upper, now_ms, new_files=bool(new_files), asked_through=requested_through
+        )
         new_cursor = json.dumps(
             {
                 "requested_through_ms": max(requested_through, wanted[1][1] if wanted else 0),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from cdc_core.cdcv2.export_folder import EXPORT_FOLDER, exportable
 from cdc_core.config import Config, SourceConfig
+from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import stored_upper
 from cdc_core.source import history_upper, published_as_of, stored_outputs_upper
 from cdc_core.storage import files, located
@@ -80,3 +81,22 @@ def first_needed(
                         -1)  # fmt: skip
         needed = min(needed, exported + 1)
     return needed
+
+
+def windows_to_ask(
+    config: Config, upper: TimeFrontier, now_ms: int, *, new_files: bool, asked_through: int
+) -> tuple[tuple[str, int], tuple[str, int]] | None:
+    """The first and last closed window (key, end) a run should be asked for at
+    ``now_ms``, when every source's outputs stand at ``upper`` (their meet); None when
+    none is.
+
+    New dump files can change every closed window the outputs do not hold yet; without
+    new files only windows closed after ``asked_through`` (the last end asked for) are
+    new. Windows before the partitions' start are no partitions: none is asked for.
+    """
+    if upper.time is None:  # every output is finished
+        return None
+    after = max(upper.time - 1, config.calendar.first_window_start(now_ms))
+    if not new_files:
+        after = max(after, asked_through)
+    return config.calendar.closed_span(after, now_ms)

@@ -35,7 +35,6 @@ from cdc_core.calendar import (
     Calendar,
     duration_ms,
 )
-from cdc_core.config import rules
 from cdc_core.config.fields import (
     CREDENTIAL_SETTING,
     DEFAULT_LAUNCHABLE,
@@ -65,6 +64,14 @@ from cdc_core.config.fields import (
     to_struct_type,
 )
 from cdc_core.config.problems import describe, iso, raise_all, refusal, reraise
+from cdc_core.config.rules import (
+    avro_schema_problems,
+    duplicate_names,
+    partition_problems,
+    reference_problems,
+    source_problems,
+    transaction_problems,
+)
 from cdc_core.envelopes.avro_schemas import (
     LATEST,
     AvroSchema,
@@ -217,7 +224,7 @@ class AvroSchemaRef(Section):
     @model_validator(mode="after")
     def _one_source(self) -> AvroSchemaRef:
         """Either a file with its id or a subject (``rules.reference_problems``)."""
-        raise_all(type(self).__name__, rules.reference_problems(self))
+        raise_all(type(self).__name__, reference_problems(self))
         return self
 
     def load(self, schema_folder: Path | None) -> AvroSchema:
@@ -311,7 +318,7 @@ class SourceConfig(Section):
     @model_validator(mode="after")
     def _envelope_rules(self) -> SourceConfig:
         """Rules tying the envelope to the columns (``rules.source_problems``)."""
-        raise_all(type(self).__name__, rules.source_problems(self))
+        raise_all(type(self).__name__, source_problems(self))
         return self
 
     def avro_schema(self, part: str, schema_folder: Path | None) -> AvroSchema | None:
@@ -446,7 +453,7 @@ class Config(Section):
     @model_validator(mode="after")
     def _partitions_within_guidance(self) -> Config:
         """Dagster's guidance on partitions per asset (``rules.partition_problems``)."""
-        raise_all(type(self).__name__, rules.partition_problems(self))
+        raise_all(type(self).__name__, partition_problems(self))
         return self
 
     @property
@@ -479,7 +486,7 @@ class Config(Section):
     ) -> tuple[SourceConfig, ...]:
         """Names are compared on the raw entries, so a duplicate is reported along with any
         other problem of the sources; at least one source is required."""
-        problems = rules.duplicate_names(value)
+        problems = duplicate_names(value)
         try:
             sources = handler(value)
         except ValidationError as error:
@@ -494,13 +501,13 @@ class Config(Section):
     @model_validator(mode="after")
     def _avro_schemas_fit(self) -> Config:
         """Every named Avro schema fits its columns (``rules.avro_schema_problems``)."""
-        raise_all(type(self).__name__, rules.avro_schema_problems(self))
+        raise_all(type(self).__name__, avro_schema_problems(self))
         return self
 
     @model_validator(mode="after")
     def _transaction_members(self) -> Config:
         """Members are Debezium sources (``rules.transaction_problems``)."""
-        raise_all(type(self).__name__, rules.transaction_problems(self))
+        raise_all(type(self).__name__, transaction_problems(self))
         return self
 
     def transaction_group(self, source: str) -> TransactionGroup | None:

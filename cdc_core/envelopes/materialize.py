@@ -56,7 +56,7 @@ def apply_materialize(batch: EnvelopeBatch) -> EnvelopeResult:
         imported = _complete(history.filter(F.col(TIME) <= time), batch)
         completeness[time] = imported.frontier
         completed = imported.updates
-        if not previous.is_empty:
+        if previous.time is not None:
             completed = completed.filter(F.col(TIME) >= previous.time)
         changes = changes.unionByName(stamped(completed.drop(TIME), time))
         undecodable = _decoded(records.filter(F.col(TIME) == time), batch).errors

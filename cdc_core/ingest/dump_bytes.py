@@ -91,7 +91,7 @@ class Inflated:
         of a stream cut short, every byte before the cut, then ``EOFError``."""
         if self._cut is not None:
             raise self._cut
-        pieces = []
+        pieces: list[bytes] = []
         left = size
         while left != 0:
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,7 +34,7 @@ from cdc_core.updates import TIME, consolidate, consolidate_rows
 
 # Updates to append: a DataFrame (data, on the executors), or a pyarrow Table of a few
 # metadata rows built on the driver (bindings), written without a Spark job.
-Updates = DataFrame | pa.Table
+Updates: TypeAlias = DataFrame | pa.Table
 
 
 @dataclass(frozen=True)

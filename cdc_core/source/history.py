@@ -25,6 +25,7 @@ import functools
 import operator
 import uuid
 
+from deltalake.transaction import AddAction, RemoveAction
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -110,7 +111,9 @@ def refresh_history(
         raise
     finally:
         rows.unpersist()
-    actions = [remove_action(f, data_change=True) for f in reopened]
+    actions: list[AddAction | RemoveAction] = [
+        remove_action(f, data_change=True) for f in reopened
+    ]
     actions += [add_action(f, data_change=True) for f in written]
     metadata = commit_metadata(
         "append history",
@@ -123,10 +126,13 @@ def refresh_history(
 
 def _between(shard: Shard, lower: TimeFrontier, upper: TimeFrontier) -> DataFrame:
     """The shard's updates at times in ``[lower, upper)`` (both frontiers at a time)."""
-    if lower.time == 0:
+    low, high = lower.time, upper.time
+    if low is None or high is None:
+        raise ValueError(f"updates between {lower} and {upper}: both must be at a time")
+    if low == 0:
         first = shard.snapshot(0)
-        return first if upper.time == 1 else first.unionByName(shard.listen(0, upper.time - 1))
-    return shard.listen(lower.time - 1, upper.time - 1)
+        return first if high == 1 else first.unionByName(shard.listen(0, high - 1))
+    return shard.listen(low - 1, high - 1)
 
 
 def _steps(updates: DataFrame, output: StructType, keys: list[str]) -> DataFrame:

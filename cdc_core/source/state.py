@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 
 from deltalake import DeltaTable, Transaction
+from deltalake.transaction import AddAction, RemoveAction
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -78,7 +79,7 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     rows = current_rows(snapshot, schema)
     batch_id = uuid.uuid4().hex
     files = write_files(rows, path, batch_id)
-    actions = [remove_action(f) for f in published_files]
+    actions: list[AddAction | RemoveAction] = [remove_action(f) for f in published_files]
     actions += [add_action(f, data_change=True) for f in files]
     metadata = commit_metadata(
         "publish state", f"as of time {as_of}", {ROWS_KEY: sum(f.num_records for f in files)}
