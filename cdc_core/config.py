@@ -82,6 +82,7 @@ from cdc_core.storage import (
     settings,
 )
 from cdc_core.vocabulary import (
+    CatalogKind,
     Envelope,
     Format,
     IncludeField,
@@ -542,6 +543,130 @@ class StorageSettings(_Section):
         )
 
 
+# A catalog reclock cannot register in, and why: asked for, it is refused at load.
+UNITY_REFUSED = (
+    "unity is not supported: reclock registers tables only in catalogs it is tested "
+    "against, and no Unity Catalog server (io.unitycatalog:unitycatalog-server) is available "
+    "to test against; use hive (a Hive metastore, which Unity Catalog can federate) or glue"
+)
+TABLE_NAME_FIELDS = ("{source}", "{table}")
+# Where an embedded Hive metastore keeps its Derby database and warehouse folder, relative
+# to the config file's folder (the deployment's) when the config names no folder.
+METASTORE_FOLDER = "metastore"
+# The Spark setting that gives a session a Hive metastore as its catalog (static: a
+# session gets it when it starts).
+CATALOG_IMPLEMENTATION = "spark.sql.catalogImplementation"
+
+
+def _catalog_kind(value: Any) -> CatalogKind:
+    if value == "unity":
+        raise _problem(UNITY_REFUSED)
+    try:
+        return CatalogKind(value)
+    except ValueError:
+        names = ", ".join(CatalogKind)
+        raise _problem(f"must be one of {names} (got {value!r})") from None
+
+
+def _table_names(rule: str) -> str:
+    """A naming rule holds ``{source}`` and ``{table}`` once each, and names an identifier."""
+    missing = [field for field in TABLE_NAME_FIELDS if rule.count(field) != 1]
+    if missing:
+        raise _problem(f"must hold {' and '.join(missing)} once (got {rule!r})")
+    example = rule.replace("{source}", "s").replace("{table}", "t")
+    if not _IDENTIFIER.fullmatch(example):
+        raise _problem(
+            f"must name identifiers: letters, digits and _ around {{source}} and {{table}} "
+            f"(got {rule!r})"
+        )
+    return rule
+
+
+def _thrift_uri(text: str) -> str:
+    if not re.fullmatch(r"thrift://[^/\s:]+:\d+", text):
+        raise _problem(f"must be a thrift://host:port URL (got {text!r})")
+    return text
+
+
+class CatalogSettings(_Section):
+    """Where the tables users read are registered by name, beside their paths: a Hive
+    metastore or the AWS Glue Data Catalog (docs: guides/catalog.md). Off by default."""
+
+    kind: Annotated[
+        CatalogKind, BeforeValidator(_catalog_kind), WithJsonSchema({"enum": list(CatalogKind)})
+    ] = CatalogKind.NONE
+    """none (paths only), hive (Spark's session catalog on a Hive metastore) or glue (the
+    AWS Glue Data Catalog); unity is refused."""
+    database: Identifier = "reclock"
+    """The one database (schema) holding every source's tables; deployments sharing a
+    metastore each name their own."""
+    table_names: Annotated[str, BeforeValidator(_text), AfterValidator(_table_names)] = (
+        "{source}_{table}"
+    )
+    """How a table is named in the database, from {source} and {table} (state, changes,
+    errors, history); e.g. users_state."""
+    metastore_uri: Annotated[str, BeforeValidator(_text), AfterValidator(_thrift_uri)] | None = (
+        None
+    )
+    """hive: an external metastore server, thrift://host:port; without one, an embedded
+    metastore (Derby) under folder."""
+    folder: Folder | None = None
+    """hive without metastore_uri: the embedded metastore's folder (relative: to the
+    config file's folder; default: metastore beside the config file)."""
+    region: Text | None = None
+    """glue: the region (default: the storage block's, else AWS_REGION, else us-east-1)."""
+    endpoint: Text | None = None
+    """glue: the Glue endpoint URL (default: AWS_ENDPOINT_URL_GLUE, AWS_ENDPOINT_URL, else
+    AWS itself); plain http only for a loopback endpoint."""
+
+    @model_validator(mode="after")
+    def _keys_of_kind(self) -> CatalogSettings:
+        """A key of another kind of catalog is refused by name, never ignored."""
+        own = {
+            CatalogKind.NONE: set(),
+            CatalogKind.HIVE: {"metastore_uri", "folder"},
+            CatalogKind.GLUE: {"region", "endpoint"},
+        }[self.kind]
+        foreign = ("metastore_uri", "folder", "region", "endpoint")
+        problems: list[Located] = [
+            ((key,), f"is not a setting of kind {self.kind}", getattr(self, key))
+            for key in foreign
+            if key in self.model_fields_set and key not in own
+        ]
+        if self.metastore_uri is not None and "folder" in self.model_fields_set:
+            problems.append((("folder",), "is for an embedded metastore: drop it or "
+                             "metastore_uri", str(self.folder)))  # fmt: skip
+        if self.endpoint is not None:
+            try:
+                S3Settings(endpoint=self.endpoint).check({})
+            except (InsecureEndpoint, ValueError) as error:
+                problems.append((("endpoint",), str(error), self.endpoint))
+        _raise_all(type(self).__name__, problems)
+        return self
+
+    def table_name(self, source: str, table: str) -> str:
+        """The name of ``source``'s ``table`` in the database, lower case (as metastores
+        keep names)."""
+        return self.table_names.format(source=source, table=table).lower()
+
+    def spark_conf(self) -> dict[str, str]:
+        """The Spark settings a session needs to register in this catalog: a Hive
+        metastore as its session catalog (embedded Derby under ``folder``, or the server at
+        ``metastore_uri``); none for other kinds, which Spark never reaches."""
+        if self.kind is not CatalogKind.HIVE:
+            return {}
+        conf = {CATALOG_IMPLEMENTATION: "hive"}
+        if self.metastore_uri is not None:
+            return conf | {"spark.hadoop.hive.metastore.uris": self.metastore_uri}
+        folder = self.folder or Path(METASTORE_FOLDER)
+        return conf | {
+            "spark.sql.warehouse.dir": str(folder / "warehouse"),
+            "spark.hadoop.javax.jdo.option.ConnectionURL": (
+                f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true"
+            ),
+        }
+
+
 def _positive(duration: str) -> str:
     if duration_ms(duration) <= 0:
         raise _problem(f"must be longer than zero (got {duration!r})")
@@ -950,6 +1075,8 @@ class Config(_Section):
     storage: StorageSettings = StorageSettings()
     """Optional: the endpoint and credentials of s3:// locations, over the AWS
     environment."""
+    catalog: CatalogSettings = CatalogSettings()
+    """Optional: register the tables users read in a Hive metastore or AWS Glue, by name."""
     readers: ReaderSettings = ReaderSettings()
     """Optional: reader leases (lease) and when a reader pinning history is warned about."""
     schema_folder: Folder | None = None
@@ -1181,6 +1308,41 @@ class Config(_Section):
                                      member))
                 owner.setdefault(member, group.name)
         _raise_all(type(self).__name__, problems)
+        return self
+
+    @model_validator(mode="after")
+    def _catalog_in_session(self, info: ValidationInfo) -> Config:
+        """An embedded metastore lives beside the config file unless it names a folder; the
+        catalog's Spark settings join ``spark.conf`` (where every session builder and
+        ``reclock spark-server --config`` look), and one the config sets otherwise is
+        refused; two sources must not share a table name (metastores ignore case)."""
+        catalog = self.catalog
+        if catalog.kind is CatalogKind.NONE:
+            return self
+        embedded = catalog.kind is CatalogKind.HIVE and catalog.metastore_uri is None
+        if embedded and catalog.folder is None:
+            base = Path((info.context or {}).get("base_dir", "."))
+            folder = (base / METASTORE_FOLDER).resolve()
+            catalog = catalog.model_copy(update={"folder": folder})
+            object.__setattr__(self, "catalog", catalog)
+        problems: list[Located] = []
+        wanted = catalog.spark_conf()
+        for key, value in wanted.items():
+            if self.spark.conf.get(key, value) != value:
+                problem = f"must be {value} for catalog kind {catalog.kind} (or left out)"
+                problems.append((("spark", "conf", key), problem, self.spark.conf[key]))
+        owners: dict[str, str] = {}
+        for index, source in enumerate(self.sources):
+            name = catalog.table_name(source.name, "state")
+            if name in owners:
+                problems.append((("sources", index, "name"), f"names the same catalog tables "
+                                 f"as source {owners[name]!r} ({name}, ...): metastores "
+                                 "ignore case", source.name))  # fmt: skip
+            owners.setdefault(name, source.name)
+        _raise_all(type(self).__name__, problems)
+        if wanted:
+            spark = self.spark.model_copy(update={"conf": {**self.spark.conf, **wanted}})
+            object.__setattr__(self, "spark", spark)
         return self
 
     def transaction_group(self, source: str) -> TransactionGroup | None:
