@@ -32,19 +32,10 @@ from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest import Registry
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.source import SourcePipeline, SourceStatus, WindowReport, published_tables
+from cdc_core.source.layout import DESCRIPTIONS
 
 # Run tag: JSON ``{path: arrival_ms}`` of dump files a sensor saw land before the run.
 ARRIVALS_TAG = "reclock/arrivals"
-
-DESCRIPTIONS = {
-    "remap": "Durable bindings: at each window end, the Kafka offset frontier per partition.",
-    "reclocked": "Each Kafka record exactly once, at the first window whose binding covers it.",
-    "changes": "Differential changes (data, time, diff) after the source's envelope.",
-    "state": "Current rows: the snapshot of `changes` at the newest complete time.",
-    "errors": "Definite errors of the source, with topic/partition/offset and a reason.",
-    "history": "Every version of every key (SCD type 2): valid_from, valid_to (null while "
-    "current) and the Kafka partition/offset of the record that wrote it.",
-}
 
 
 def output_key(source: str, output: str) -> AssetKey:
