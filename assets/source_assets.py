@@ -33,6 +33,9 @@ from cdc_core.ingest import Registry
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.source import SourcePipeline, SourceStatus, WindowReport, published_tables
 from cdc_core.source.layout import DESCRIPTIONS
+from cdc_core.source.registration import catalog_tables
+from cdc_core.storage import located
+from cdc_core.vocabulary import CatalogKind
 
 # Run tag: JSON ``{path: arrival_ms}`` of dump files a sensor saw land before the run.
 ARRIVALS_TAG = "reclock/arrivals"
@@ -57,9 +60,20 @@ def source_tags(source: SourceConfig) -> dict[str, str]:
     return {"reclock/envelope": source.envelope.value, "reclock/policy": source.reclock.value}
 
 
-def table_specs(source: SourceConfig) -> list[AssetSpec]:
+def table_identity(config: Config, source: SourceConfig, table: str) -> dict[str, str]:
+    """Dagster's standard keys for where a table lives: its URI, and for a table the
+    config's catalog registers, its name there (the UI links tables to assets by it)."""
+    identity = {"dagster/uri": (located(config.lake) / source.name / table).uri}
+    if config.catalog.kind is not CatalogKind.NONE and table in catalog_tables(source):
+        name = config.catalog.table_name(source.name, table)
+        identity["dagster/table_name"] = f"{config.catalog.database}.{name}"
+        identity["dagster/storage_kind"] = str(config.catalog.kind)
+    return identity
+
+
+def table_specs(config: Config, source: SourceConfig) -> list[AssetSpec]:
     """The source's tables as assets, each with its description, its upstream table, the
-    source's group, owners and catalog tags."""
+    source's group, owners, catalog tags, and its URI and name (``table_identity``)."""
     upstream = {
         "reclocked": "remap",
         "changes": "reclocked",
@@ -76,7 +90,11 @@ def table_specs(source: SourceConfig) -> list[AssetSpec]:
             kinds={"spark", "delta"},
             owners=list(source.owners),
             tags=source_tags(source),
-            metadata={"topic": source.topic, "envelope": source.envelope.value},
+            metadata={
+                "topic": source.topic,
+                "envelope": source.envelope.value,
+                **table_identity(config, source, name),
+            },
         )
         for name in published_tables(source)
     ]
