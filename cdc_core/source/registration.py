@@ -109,8 +109,27 @@ class Registration:
         return None if metastore is None else cls(metastore, config.catalog, source, root)
 
     def reach(self) -> None:
-        """The metastore must answer (CatalogUnreachable), before the run writes."""
+        """Before the run writes: the metastore must answer (CatalogUnreachable), and no
+        name of the source's tables may be registered elsewhere (CatalogClash)."""
         self.metastore.reach()
+        names = self._names()
+        registered = self.metastore.locations(list(names.values()))
+        for table in catalog_tables(self.source):
+            self._check_free(names[table], registered, table)
+
+    def _names(self) -> dict[str, str]:
+        return {t: self.catalog.table_name(self.source.name, t) for t in CATALOG_TABLES}
+
+    def _check_free(self, name: str, registered: dict[str, str], table: str) -> None:
+        """CatalogClash when ``name`` is registered at another location than ``table``'s."""
+        at, location = registered.get(name), str(self.root / table)
+        if at is not None and not same_location(at, location):
+            raise CatalogClash(
+                f"{self.metastore.database}.{name} is registered at {at}, not at {location}: "
+                "another deployment's table, or one made by hand; it is left as it is. Give "
+                "this deployment its own catalog database (catalog.database) or another "
+                "table naming rule (catalog.table_names)"
+            )
 
     def name(self, table: str) -> str:
         """The registered name of ``table``, with its database."""
@@ -128,7 +147,7 @@ class Registration:
     def sync(self) -> list[str]:
         """Register, update or drop each registration of the source's tables as they stand;
         returns the names it changed."""
-        names = {t: self.catalog.table_name(self.source.name, t) for t in CATALOG_TABLES}
+        names = self._names()
         registered = self.metastore.locations(list(names.values()))
         wanted = catalog_tables(self.source)
         changed = []
@@ -137,13 +156,8 @@ class Registration:
             at = registered.get(name)
             if at is not None and not same_location(at, location):
                 if table in wanted:
-                    raise CatalogClash(
-                        f"{self.metastore.database}.{name} is registered at {at}, not at "
-                        f"{location}: another deployment's table, or one made by hand; it "
-                        "is left as it is. Give this deployment its own catalog database "
-                        "(catalog.database) or another table naming rule (catalog.table_names)"
-                    )
-                continue
+                    self._check_free(name, registered, table)
+                continue  # another deployment's: not this source's to drop
             with location_failure(f"reading the log of {location}"):
                 delta = existing_table(location) if table in wanted else None
             if delta is None:
