@@ -633,7 +633,8 @@ class CatalogSettings(_Section):
             for key in foreign
             if key in self.model_fields_set and key not in own
         ]
-        if self.metastore_uri is not None and "folder" in self.model_fields_set:
+        both = self.metastore_uri is not None and "folder" in self.model_fields_set
+        if self.kind is CatalogKind.HIVE and both:
             problems.append((("folder",), "is for an embedded metastore: drop it or "
                              "metastore_uri", str(self.folder)))  # fmt: skip
         if self.endpoint is not None:
