@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from assets.cdcv2_export import EXPORT_FOLDER, exportable
 from assets.partitions import closed_windows, range_tags, to_ms
 from assets.source_assets import source_output_keys
+from cdc_core.catalog import CatalogClash, CatalogUnfit, CatalogUnreachable
 from cdc_core.config import (
     Config,
     ConfigError,
@@ -544,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     except (
         ShardUsageError, LeaseUsageError, KeyError, ConfigDriftError, RebuildRefused,
         RebuildUnfinished, ConnectTokenMissing, TokenFileUnsafe, ConnectRefused, ExposedServer,
+        CatalogClash, CatalogUnfit, CatalogUnreachable,
     ) as error:  # fmt: skip
         print(f"reclock: {error.args[0] if error.args else error}", file=sys.stderr)
         return 2
