@@ -3,7 +3,8 @@
 For a change no evolution covers (a value column removed or retyped, another key or
 envelope): the new tables are built under ``<lake>/.rebuild/<source>`` (see ``swap``) with
 the old source's bindings, so every window holds the same records as before, and its dumps'
-arrival times, so windows not bound yet bind as they would have; then they are swapped in.
+arrival times, so windows not bound yet bind as they would have; then they are swapped in,
+and the source's registrations in the config's catalog are brought in step with them.
 
 Invariant: the old tables are neither changed nor moved until the new ones are complete
 through the windows asked for. A rebuild cut short anywhere is finished by running it again
