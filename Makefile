@@ -6,7 +6,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench ui chromium
+.PHONY: demo test check typecheck docs bench ui chromium
 
 $(STAMP): pyproject.toml pom.xml
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,20 @@ ui: $(STAMP)
 # (tests/conftest.py). docs: development/index.md, "Shared fixtures".
 test: $(STAMP) chromium
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(MAKE) docs
 	$(VENV)/bin/pytest -n 2 --dist loadfile
+
+# The quick tier, for working between full runs: ruff, the type checker and every test
+# that starts no JVM (tests/conftest.py marks the others `jvm`). docs: development/index.md.
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -m "not jvm"
+
+# mypy on the installed packages ([tool.mypy] in pyproject.toml).
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 # The documentation site (docs/, mkdocs.yml) into site/: --strict fails on a broken link,
 # anchor or page; its reference pages are generated from this checkout's code

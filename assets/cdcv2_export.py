@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster import (
@@ -28,11 +27,13 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
-from assets.partitions import PARTITION_FORMAT, to_datetime, to_ms, window_bounds
+from assets.partitions import window_bounds
 from assets.source_assets import output_key, source_tags
-from cdc_core.cdcv2 import DataColumns, Encoding, export_shard, write_parts
-from cdc_core.cdcv2.data_columns import UnsupportedColumnType
+from cdc_core.calendar import to_datetime
+from cdc_core.cdcv2 import Encoding, export_shard, write_parts
 from cdc_core.cdcv2.export import CdcStream
+from cdc_core.cdcv2.export_folder import EXPORT_FOLDER as EXPORT_FOLDER
+from cdc_core.cdcv2.export_folder import exportable as exportable
 from cdc_core.cdcv2.stream_files import (
     file_owner,
     is_progress_file,
@@ -48,7 +49,6 @@ from cdc_core.source import SourcePipeline
 from cdc_core.storage import LocationLike, files, located
 
 EXPORT_ENCODING = Encoding.JSON
-EXPORT_FOLDER = "cdcv2"
 # A hidden staging folder this old belongs to no live export (an export writes its
 # folder in seconds to minutes); a younger one may be a concurrent run's. A folder named
 # after an export's reader registration is judged by that registration's lease instead.
@@ -63,34 +63,6 @@ def work_folder(root: Path) -> Path:
     holds only window folders and finding a window's leftovers looks at the few there
     are, not at the folder per window ever exported."""
     return root.parent / f".{root.name}.work"
-
-
-def expire_exports(root: LocationLike, before_ms: int) -> list[str]:
-    """Delete the window folders in ``root`` of windows that start before ``before_ms``
-    (the source's retention horizon), and return their names: the export keeps what the
-    tables keep, every window from the horizon on, so its folder does not grow by a
-    window a minute for ever. Other names (hidden staging, a consumer's own files) stay."""
-    place = str(located(root))
-    expired = []
-    for name in files.list_folders(place):
-        try:
-            start = to_ms(datetime.strptime(name, PARTITION_FORMAT).replace(tzinfo=UTC))
-        except ValueError:
-            continue
-        if start < before_ms:
-            files.delete_tree(files.join(place, name))
-            expired.append(name)
-    return expired
-
-
-def exportable(source: SourceConfig) -> bool:
-    """Whether the CDCv2 encodings carry every output column of ``source`` (scalars: a
-    source that includes ``headers``, a list column, has no export asset)."""
-    try:
-        DataColumns(source.output_schema)
-    except UnsupportedColumnType:
-        return False
-    return True
 
 
 def export_key(source: str) -> AssetKey:
@@ -337,14 +309,25 @@ def export_spec(source: SourceConfig) -> AssetSpec:
     )
 
 
+@dataclass(frozen=True)
+class SourceExport:
+    """A source's run exported: the windows written under ``root``."""
+
+    source: str
+    root: LocationLike
+    exports: list[WindowExport]
+
+
 def export_changes(
-    context: AssetExecutionContext,
     config: Config,
     pipeline: SourcePipeline,
     partitions: TimeWindowPartitionsDefinition,
-) -> MaterializeResult:
-    """Export the run's windows of the source's ``changes`` as CDCv2 files, one folder per
-    IntoTime window.
+    keys: Sequence[str],
+    run_id: str,
+) -> SourceExport:
+    """Export the windows ``keys`` (a run's partition keys) of the source's ``changes``
+    as CDCv2 files, one folder per IntoTime window. It reports nothing itself
+    (``report_export`` does, from the step's own thread).
 
     It is built only after the source's checks passed (the deployment's step leaves it out
     when a blocking check failed): a consumer never receives a stream the lake itself
@@ -356,9 +339,9 @@ def export_changes(
     """
     source = pipeline.source
     root = pipeline.root / EXPORT_FOLDER
-    keys = sorted(context.partition_keys)
+    keys = sorted(keys)
     windows = [window_bounds(partitions.time_window_for_partition_key(k)) for k in keys]
-    reader = f"{EXPORT_READER}{context.run_id}"
+    reader = f"{EXPORT_READER}{run_id}"
     lease_ms = config.readers.lease_ms
     since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
     # From the shard's since, the export reads the snapshot there too: all of changes.
@@ -374,17 +357,24 @@ def export_changes(
             [Window(key, start, end) for key, (start, end) in zip(keys, windows, strict=True)],
             reader,
         )
-    key = export_key(source.name)
-    for index, export in enumerate(exports, 1):
-        context.log.info(f"[{index}/{len(keys)}] {source.name}: exported {export.summary()}")
+    return SourceExport(source.name, root, exports)
+
+
+def report_export(context: AssetExecutionContext, exported: SourceExport) -> MaterializeResult:
+    """The export's materialization, with each window's own figures."""
+    key = export_key(exported.source)
+    for index, export in enumerate(exported.exports, 1):
+        context.log.info(
+            f"[{index}/{len(exported.exports)}] {exported.source}: exported {export.summary()}"
+        )
         context.add_asset_metadata(
             window_export_metadata(export), asset_key=key, partition_key=export.key
         )
     return MaterializeResult(
         asset_key=key,
         metadata={
-            "folder": MetadataValue.path(str(root)),
+            "folder": MetadataValue.path(str(exported.root)),
             "encoding": EXPORT_ENCODING.name,
-            "windows": len(keys),
+            "windows": len(exported.exports),
         },
     )

@@ -28,13 +28,8 @@ from dagster import (
 )
 from pyspark.sql import SparkSession
 
-from assets.partitions import (
-    to_datetime,
-    window_bounds,
-    window_key,
-    window_partitions,
-)
 from assets.source_assets import output_key
+from cdc_core.calendar import to_datetime
 from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
@@ -57,14 +52,12 @@ def judged_range(
 ) -> tuple[int, int] | None:
     """``(first window start, last window end)`` of the run, else the newest complete
     window; None when nothing is complete yet."""
-    partitions = window_partitions(config)
+    calendar = config.calendar
     tags = context.run.tags
     first = tags.get(ASSET_PARTITION_RANGE_START_TAG) or tags.get(PARTITION_NAME_TAG)
     last = tags.get(ASSET_PARTITION_RANGE_END_TAG) or tags.get(PARTITION_NAME_TAG)
     if first and last:
-        start, _ = window_bounds(partitions.time_window_for_partition_key(first))
-        _, end = window_bounds(partitions.time_window_for_partition_key(last))
-        return start, end
+        return calendar.key_window(first)[0], calendar.key_window(last)[1]
     upper = pipeline.outputs_upper().time
     if upper is None or upper <= config.start_ms + 1:
         return None  # nothing complete yet, or finished (no newest window)
@@ -78,7 +71,8 @@ def judged_partitions(config: Config, window: tuple[int, int]) -> str:
     partition; a range run records one result per check, so the keys go in its metadata.
     """
     start, end = window
-    first, last = window_key(config, start + config.window_ms), window_key(config, end)
+    calendar = config.calendar
+    first, last = calendar.window_key(start + calendar.window_ms), calendar.window_key(end)
     return first if first == last else f"{first} .. {last}"
 
 
@@ -200,6 +194,16 @@ def check_specs(config: Config, source: SourceConfig) -> list[AssetCheckSpec]:
     ]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class JudgedChecks:
+    """A source's selected checks as judged over ``window`` (None: nothing complete yet,
+    and nothing judged): each with its outcome, or what it raised."""
+
+    source: SourceConfig
+    window: tuple[int, int] | None
+    judged: list[tuple[SourceCheck, checks.CheckOutcome | Exception | None]]
+
+
 def judge_source(
     context: AssetExecutionContext,
     config: Config,
@@ -207,19 +211,19 @@ def judge_source(
     lake: LakeResource,
     spark: SparkSession,
     selected: Collection[AssetCheckKey],
-    reports: CheckReports,
-) -> Generator[AssetCheckResult | Output | AssetCheckEvaluation, None, list[str]]:
+) -> JudgedChecks:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
     registered record accounted for, the state's counts (a set per key for a keyed
     envelope, positive for a bag), no standing constraint violation (classic DEBEZIUM),
     well-formed history (when kept),
     no transaction waiting past its group's timeout (for a member of a transaction group),
     and the source's data expectations: those of them in ``selected`` (any subset, e.g.
-    one picked in the UI). Returns the names of the blocking checks that failed.
+    one picked in the UI).
 
-    They are judged at once (``judge_concurrently``): the source is opened once per
-    checking thread, not once per check. A check that raises does not keep the others
-    from reporting; the call raises after they did."""
+    It reports nothing itself (``report_judged`` does, from the step's own thread), so a
+    source's checks can be judged beside other sources' work. They are judged at once
+    (``judge_concurrently``): the source is opened once per checking thread, not once per
+    check."""
     name = source.name
     keys = {AssetCheckKey(output_key(name, c.asset), c.name): c
             for c in _source_checks(config, source)}  # fmt: skip
@@ -229,12 +233,7 @@ def judge_source(
     pipeline = lake.open(spark, config, source)
     window = judged_range(context, config, pipeline)
     if window is None:
-        for check in chosen:
-            yield from reports.report(context, AssetCheckResult(
-                asset_key=output_key(name, check.asset), check_name=check.name,
-                passed=True, description="no complete window yet",
-            ))  # fmt: skip
-        return []
+        return JudgedChecks(source, None, [(check, None) for check in chosen])
     opened = threading.local()  # a pipeline per thread: its table handles are its own
 
     def judge(check: SourceCheck) -> checks.CheckOutcome:
@@ -246,22 +245,60 @@ def judge_source(
     judged_from = {"reclocked": window[0], "errors": window[0]}
     with pipeline.planned_by_tables(*CHECKED_TABLES, after=judged_from):
         judged = judge_concurrently(name, chosen, judge)
+    return JudgedChecks(source, window, list(zip(chosen, judged, strict=True)))
+
+
+def report_judged(
+    context: AssetExecutionContext,
+    config: Config,
+    judged: JudgedChecks,
+    reports: CheckReports,
+) -> Generator[AssetCheckResult | Output | AssetCheckEvaluation, None, list[str]]:
+    """Report each judged check; returns the names of the blocking checks that failed. A
+    check that raised does not keep the others from reporting; the call raises after
+    they did."""
+    name = judged.source.name
     failures: list[Exception] = []
     blocked: list[str] = []
-    for check, outcome in zip(chosen, judged, strict=True):
+    for check, outcome in judged.judged:
+        key = AssetCheckKey(output_key(name, check.asset), check.name)
+        if judged.window is None or outcome is None:
+            yield from reports.report(context, AssetCheckResult(
+                asset_key=key.asset_key, check_name=check.name,
+                passed=True, description="no complete window yet",
+            ))  # fmt: skip
+            continue
         if isinstance(outcome, Exception):  # re-raised once every other check reported
             context.log.error(f"check {check.asset}.{check.name} failed to run: {outcome}")
             failures.append(outcome)
             continue
-        default = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
-        severity = check.severity or default
-        if check.blocking and severity == AssetCheckSeverity.ERROR and not outcome.passed:
+        if _blocks(check, outcome):
             blocked.append(f"{check.asset}.{check.name}")
-        key = AssetCheckKey(output_key(name, check.asset), check.name)
-        yield from reports.report(context, to_result(outcome, window, severity, config, key))
+        result = to_result(outcome, judged.window, _severity(check), config, key)
+        yield from reports.report(context, result)
     if failures:
         raise failures[0]
     return blocked
+
+
+def blocks_export(judged: JudgedChecks) -> bool:
+    """Whether the source's export must wait: a blocking check failed, or a check could
+    not be judged."""
+    return any(
+        isinstance(outcome, Exception)
+        or (isinstance(outcome, checks.CheckOutcome) and _blocks(check, outcome))
+        for check, outcome in judged.judged
+    )
+
+
+def _severity(check: SourceCheck) -> AssetCheckSeverity:
+    default = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
+    return check.severity or default
+
+
+def _blocks(check: SourceCheck, outcome: checks.CheckOutcome) -> bool:
+    """Whether ``outcome`` fails a blocking check with severity error."""
+    return check.blocking and _severity(check) == AssetCheckSeverity.ERROR and not outcome.passed
 
 
 def _source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:

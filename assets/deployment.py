@@ -8,14 +8,20 @@ source (ops and their outputs are what loading the definitions and resolving the
 cost), and a run is one step. A run that selects some assets (a UI pick of one source's
 tables, or of one table, one check, one export) serves only their sources.
 
-In the step the selected sources run one after another, each whole (its windows, then
-its selected checks, then its export) and each on its own: a source that fails (damaged
-dumps, a drifted config, a held window) or whose blocking check fails never stops the
-others. The step reports every other source's results, then fails naming the sources
-that failed. A source's export is left out when one of its blocking checks failed: a
-consumer never receives a stream the lake itself judged incomplete.
+In the step the selected sources are served several at once
+(``cdc_core.app.materialize``), each whole (its windows, then its selected checks, then
+its export) and each on its own: a source that fails (damaged dumps, a drifted config, a
+held window) or whose blocking check fails never stops the others. Only the step's own
+thread reports to Dagster (its context is not thread-safe): the sources' progress is
+passed on from there, and each source's results as it finishes. The step reports every
+other source's results, then fails naming the sources that failed. A source's export is
+left out when one of its blocking checks failed: a consumer never receives a stream the
+lake itself judged incomplete.
 """
 
+import json
+import queue
+import time
 import traceback
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -36,11 +42,36 @@ from dagster import (
 from dagster_pyspark import PySparkResource
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import export_changes, export_key, export_spec, exportable
-from assets.checks import CheckReports, check_specs, judge_source
+from assets.cdcv2_export import (
+    SourceExport,
+    export_changes,
+    export_key,
+    export_spec,
+    exportable,
+    report_export,
+)
+from assets.checks import (
+    CheckReports,
+    JudgedChecks,
+    blocks_export,
+    check_specs,
+    judge_source,
+    report_judged,
+)
+from assets.partitions import contiguous_windows
 from assets.reader_checks import READERS_CHECK, judge_readers, readers_spec
-from assets.source_assets import materialize_windows, output_key, table_specs
+from assets.source_assets import (
+    ARRIVALS_TAG,
+    Backlog,
+    log_phase,
+    output_key,
+    report_windows,
+    table_specs,
+)
+from cdc_core.app.materialize import MaterializedWindows, materialize_windows, serve_together
 from cdc_core.config import Config, SourceConfig
+from cdc_core.phases import PhaseEvent, observing
+from cdc_core.reclock import Windows
 from resources.lake import LakeResource
 
 # The one op (and step) of every source's assets.
@@ -105,18 +136,43 @@ def deployment_assets(
         context: AssetExecutionContext, pyspark: PySparkResource, lake: LakeResource
     ) -> Iterator[Event]:
         picked = picked_sources(context.selected_asset_keys, context.selected_asset_check_keys)
+        spark = pyspark.spark_session
+        # A run of checks alone may have no partition (nor windows to run).
+        windowed = any(of.tables or of.export for of in picked.values())
+        keys = list(context.partition_keys) if windowed else []
+        run = RunWindows(
+            runs=contiguous_windows(partitions, keys, config.window_ms),
+            keys=keys,
+            run_id=context.run_id,
+            now_ms=int(time.time() * 1000),
+            arrived=json.loads(context.run.tags.get(ARRIVALS_TAG, "{}")),
+        )
+
+        def open_step(name: str) -> SourceStep:
+            source = config.source(name)
+            return SourceStep(context, config, source, picked[name], spark, lake, partitions, run)
+
+        progress: queue.SimpleQueue[PhaseEvent] = queue.SimpleQueue()
+
+        def pass_on_progress() -> None:
+            while not progress.empty():
+                log_phase(context, config, progress.get())
+
         failed: list[str] = []
-        for source in config.sources:
-            if source.name not in picked:
-                continue
-            try:
-                failed += yield from serve_source(
-                    context, config, source, picked[source.name],
-                    pyspark.spark_session, lake, partitions, reports,
-                )  # fmt: skip
-            except Exception as failure:
-                context.log.error(f"{source.name} failed:\n{traceback.format_exc()}")
-                failed.append(f"{source.name}: {type(failure).__name__}: {failure}")
+        with observing(progress.put):
+            for served in serve_together(
+                spark, config, list(picked), open_step, idle=pass_on_progress
+            ):
+                pass_on_progress()
+                try:
+                    if served.failure is not None:
+                        raise served.failure
+                    assert served.result is not None
+                    failed += yield from served.result.report(context, reports)
+                except Exception as failure:
+                    trace = "".join(traceback.format_exception(failure))
+                    context.log.error(f"{served.source} failed:\n{trace}")
+                    failed.append(f"{served.source}: {type(failure).__name__}: {failure}")
         if failed:
             raise SourcesFailed(
                 f"{len(failed)} of {len(picked)} source(s) failed; the others' results are "
@@ -126,34 +182,105 @@ def deployment_assets(
     return reports.of(sources)
 
 
-def serve_source(
-    context: AssetExecutionContext,
-    config: Config,
-    source: SourceConfig,
-    picked: Picked,
-    spark: SparkSession,
-    lake: LakeResource,
-    partitions: TimeWindowPartitionsDefinition,
-    reports: CheckReports,
-) -> Generator[Event, None, list[str]]:
-    """One source's part of a run: its windows (when any of its tables is selected), its
-    selected checks, then its export (unless a blocking check failed). Returns what
-    failed without raising: the blocking checks that failed."""
-    if picked.tables:
-        pipeline = lake.open(spark, config, source)
-        yield from materialize_windows(context, config, pipeline, partitions, picked.tables)
-    readers = AssetCheckKey(output_key(source.name, "changes"), READERS_CHECK)
-    if readers in picked.checks:
-        yield from reports.report(context, judge_readers(config, source, lake))
-    blocked: list[str] = []
-    if picked.checks - {readers}:
-        blocked = yield from judge_source(
-            context, config, source, lake, spark, picked.checks, reports
-        )
-    if blocked:
-        if picked.export:
-            context.log.warning(f"{source.name}: CDCv2 export not built: a blocking check failed")
-        return [f"{source.name}: blocking check(s) failed: {', '.join(blocked)}"]
-    if picked.export:
-        yield export_changes(context, config, lake.open(spark, config, source), partitions)
-    return []
+@dataclass(frozen=True)
+class RunWindows:
+    """The windows of a run, the same for every source it serves: runs of adjacent
+    windows, their partition keys, the run's id and start time, and the arrival times a
+    sensor saw (by path). Read once from the step's context, in its own thread."""
+
+    runs: list[Windows]
+    keys: list[str]
+    run_id: str
+    now_ms: int
+    arrived: dict[str, int]
+
+
+class SourceStep:
+    """One source's part of the step: its windows (when any of its tables is selected),
+    its selected checks, then its export (unless a blocking check failed).
+
+    ``serve`` does the work and talks to no one, so sources are served side by side
+    (``cdc_core.app.materialize.serve_together``); ``report`` then reports it from the
+    step's own thread, the only one Dagster's context may be used from."""
+
+    def __init__(
+        self,
+        context: AssetExecutionContext,
+        config: Config,
+        source: SourceConfig,
+        picked: Picked,
+        spark: SparkSession,
+        lake: LakeResource,
+        partitions: TimeWindowPartitionsDefinition,
+        run: RunWindows,
+    ) -> None:
+        self.context, self.config, self.source, self.picked = context, config, source, picked
+        self.spark, self.lake, self.partitions, self.run = spark, lake, partitions, run
+        self.pipeline = lake.open(spark, config, source) if picked.tables else None
+
+    def input_bytes(self) -> int:
+        """What its windows read (nothing when only its checks or export are picked)."""
+        return 0 if self.pipeline is None else self.pipeline.input_bytes()
+
+    def serve(self) -> "SourceServed":
+        """Run the source's windows, judge its checks, build its export."""
+        served = SourceServed(self)
+        if self.pipeline is not None:
+            served.windows = materialize_windows(
+                self.pipeline, self.run.runs, now_ms=self.run.now_ms, arrived=self.run.arrived
+            )
+            served.backlog = Backlog.of(self.pipeline.registry)
+        readers = AssetCheckKey(output_key(self.source.name, "changes"), READERS_CHECK)
+        if readers in self.picked.checks:
+            served.readers = judge_readers(self.config, self.source, self.lake)
+        if self.picked.checks - {readers}:
+            served.judged = judge_source(
+                self.context, self.config, self.source, self.lake, self.spark,
+                self.picked.checks,
+            )  # fmt: skip
+        if self.picked.export and not served.blocking_failed():
+            served.export = export_changes(
+                self.config, self.lake.open(self.spark, self.config, self.source),
+                self.partitions, self.run.keys, self.run.run_id,
+            )  # fmt: skip
+        return served
+
+
+@dataclass
+class SourceServed:
+    """What serving a source gave, to be reported."""
+
+    step: SourceStep
+    windows: MaterializedWindows | None = None
+    backlog: Backlog | None = None
+    readers: AssetCheckResult | None = None
+    judged: JudgedChecks | None = None
+    export: SourceExport | None = None
+
+    def blocking_failed(self) -> bool:
+        """Whether the export must wait on the judged checks (before they are reported)."""
+        return self.judged is not None and blocks_export(self.judged)
+
+    def report(
+        self, context: AssetExecutionContext, reports: CheckReports
+    ) -> Generator[Event, None, list[str]]:
+        """Yield the source's results; returns what failed without raising: the
+        blocking checks that failed."""
+        step = self.step
+        name = step.source.name
+        if self.windows is not None and self.backlog is not None:
+            yield from report_windows(
+                context, step.config, step.source, self.windows, self.backlog, step.picked.tables
+            )
+        if self.readers is not None:
+            yield from reports.report(context, self.readers)
+        blocked: list[str] = []
+        if self.judged is not None:
+            blocked = yield from report_judged(context, step.config, self.judged, reports)
+        if blocked:
+            if step.picked.export:
+                context.log.warning(f"{name}: CDCv2 export not built: a blocking check failed")
+            return [f"{name}: blocking check(s) failed: {', '.join(blocked)}"]
+        if self.export is not None:
+            yield report_export(context, self.export)
+        return []

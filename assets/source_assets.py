@@ -2,14 +2,12 @@
 history, for a source that keeps one), and what a run reports of them.
 
 A source's tables are committed together, in order, by the engine
-(``cdc_core.source.pipeline``), so one call runs a source's windows and reports every
-table of it the run selected; the deployment's one multi-asset (``assets.deployment``)
-makes that call for each source it serves.
+(``cdc_core.app.materialize``), so a run serves a source whole and reports every table of
+it the run selected; the deployment's one multi-asset (``assets.deployment``) does so for
+each source it serves.
 """
 
 
-import json
-import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
@@ -22,20 +20,17 @@ from dagster import (
     TableColumn,
     TableRecord,
     TableSchema,
-    TimeWindowPartitionsDefinition,
 )
 from pyspark.sql.types import StructType
 
-from assets.partitions import contiguous_windows, to_datetime, window_key
+from assets.partitions import to_datetime, window_key
+from cdc_core.app.materialize import MaterializedWindows
+from cdc_core.app.status import table_address
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest import Registry
-from cdc_core.phases import PhaseEvent, observing
-from cdc_core.source import SourcePipeline, SourceStatus, WindowReport, published_tables
-from cdc_core.source.layout import DESCRIPTIONS
-from cdc_core.source.registration import catalog_tables
-from cdc_core.storage import located
-from cdc_core.vocabulary import CatalogKind
+from cdc_core.phases import PhaseEvent
+from cdc_core.source import DESCRIPTIONS, SourceStatus, WindowReport, published_tables
 
 # Run tag: JSON ``{path: arrival_ms}`` of dump files a sensor saw land before the run.
 ARRIVALS_TAG = "reclock/arrivals"
@@ -63,10 +58,10 @@ def source_tags(source: SourceConfig) -> dict[str, str]:
 def table_identity(config: Config, source: SourceConfig, table: str) -> dict[str, str]:
     """Dagster's standard keys for where a table lives: its URI, and for a table the
     config's catalog registers, its name there (the UI links tables to assets by it)."""
-    identity = {"dagster/uri": (located(config.lake) / source.name / table).uri}
-    if config.catalog.kind is not CatalogKind.NONE and table in catalog_tables(source):
-        name = config.catalog.table_name(source.name, table)
-        identity["dagster/table_name"] = f"{config.catalog.database}.{name}"
+    address = table_address(config, source, table)
+    identity = {"dagster/uri": address.uri}
+    if address.name is not None:
+        identity["dagster/table_name"] = address.name
         identity["dagster/storage_kind"] = str(config.catalog.kind)
     return identity
 
@@ -100,34 +95,21 @@ def table_specs(config: Config, source: SourceConfig) -> list[AssetSpec]:
     ]
 
 
-def materialize_windows(
+def report_windows(
     context: AssetExecutionContext,
     config: Config,
-    pipeline: SourcePipeline,
-    partitions: TimeWindowPartitionsDefinition,
+    source: SourceConfig,
+    materialized: MaterializedWindows,
+    backlog: "Backlog",
     selected: Collection[str],
 ) -> Iterator[MaterializeResult]:
-    """Run the source's windows of the run (its partition keys) and report each of its
-    tables named in ``selected``: a materialization with the table as it stands, and per
-    window that window's own figures.
-
-    A backfill is one run (single-run backfill policy) and its windows are reclocked in
-    one pass; across runs the remap shard's upper decides: a window at or below it reuses
-    its durable binding, a window beyond it first binds the skipped windows, so running
-    windows out of order never reorders bindings. The engine commits all of a source's
-    tables together, so the source runs whole when any of them is selected."""
-    source = pipeline.source
-    keys = list(context.partition_keys)
-    with observing(lambda event: log_phase(context, config, event)):
-        arrived = json.loads(context.run.tags.get(ARRIVALS_TAG, "{}"))
-        pipeline.register_dumps(arrival_ms=int(time.time() * 1000), arrived=arrived)
-        reports: list[WindowReport] = []
-        for windows in contiguous_windows(partitions, keys, config.window_ms):
-            for report in pipeline.run_windows(windows):
-                reports.append(report)
-                context.log.info(f"[{len(reports)}/{len(keys)}] {report.summary()}")
-        status = pipeline.finish()
-    backlog = Backlog.of(pipeline.registry)
+    """Report each of the source's tables named in ``selected`` after its part of a run
+    (``cdc_core.app.materialize``): a materialization with the table as it stands, and
+    per window that window's own figures. The engine commits all of a source's tables
+    together, so the source runs whole when any of them is selected."""
+    reports = materialized.reports
+    for index, report in enumerate(reports, 1):
+        context.log.info(f"[{index}/{len(reports)}] {report.summary()}")
     for name in (name for name in published_tables(source) if name in selected):
         key = output_key(source.name, name)
         for report in reports:  # each partition its own window's figures
@@ -136,7 +118,9 @@ def materialize_windows(
                 asset_key=key,
                 partition_key=window_key(config, report.end),
             )
-        yield MaterializeResult(asset_key=key, metadata=output_metadata(name, status))
+        yield MaterializeResult(
+            asset_key=key, metadata=output_metadata(name, materialized.status)
+        )
 
 
 def log_phase(context: AssetExecutionContext, config: Config, event: PhaseEvent) -> None:

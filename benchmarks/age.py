@@ -97,12 +97,12 @@ import yaml
 from dagster import AssetKey, DagsterInstance, Definitions, build_sensor_context
 from deltalake import write_deltalake
 
-from assets.partitions import PARTITION_FORMAT, to_datetime
 from benchmarks.age_instance import MINUTE_MS, instance_settings, write_runs
 from benchmarks.open_ended import tree_cpu_seconds
 from benchmarks.report_page import Provenance, figure, write_page
 from benchmarks.screenshot import graphql, running_webserver
-from cdc_core.config import DEFAULT_RETENTION, duration_ms
+from cdc_core.calendar import PARTITION_FORMAT, duration_ms, to_datetime
+from cdc_core.config import DEFAULT_RETENTION
 from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry, fold_registry
 from cdc_core.spark_server import SparkServer, free_port
 from resources.run_tags import PARTITION_NAME_TAG

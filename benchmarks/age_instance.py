@@ -28,7 +28,7 @@ from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 from dagster._serdes import serialize_value
 
-from assets.partitions import PARTITION_FORMAT, to_datetime
+from cdc_core.calendar import PARTITION_FORMAT, to_datetime
 from resources.run_tags import PARTITION_NAME_TAG
 
 JOB = "all_sources_windows"

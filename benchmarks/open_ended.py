@@ -51,7 +51,7 @@ def write_case(
                      "value": {"name": "string"}, "envelope": "upsert",
                      "reclock": "event-time"}],
     }))  # fmt: skip
-    partitions = window_partitions(load_config(config_file))
+    partitions = window_partitions(load_config(config_file), int(time.time() * 1000))
     first = partitions.time_window_for_partition_key(partitions.get_first_partition_key())
     first_ms = int(first.start.timestamp() * 1000)
     step_ms = min(1_000, 60_000 // (records + 1))  # all within the one-minute window

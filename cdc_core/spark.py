@@ -340,6 +340,30 @@ def planned_for_input(
         yield static
 
 
+# The plan a block of concurrent work fixed for every query in it (``planned_together``):
+# the settings are the session's, shared by every thread, so no thread may change them.
+_fixed_plans: list[bool] = []
+
+
+@contextmanager
+def planned_together(
+    spark: SparkSession, input_bytes: int, configured: Mapping[str, str]
+) -> Iterator[bool]:
+    """Plan every query of the block, in any thread, as one run reading ``input_bytes``
+    would be (``planned_for_input``), and keep it: a ``planned_as`` inside the block
+    changes nothing and yields the plan fixed here.
+
+    Why: sources served concurrently share the session, whose plan settings are global;
+    one source's small plan set and restored around its own queries would change the
+    plans of its neighbours' queries mid-flight. Plans change, never results."""
+    with planned_for_input(spark, input_bytes, configured) as static:
+        _fixed_plans.append(static)
+        try:
+            yield static
+        finally:
+            _fixed_plans.pop()
+
+
 @contextmanager
 def planned_as(spark: SparkSession, small: bool, configured: Mapping[str, str]) -> Iterator[bool]:
     """Plan the queries of the block statically (``STATIC_PLAN``) and interpreted
@@ -348,7 +372,11 @@ def planned_as(spark: SparkSession, small: bool, configured: Mapping[str, str]) 
     ``INTERPRETED`` key decides code generation itself. A static plan takes its shuffle
     partitions literally, so a small run gets few whatever a backfill is tuned to. The
     session's settings are restored after the block; yields whether the plans are static.
-    Plans change, never results: every query means the same either way."""
+    Plans change, never results: every query means the same either way. Inside
+    ``planned_together`` the plan fixed there holds, and nothing is changed."""
+    if _fixed_plans:
+        yield _fixed_plans[-1]
+        return
     static = small and ADAPTIVE not in configured
     if not static:
         yield False

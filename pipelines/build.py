@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from dagster import (
     AssetSelection,
     Definitions,
@@ -27,10 +29,11 @@ def build_definitions(config: Config, now_ms: int | None = None) -> Definitions:
     Every source's assets and checks are one multi-asset (``assets.deployment``), so the
     definitions cost about the same for two hundred sources as for one. The job runs in
     process: every window of every source in one run shares one Spark session. The
-    windows are those still within the retention at ``now_ms`` (when the definitions
-    load, by default).
+    windows are those still within the retention at ``now_ms``: the moment the
+    definitions load, unless a caller names another.
     """
-    partitions = window_partitions(config, now_ms)
+    loaded_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    partitions = window_partitions(config, loaded_ms)
     job = define_asset_job(
         ALL_WINDOWS_JOB,
         selection=AssetSelection.all(),

@@ -14,50 +14,31 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 from pyspark import SparkContext
-from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import EXPORT_FOLDER, exportable
-from assets.partitions import closed_windows, range_tags, to_ms
+from assets.partitions import range_tags
 from assets.source_assets import source_output_keys
-from cdc_core.catalog import CatalogClash, CatalogUnfit, CatalogUnreachable
+from cdc_core.app import status, upkeep
+from cdc_core.app.errors import USAGE_ERRORS
+from cdc_core.app.plan import plan_run
+from cdc_core.app.upkeep import RetireReport
+from cdc_core.calendar import duration_ms, to_ms
 from cdc_core.config import (
     Config,
     ConfigError,
-    SourceConfig,
     config_schema_json,
-    duration_ms,
     load_config,
 )
-from cdc_core.connect_token import ConnectTokenMissing, TokenFileUnsafe
-from cdc_core.envelopes import ConfigDriftError
 from cdc_core.frontier import iso
-from cdc_core.reclock import Windows
-from cdc_core.shard import ShardUsageError, stored_upper
-from cdc_core.shard.leases import Hold, LeaseBook, LeaseUsageError, holds_under
-from cdc_core.source import (
-    RebuildRefused,
-    RebuildUnfinished,
-    RetireReport,
-    SourcePipeline,
-    SourceReader,
-    SourceStatus,
-    history_upper,
-    published_as_of,
-    rebuild,
-    stored_outputs_upper,
-)
+from cdc_core.shard.leases import LeaseUsageError
 from cdc_core.spark import (
     CLASS_ARCHIVE,
     DRIVER_JAVA_OPTIONS,
     SPARK_REMOTE,
-    ConnectRefused,
     get_spark,
 )
-from cdc_core.spark_server import DEFAULT_PORT, ExposedServer, config_server_conf, serve
-from cdc_core.storage import files, located
+from cdc_core.spark_server import DEFAULT_PORT, config_server_conf, serve
 from pipelines import json_output
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
-from pipelines.maintenance import maintain_source
 from pipelines.run_output import (
     dagster_run_config,
     print_problems,
@@ -66,33 +47,6 @@ from pipelines.run_output import (
     quiet_warnings,
 )
 from pipelines.sample import write_sample
-
-
-def _first_needed(
-    config: Config, source: SourceConfig, closed: list[tuple[str, int]], *, exports: bool
-) -> int:
-    """The index in ``closed`` of the first window a run must cover for ``source``
-    (``len(closed)``: none, a run would write nothing): the first window its outputs do
-    not hold; the last one when ``state`` (or ``history``, when kept) is not published as
-    of them; with ``exports``, the first window after the last exported one. Judged from
-    the Delta logs and the folders alone, never by listing the windows already done. A
-    source that has no export asset (``exportable``) needs no export folder."""
-    root = located(config.lake) / source.name
-    upper = stored_outputs_upper(config.lake, source).time
-    needed = next((i for i, (_, end) in enumerate(closed) if upper is not None and end >= upper),
-                  len(closed))  # fmt: skip
-    changes = stored_upper(str(root / "changes")).time
-    published = changes is None or published_as_of(str(root / "state")) == changes - 1
-    if source.history and history_upper(str(root / "history")).time != changes:
-        published = False
-    if not published:
-        needed = min(needed, len(closed) - 1)
-    if exports and exportable(source):
-        exported = next((i for i in range(len(closed) - 1, -1, -1)
-                         if files.is_folder(str(root / EXPORT_FOLDER / closed[i][0]))),
-                        -1)  # fmt: skip
-        needed = min(needed, exported + 1)
-    return needed
 
 
 def materialize(
@@ -113,23 +67,20 @@ def materialize(
     range.
     """
     now_ms = int(time.time() * 1000)
-    first_start = config.first_window_start(now_ms)
-    through = min(through_ms or now_ms, now_ms)
-    closed = closed_windows(config, first_start, through)
-    if not closed and first_start > config.start_ms and through > config.start_ms:
-        print(f"reclock: the windows through {iso(through)} are no partitions any more: the "
-              f"first window Dagster still lists starts at {iso(first_start)} (see the "
-              "config's launchable and retention)", file=sys.stderr)  # fmt: skip
+    plan = plan_run(config, through_ms, now_ms, exports=exports)
+    if plan.before_partitions:
+        print(f"reclock: the windows through {iso(plan.through)} are no partitions any more: "
+              f"the first window Dagster still lists starts at {iso(plan.first_start)} (see "
+              "the config's launchable and retention)", file=sys.stderr)  # fmt: skip
         return False
-    if not closed:
+    if not plan.closed:
         print("Nothing to materialize: no window has closed yet.")
         return True
-    last_end = closed[-1][1]
-    first = min(_first_needed(config, source, closed, exports=exports) for source in config.sources)
-    if first == len(closed):
+    keys = plan.keys
+    if not keys:
+        last_end = plan.closed[-1][1]
         print(f"Nothing to materialize: every source is complete through {iso(last_end)}.")
         return True
-    keys = [key for key, _ in closed[first:]]
     one = len(keys) == 1
     with quiet_warnings(verbose):
         job = build_definitions(config, now_ms).resolve_job_def(ALL_WINDOWS_JOB)
@@ -146,12 +97,6 @@ def materialize(
     print(f"Materialized windows {keys[0]} .. {keys[-1]} ({len(keys)} windows): "
           f"{'success' if result.success else 'FAILED'}")
     return result.success
-
-
-def config_spark(config: Config) -> SparkSession:
-    """The process's session with ``config``'s Spark settings; an object-store lake or
-    landing zone adds the storage layer's s3a settings."""
-    return get_spark(config.spark.master, config.spark.conf, (config.lake, config.landing))
 
 
 # Of the sample's eight windows: every source, check and export runs in the first two.
@@ -199,26 +144,13 @@ def _instance() -> DagsterInstance:
     return DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
 
 
-def statuses(
-    config: Config, only: str | None = None, *, transactions: bool = False
-) -> list[SourceStatus]:
-    """Every source's status (or the one named ``only``); ``transactions``: with what each
-    transaction group member's last window holds back."""
-    spark = config_spark(config)
-    return [
-        SourceReader.open(spark, config, source, config.lake).status(transactions=transactions)
-        for source in config.sources
-        if only is None or source.name == only
-    ]
-
-
 def print_summary(config: Config) -> None:
     """One line per source: windows done, upper, state rows and current errors."""
     print(f"{'source':<12}{'windows':>9}  {'upper':<26}{'state rows':>11}{'errors':>8}")
-    for status in statuses(config):
+    for found in status.statuses(config):
         print(
-            f"{status.source:<12}{status.windows_done:>9}  {status.upper.iso():<26}"
-            f"{status.tables['state'].rows:>11}{status.current_errors:>8}"
+            f"{found.source:<12}{found.windows_done:>9}  {found.upper.iso():<26}"
+            f"{found.tables['state'].rows:>11}{found.current_errors:>8}"
         )
 
 
@@ -233,8 +165,8 @@ def print_retired(source: str, report: RetireReport) -> None:
 
 def print_inspection(config: Config, source: str | None) -> None:
     """``reclock inspect``: frontiers, lag and tables of each source."""
-    for status in statuses(config, source, transactions=True):
-        print(status.describe())
+    for found in status.statuses(config, source, transactions=True):
+        print(found.describe())
         print()
 
 
@@ -251,8 +183,7 @@ def print_snapshot(
     """A source's rows at IntoTime ``as_of``: printed, or written by Spark to ``out``
     (Parquet or a Delta table) without passing through this process; ``as_json``: as one
     JSON document (``pipelines.json_output``)."""
-    spark = config_spark(config)
-    rows = SourceReader.open(spark, config, config.source(source), config.lake).snapshot_at(as_of)
+    rows = status.snapshot(config, source, as_of)
     if out is None:
         shown = rows.limit(limit + 1).toArrow().to_pylist()
         if as_json:
@@ -272,19 +203,9 @@ def print_snapshot(
     print(f"{source} as of {iso(as_of)}: written to {out} ({fmt})")
 
 
-def reader_holds(config: Config, only: str | None) -> dict[str, list[Hold]]:
-    """Per source (or the one named ``only``), every registered reader and writer of its
-    shards, read from the logs alone."""
-    return {
-        source.name: holds_under(str(located(config.lake) / source.name))
-        for source in config.sources
-        if only in (None, source.name)
-    }
-
-
 def print_readers(config: Config, only: str | None) -> None:
     """Every registered reader and writer of every shard, read from the logs alone."""
-    for source, found in reader_holds(config, only).items():
+    for source, found in status.reader_holds(config, only).items():
         print(f"source {source}:")
         for hold in found:
             print(hold.describe())
@@ -295,10 +216,7 @@ def print_readers(config: Config, only: str | None) -> None:
 def manage_reader(config: Config, args: argparse.Namespace) -> None:
     """``reclock readers register|heartbeat|release`` on one shard of one source."""
     source = config.source(args.source).name
-    path = located(config.lake) / source / args.table
-    if not files.is_folder(str(path / "_delta_log")):
-        raise LeaseUsageError(f"{source} has no {args.table} table yet ({path})")
-    book = LeaseBook(str(path))
+    book = status.lease_book(config, source, args.table)
     lease_ms = args.lease or config.readers.lease_ms
     if args.action == "register":
         if args.since is None:
@@ -317,17 +235,13 @@ def manage_reader(config: Config, args: argparse.Namespace) -> None:
 def print_rebuilt(config: Config, name: str, through_ms: int | None) -> None:
     """Rebuild one source through its closed windows (``--through``), then say where the
     old tables are kept."""
-    source = config.source(name)
-    now_ms = int(time.time() * 1000)
-    closed = closed_windows(config, -1, min(through_ms or now_ms, now_ms))
-    if not closed:
+    rebuilt = upkeep.rebuild_through(config, name, through_ms, int(time.time() * 1000))
+    if rebuilt is None:
         print(f"{name}: nothing to rebuild: no window has closed yet.")
         return
-    spark = config_spark(config)
-    windows = Windows(config.start_ms, closed[-1][1], config.window_ms)
-    report = rebuild(spark, config, source, windows)
+    report, end = rebuilt
     kept = f"; the old tables are kept in {report.kept}" if report.kept else ""
-    print(f"{name}: rebuilt through {iso(closed[-1][1])} ({report.windows} windows){kept}")
+    print(f"{name}: rebuilt through {iso(end)} ({report.windows} windows){kept}")
 
 
 def parse_lease(text: str) -> int:
@@ -503,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0
         if args.command == "inspect" and args.json:
-            found = statuses(config, args.source, transactions=True)
+            found = status.statuses(config, args.source, transactions=True)
             print(json_output.dumps(json_output.inspection(found)))
             return 0
         if args.command == "inspect":
@@ -511,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "readers":
             if args.action == "list" and args.json:
-                holds = reader_holds(config, args.source)
+                holds = status.reader_holds(config, args.source)
                 print(json_output.dumps(json_output.readers(holds)))
                 return 0
             if args.action == "list":
@@ -525,28 +439,17 @@ def main(argv: list[str] | None = None) -> int:
             print_rebuilt(config, args.source, args.through)
             return 0
         if args.command == "maintain":
-            spark = config_spark(config)
-            now_ms = int(time.time() * 1000)
-            for source in config.sources:
-                if args.source in (None, source.name):
-                    pipeline = SourcePipeline.from_config(spark, config, source)
-                    print(maintain_source(config, pipeline, now_ms))
+            for done in upkeep.maintain_sources(config, args.source, int(time.time() * 1000)):
+                print(done.describe())
             return 0
         if args.command == "retire":
-            spark = config_spark(config)
-            for source in config.sources:
-                if args.source in (None, source.name):
-                    report = SourcePipeline.from_config(spark, config, source).retire()
-                    print_retired(source.name, report)
+            for name, report in upkeep.retire_sources(config, args.source, int(time.time() * 1000)):
+                print_retired(name, report)
             return 0
     except ConfigError as error:
         print(f"reclock: invalid config:\n{error}", file=sys.stderr)
         return 2
-    except (
-        ShardUsageError, LeaseUsageError, KeyError, ConfigDriftError, RebuildRefused,
-        RebuildUnfinished, ConnectTokenMissing, TokenFileUnsafe, ConnectRefused, ExposedServer,
-        CatalogClash, CatalogUnfit, CatalogUnreachable,
-    ) as error:  # fmt: skip
+    except USAGE_ERRORS as error:
         print(f"reclock: {error.args[0] if error.args else error}", file=sys.stderr)
         return 2
     return 2

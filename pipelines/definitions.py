@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from cdc_core.config import Config, load_config, parse_config
+from cdc_core.config import Config, load_config, parse_config, use_config
 from pipelines.build import build_definitions
 from pipelines.sample import sample_config_yaml, write_payment_schemas
 
@@ -35,7 +35,7 @@ def deployment_config() -> Config:
     schemas = Path(tempfile.gettempdir()) / "reclock-sample-schemas"
     write_payment_schemas(schemas)
     text = sample_config_yaml(str(schemas))
-    return parse_config(yaml.safe_load(text), DEMO_CONFIG.parent.resolve())
+    return use_config(parse_config(yaml.safe_load(text), DEMO_CONFIG.parent.resolve()))
 
 
 defs = build_definitions(deployment_config())

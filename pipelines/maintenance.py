@@ -1,7 +1,7 @@
 """The maintenance job and its daily schedule: what an operator leaves running beside the
 windows so that a year of them costs what day one does.
 
-Each run maintains every source (``SourcePipeline.maintain``: retire dumps, sinces at the
+Each run maintains every source (``cdc_core.app.upkeep.maintain``: retire dumps, sinces at the
 retention horizon, compaction, gc, Delta checkpoints and log trimming; and the windows of
 its CDCv2 export before that horizon deleted) and deletes the
 Dagster runs (with their events) older than the retention, so the instance stays as
@@ -33,11 +33,9 @@ from dagster_graphql import (
 )
 from dagster_pyspark import PySparkResource
 
-from assets.cdcv2_export import EXPORT_FOLDER, expire_exports, exportable
-from assets.partitions import to_datetime
+from cdc_core.app import upkeep
+from cdc_core.calendar import to_datetime
 from cdc_core.config import Config
-from cdc_core.frontier import iso
-from cdc_core.source import SourcePipeline
 from resources.lake import LakeResource
 
 MAINTENANCE_JOB = "maintenance"
@@ -63,18 +61,6 @@ def delete_old_runs(instance: DagsterInstance, before_ms: int) -> int:
         deleted += len(finished)
         if len(records) < RUN_BATCH or not finished:
             return deleted
-
-
-def maintain_source(config: Config, pipeline: SourcePipeline, now_ms: int) -> str:
-    """One source's maintenance (``SourcePipeline.maintain``) and the expiry of its CDCv2
-    export's windows before its retention horizon; what it did, one line per part."""
-    report = pipeline.maintain(now_ms).describe()
-    if not exportable(pipeline.source):
-        return report
-    horizon = config.source_horizon(pipeline.source.name, now_ms)
-    expired = expire_exports(pipeline.root / EXPORT_FOLDER, horizon)
-    gone = f"{len(expired)} window folder(s) before {iso(horizon)} deleted"
-    return f"{report}\n  {EXPORT_FOLDER:<14} {gone}"
 
 
 def reload_code_location(url: str, location: str) -> str:
@@ -110,8 +96,8 @@ def maintenance_job(config: Config) -> JobDefinition:
         now_ms = int(time.time() * 1000)
         for source in config.sources:
             pipeline = lake.open(pyspark.spark_session, config, source)
-            context.log.info(maintain_source(config, pipeline, now_ms))
-        horizon = config.retention_start(now_ms)
+            context.log.info(upkeep.maintain(pipeline, now_ms).describe())
+        horizon = config.calendar.retention_start(now_ms)
         if horizon > config.start_ms:  # some window left the retention of every source
             deleted = delete_old_runs(context.instance, horizon)
             context.log.info(f"deleted {deleted} run(s) created before the retention horizon")

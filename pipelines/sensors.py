@@ -13,7 +13,7 @@ file's first sighting (its arrival time, which the ``arrival`` reclock policy bi
 is kept in the cursor and handed to the run in a tag; the run registers the files with
 those times. A new file asks only for windows it can still change: the closed windows
 the outputs do not hold yet (at or after their upper; windows not bound yet are among
-them) that are still partitions (at or after ``Config.first_window_start``). A tick computes
+them) that are still partitions (at or after the calendar's ``first_window_start``). A tick computes
 the first and last of them, never the windows between. The run key names those windows
 and the outputs' upper, so a repeated request for the same state starts no second run.
 """
@@ -33,8 +33,9 @@ from dagster import (
     sensor,
 )
 
-from assets.partitions import closed_span, closed_windows, range_tags, to_ms
+from assets.partitions import range_tags
 from assets.source_assets import ARRIVALS_TAG
+from cdc_core.calendar import to_ms
 from cdc_core.config import Config
 from cdc_core.frontier import TimeFrontier, iso
 from cdc_core.ingest.landing_watch import LandingWatch
@@ -74,12 +75,11 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
         for source in config.sources:
             upper = upper.meet(lake.outputs_upper(source))
         # Windows before the partitions' start are no partitions: none is asked for.
-        after = (
-            None if upper.time is None else max(upper.time - 1, config.first_window_start(now_ms))
-        )
+        first_start = config.calendar.first_window_start(now_ms)
+        after = None if upper.time is None else max(upper.time - 1, first_start)
         if after is not None and not new_files:  # only windows closed since the last ask
             after = max(after, requested_through)
-        wanted = None if after is None else closed_span(config, after, now_ms)
+        wanted = None if after is None else config.calendar.closed_span(after, now_ms)
         new_cursor = json.dumps(
             {
                 "requested_through_ms": max(requested_through, wanted[1][1] if wanted else 0),
@@ -114,17 +114,17 @@ def window_schedule(config: Config, job_name: str) -> ScheduleDefinition:
     @schedule(
         name="latest_closed_window",
         job_name=job_name,
-        cron_schedule=config.cron,
+        cron_schedule=config.calendar.cron,
         execution_timezone="UTC",
         description=(
-            f"At every window boundary (every {config.window}, cron {config.cron!r} UTC), "
+            f"At every window boundary (every {config.window}, cron {config.calendar.cron!r} UTC), "
             "materializes the window that just closed; requests nothing after the config's end."
         ),
     )
     def latest_closed_window(context: ScheduleEvaluationContext) -> RunRequest | SkipReason:
         moment = context.scheduled_execution_time
         now_ms = to_ms(moment) if moment is not None else int(time.time() * 1000)
-        closed = closed_windows(config, now_ms - config.window_ms, now_ms)
+        closed = config.calendar.closed_windows(now_ms - config.window_ms, now_ms)
         if not closed:
             end = "" if config.end_ms is None else f"; the config ends at {iso(config.end_ms)}"
             return SkipReason(f"no window closed in the last {config.window} at {iso(now_ms)}{end}")

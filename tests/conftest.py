@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyspark.context
+import pyspark.java_gateway
 import pytest
 from deltalake import DeltaTable
 from filelock import FileLock
@@ -67,7 +69,11 @@ _SHARED_FOLDER = pytest.StashKey[Path]()
 
 def pytest_configure(config: pytest.Config) -> None:
     """The pytest-xdist controller names the folder of the run's one Connect server before
-    it starts its workers, which inherit it (``SHARED_SERVER``)."""
+    it starts its workers, which inherit it (``SHARED_SERVER``). Under ``-m "not jvm"``
+    this process may start no JVM, whatever fixture or test would (``refuse_jvm``)."""
+    if config.option.markexpr == "not jvm":
+        pyspark.java_gateway.launch_gateway = refuse_jvm
+        pyspark.context.launch_gateway = refuse_jvm  # the name SparkContext calls
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         folder = Path(tempfile.mkdtemp(prefix="reclock-spark-server-"))
         os.environ[SHARED_SERVER] = str(folder)
@@ -148,8 +154,53 @@ def bad_input_lake(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession
     return load_config(Path(built["config"]))
 
 
+# The fixtures that start a JVM: the process's Spark session, the lakes built with it, a
+# Spark Connect server.
+JVM_FIXTURES = frozenset({"spark", "sample_lake", "bad_input_lake", "connect_server"})
+# Test files whose tests start a JVM another way (reclock subprocesses, Dagster runs of
+# the assets, Spark started by the code under test), relative to the repository.
+JVM_FILES = frozenset(
+    {
+        "tests/assets/test_retention.py",
+        "tests/benchmarks/test_bench.py",
+        "tests/benchmarks/test_profile.py",
+        "tests/benchmarks/test_sources.py",
+        "tests/pipelines/test_class_archive.py",
+        "tests/pipelines/test_cli.py",
+        "tests/reclock/test_transactions.py",
+        "tests/security/test_secrets.py",
+        "tests/pipelines/test_cluster.py",
+        "tests/pipelines/test_end_to_end.py",
+        "tests/pipelines/test_quick_start.py",
+        "tests/pipelines/test_webserver.py",
+        "tests/storage/test_export_s3.py",
+        "tests/storage/test_rebuild_s3.py",
+        "tests/storage/test_retire_s3.py",
+        "tests/storage/test_sensor_s3.py",
+        "tests/storage/test_spark_s3.py",
+        "tests/test_documented_options.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The benchmark's smoke run goes last. Like the benchmark itself, which warms up
-    before it times anything, it should meet a JVM whose just-in-time compiler has
-    already seen Spark's hot paths; run first, it would mostly time that warm-up."""
+    """Tests that start a JVM are marked ``jvm`` (``make check`` runs the others, with the
+    JVM refused: an unmarked test that starts one fails, naming the cause). The
+    benchmark's smoke run goes last. Like the benchmark itself, which warms up before it
+    times anything, it should meet a JVM whose just-in-time compiler has already seen
+    Spark's hot paths; run first, it would mostly time that warm-up."""
+    root = Path(__file__).resolve().parent.parent
+    for item in items:
+        named = JVM_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if named or item.path.resolve().relative_to(root).as_posix() in JVM_FILES:
+            item.add_marker(pytest.mark.jvm)
     items.sort(key=lambda item: item.path.name == "test_bench.py")
+
+
+class JvmRefused(RuntimeError):
+    """A test selected as starting no JVM started one: list its file in ``JVM_FILES``."""
+
+
+def refuse_jvm(*_: object, **__: object) -> None:
+    """Stands for pyspark's JVM launcher under ``-m "not jvm"`` (``make check``)."""
+    raise JvmRefused("a test of `-m 'not jvm'` starts a JVM: list its file in JVM_FILES")

@@ -3,6 +3,7 @@ from the same dumps."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ def table_rows(config: Config, source: str, table: str, version: int | None = No
     root = str(config.lake.parent)
 
     def portable(value: object) -> object:
+        if isinstance(value, dict | list):  # a struct, map or array column: hashable text
+            value = json.dumps(value, sort_keys=True, default=str)
         return value.replace(root, "<root>") if isinstance(value, str) else value
 
     rows = DeltaTable(str(config.lake / source / table), version=version).to_pyarrow_table()

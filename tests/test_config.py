@@ -13,6 +13,7 @@ from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
+from cdc_core.calendar import launch_step_ms
 from cdc_core.config import (
     ConfigError,
     SparkSettings,
@@ -119,7 +120,7 @@ def test_valid_config_loads_with_resolved_paths_and_types(tmp_path: Path) -> Non
 
     assert config.lake == tmp_path / "lake"
     assert config.landing == Path("/data/landing")
-    assert (config.window_ms, config.cron) == (300_000, "*/5 * * * *")
+    assert (config.window_ms, config.calendar.cron) == (300_000, "*/5 * * * *")
     assert config.start_ms == 1_767_225_600_000
     assert config.end_ms == 1_767_225_600_000 + 3_600_000
     assert config.spark.master == "local[1]"
@@ -207,7 +208,7 @@ def test_defaults_and_open_end() -> None:
 )
 def test_window_durations_and_their_cron(window: str, window_ms: int, cron: str) -> None:
     config = parse_config(config_with(window=window), Path("/base"))
-    assert (config.window_ms, config.cron) == (window_ms, cron)
+    assert (config.window_ms, config.calendar.cron) == (window_ms, cron)
 
 
 @pytest.mark.parametrize(
@@ -652,7 +653,7 @@ def test_the_launchable_span_keeps_the_partitions_within_dagsters_guidance() -> 
     assert parse_config(config_with(window="5m", launchable="347d"), Path("/b"))
     assert "at most 347d for 5m" in str(rejected(config_with(window="5m", launchable="348d")))
     daily = parse_config(config_with(window="1d", start="2026-01-01T00:00:00Z"), Path("/b"))
-    assert daily.launch_step_ms == day and open_ended.launch_step_ms == hour
+    assert launch_step_ms(daily.window_ms) == day and launch_step_ms(open_ended.window_ms) == hour
     # A finite config holds no more than its own windows, whatever its retention or span.
     short = config_with(end="2026-01-01T01:00:00Z", retention="400d", launchable="400d")
     assert parse_config(short, Path("/b")).retention_ms == 400 * day
@@ -676,29 +677,30 @@ def test_the_partitions_span_the_launchable_hours_never_before_a_retention() -> 
     now = 1_767_225_600_000 + 100 * day + 5 * hour + 17 * 60_000  # day 100, 05:17
     midnight = now // day * day
     default = parse_config(config_with(), Path("/b"))
-    assert default.first_window_start(now) == midnight - hour  # 23:17 the day before
-    assert default.first_window_start(now + 42 * 60_000) == midnight - hour
-    assert default.first_window_start(now + 43 * 60_000) == midnight
-    assert default.retention_start(now) == midnight - 30 * day
+    assert default.calendar.first_window_start(now) == midnight - hour  # 23:17 the day before
+    assert default.calendar.first_window_start(now + 42 * 60_000) == midnight - hour
+    assert default.calendar.first_window_start(now + 43 * 60_000) == midnight
+    assert default.calendar.retention_start(now) == midnight - 30 * day
     both = parse_config(config_with(retention="10d", sources__0__retention="2d"), Path("/b"))
     assert both.source_retention_ms("users") == 2 * day
     assert both.source_retention_ms("orders") == 10 * day  # the config's
-    assert both.source_horizon("users", now) == midnight - 2 * day
-    assert both.source_horizon("orders", now) == midnight - 10 * day
-    assert both.retention_start(now) == midnight - 10 * day
-    assert both.first_window_start(now) == midnight - hour  # the span's
+    assert both.calendar.source_horizon("users", now) == midnight - 2 * day
+    assert both.calendar.source_horizon("orders", now) == midnight - 10 * day
+    assert both.calendar.retention_start(now) == midnight - 10 * day
+    assert both.calendar.first_window_start(now) == midnight - hour  # the span's
     spanned = parse_config(config_with(launchable="45d", sources__1__retention="40d"), Path("/b"))
-    assert spanned.source_horizon("users", now) == midnight - 30 * day  # the default
-    assert spanned.first_window_start(now) == midnight - 40 * day  # the longest retention
+    assert spanned.calendar.source_horizon("users", now) == midnight - 30 * day  # the default
+    assert spanned.calendar.first_window_start(now) == midnight - 40 * day  # the longest retention
     # A finite config: a source without a retention keeps every window from start.
     finite = parse_config(config_with(end="2026-02-01T00:00:00Z", sources__0__retention="1d"),
                           Path("/b"))  # fmt: skip
     jan_20 = 1_767_225_600_000 + 19 * day
-    assert finite.first_window_start(jan_20 + hour) == 1_767_225_600_000
-    assert finite.source_horizon("users", jan_20 + hour) == jan_20 - day
+    assert finite.calendar.first_window_start(jan_20 + hour) == 1_767_225_600_000
+    assert finite.calendar.source_horizon("users", jan_20 + hour) == jan_20 - day
     spanned = parse_config(config_with(end="2026-02-01T00:00:00Z", launchable="2h"), Path("/b"))
-    assert spanned.first_window_start(jan_20 + hour + 60_000) == jan_20 - hour
-    assert spanned.first_window_start(jan_20 + 30 * day) == 1_769_904_000_000 - 60_000  # the last
+    assert spanned.calendar.first_window_start(jan_20 + hour + 60_000) == jan_20 - hour
+    last = 1_769_904_000_000 - 60_000
+    assert spanned.calendar.first_window_start(jan_20 + 30 * day) == last
     assert "retention: must be longer than zero" in str(
         rejected(config_with(sources__0__retention="0d"))
     )

@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.catalog.glue import GlueMetastore
 from cdc_core.checks import validate
-from cdc_core.config import Config, parse_config
+from cdc_core.config import Config, parse_config, use_config
 from cdc_core.envelopes import EnvelopeBatch, apply_envelope
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.ingest import list_dump_files
@@ -127,15 +127,18 @@ def users(config: Config) -> Any:
 
 def _horizons(config: Config) -> list[int]:
     """Where each source's windows stay re-materializable, and the partitions begin."""
-    sources = [config.source_horizon(source.name, JAN_3) for source in config.sources]
-    return [*sources, config.first_window_start(JAN_3)]
+    sources = [config.calendar.source_horizon(source.name, JAN_3) for source in config.sources]
+    return [*sources, config.calendar.first_window_start(JAN_3)]
 
 
 # option path -> (change of the example, probe of the engine's behaviour)
 PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "lake": ({"lake": "elsewhere"}, lambda c, s: c.lake),
     "landing": ({"landing": "other"}, lambda c, s: c.landing / users(c).topic),
-    "window": ({"window": "5m", "end": "2026-01-01T00:10:00Z"}, lambda c, s: (c.cron, c.window_ms)),
+    "window": (
+        {"window": "5m", "end": "2026-01-01T00:10:00Z"},
+        lambda c, s: (c.calendar.cron, c.window_ms),
+    ),
     "start": ({"start": "2026-01-01T00:05:00Z"}, lambda c, s: c.start_ms),
     "end": ({"end": "2026-01-01T00:20:00Z"}, lambda c, s: c.end_ms),
     "retention": ({"retention": "1d"}, lambda c, s: _horizons(c)),
@@ -378,6 +381,7 @@ def test_each_documented_option_changes_what_the_engine_does(
     schemas(tmp_path)
     change, probe = PROBES[option]
     example = documented_example()
-    before = probe(parse_config(example, tmp_path), spark)
-    after = probe(parse_config(variant(example, change), tmp_path), spark)
+    # Loaded as a run loads it: parsed, then its storage settings made the process's.
+    before = probe(use_config(parse_config(example, tmp_path)), spark)
+    after = probe(use_config(parse_config(variant(example, change), tmp_path)), spark)
     assert before != after, f"{option}: {before!r}"

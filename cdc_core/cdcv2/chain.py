@@ -51,16 +51,16 @@ class ProgressChain:
 
     def add_all(self, statements: Iterable[Progress]) -> None:
         """Apply a whole set of statements; order does not matter, so chain them by lower."""
-        for statement in sorted(statements, key=lambda p: p.lower.time):
+        for statement in sorted(statements, key=lambda p: p.lower):
             self.add(statement)
 
     def announced_between(self, lower: TimeFrontier, upper: TimeFrontier) -> dict[int, int]:
         """Non-zero announced counts at times in ``[lower, upper)``."""
-        if lower.is_empty:
+        if lower.time is None:  # the empty frontier: nothing lies at or after it
             return {}
         begin = bisect_left(self._announced_times, lower.time)
         end = len(self._announced_times)
-        if not upper.is_empty:
+        if upper.time is not None:
             end = bisect_left(self._announced_times, upper.time)
         return {t: self._announced[t] for t in self._announced_times[begin:end]}
 

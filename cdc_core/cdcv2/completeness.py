@@ -81,7 +81,7 @@ def check_completeness(
 def _tallies(updates: DataFrame, lower: int, upper: TimeFrontier) -> dict[int, tuple[int, int]]:
     """Per time in ``[lower, upper)``: its distinct ``(data, time)`` updates and its rows."""
     in_range = updates.filter(F.col("time") >= lower)
-    if not upper.is_empty:
+    if upper.time is not None:
         in_range = in_range.filter(F.col("time") < upper.time)
     tallies = tally_per_time(facts_by_key(in_range, data_columns(updates)))
     return {time: (tally.distinct, tally.rows) for time, tally in tallies.items()}

@@ -79,7 +79,7 @@ def export_updates(
         raise ValueError(f"export interval [{lower}, {upper}) is empty")
     columns = data_columns(updates)
     in_window = updates.filter(F.col("time") >= lower)
-    if not upper.is_empty:
+    if upper.time is not None:
         in_window = in_window.filter(F.col("time") < upper.time)
     consolidated = (
         in_window.groupBy(*[column(c) for c in columns], column("time"))
@@ -126,7 +126,7 @@ def export_shard(
 
 def _shard_updates(shard: Shard, lower: int, upper: TimeFrontier) -> DataFrame:
     """The shard's updates at times in ``[lower, upper)`` through its read API."""
-    until = None if upper.is_empty else upper.time - 1
+    until = None if upper.time is None else upper.time - 1
     if shard.since == TimeFrontier.at(lower):
         return shard.snapshot(lower).unionByName(shard.listen(lower, until))
     return shard.listen(lower - 1, until)

@@ -58,7 +58,7 @@ def read_stream(
     _check_facts(tallies, chain.start)
     chain.add_all(progress)
     frontier = complete_frontier(chain, {t: tally.distinct for t, tally in tallies.items()})
-    complete = facts if frontier.is_empty else facts.filter(F.col("time") < frontier.time)
+    complete = facts if frontier.time is None else facts.filter(F.col("time") < frontier.time)
     return ImportedStream(fact_columns(complete, columns), frontier)
 
 

@@ -4,20 +4,19 @@ Invariant: a registered dump file never changes (a rewritten file is refused wit
 ``DumpFileChanged``), so every read of a ``(partition, offset)`` range yields the same
 records, one canonical copy per offset, however often the offsets were redelivered.
 
-Modules: ``dumps`` (finding and parsing dump files, and the canonical reads of registered
-files), ``connect_files`` (Kafka Connect sink files), ``dump_bytes`` (a dump's bytes read
-within the input limits, and its damage judged), ``registry`` (the durable file
-registry: metadata on the driver).
+Modules: ``dumps`` (finding and parsing dump files), ``registry`` (the durable file
+registry: metadata on the driver), ``canonical`` (the canonical reads of registered files,
+above both), ``connect_files`` (Kafka Connect sink files), ``dump_bytes`` (a dump's bytes
+read within the input limits, and its damage judged).
 """
 
-from cdc_core.ingest.dumps import (
+from cdc_core.ingest.canonical import (
     CanonicalReads,
     CanonicalRecords,
-    DumpFile,
     MissingDumpFile,
-    list_dump_files,
     starts_column,
 )
+from cdc_core.ingest.dumps import DumpFile, list_dump_files
 from cdc_core.ingest.registry import DumpFileChanged, RegisteredFile, Registry
 
 __all__ = [

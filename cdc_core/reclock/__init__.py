@@ -10,11 +10,11 @@ never split a transaction, copied by its members), ``admission`` (which transact
 group's window admits, from a run's summaries).
 """
 
+from cdc_core.calendar import Windows
 from cdc_core.reclock.held import HeldPartition, held_partitions, overdue
 from cdc_core.reclock.reclocking import ReclockedWindows, reclock_windows
 from cdc_core.reclock.remap import (
     RemapError,
-    Windows,
     frontier_at,
     frontier_of,
     mint_bindings,

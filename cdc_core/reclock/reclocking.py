@@ -29,13 +29,13 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from cdc_core.calendar import Windows
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry, starts_column
 from cdc_core.reclock.remap import (
     ImposedBindings,
     RangeBindings,
     ReclockSource,
-    Windows,
     configured_starts,
     effective_starts,
     mint_bindings,

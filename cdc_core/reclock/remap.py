@@ -36,9 +36,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+from cdc_core.calendar import Windows
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry, starts_column
 from cdc_core.shard import Shard, ShardUsageError
+from cdc_core.shard.read import ShardReader
 from cdc_core.vocabulary import ReclockPolicy
 
 REMAP_UPDATE = ("partition", "offset", "time", "diff")
@@ -79,10 +81,6 @@ class NonMonotoneBinding(RemapError):
 
 class UnexpectedStartOffset(RemapError):
     """A partition's earliest dump starts above the offset the source says it starts at."""
-
-
-class MisalignedWindow(RemapError):
-    """The remap shard's upper lies strictly inside the window being bound."""
 
 
 def configured_starts(source: ReclockSource) -> dict[int, int]:
@@ -135,46 +133,14 @@ def check_start_offsets(
         )
 
 
-@dataclass(frozen=True)
-class Windows:
-    """Windows of ``width`` tiling ``[start, end)``; their binding times are their ends."""
-
-    start: int
-    end: int
-    width: int
-
-    def __post_init__(self) -> None:
-        if self.width <= 0 or self.end <= self.start or (self.end - self.start) % self.width:
-            raise ValueError(
-                f"windows of width {self.width} do not tile [{self.start}, {self.end})"
-            )
-
-    @classmethod
-    def one(cls, start: int, end: int) -> Windows:
-        """The single window ``[start, end)``."""
-        return cls(start, end, end - start)
-
-    @property
-    def ends(self) -> list[int]:
-        """Each window's end, in time order (its binding time is ``end``)."""
-        return list(range(self.start + self.width, self.end + 1, self.width))
-
-    def from_end(self, end: int) -> Windows:
-        """The windows after the one ending at ``end`` (a window end inside the range)."""
-        if (end - self.start) % self.width or not self.start <= end < self.end:
-            raise MisalignedWindow(
-                f"{end} is not a window end inside [{self.start}, {self.end}); windows must tile"
-            )
-        return Windows(end, self.end, self.width)
-
-    def first_end_after(self, moment: Column) -> Column:
-        """The first window end strictly after ``moment`` (the first end when ``moment``
-        is earlier), or null when no window of the range ends after it."""
-        steps = F.when(moment < self.start, 0).otherwise(
-            F.floor((moment - F.lit(self.start)) / self.width).cast("long")
-        ) + 1
-        end = F.lit(self.start) + steps * self.width
-        return F.when(end <= self.end, end)
+def first_end_after(windows: Windows, moment: Column) -> Column:
+    """The first end of ``windows`` strictly after ``moment`` (the first end when ``moment``
+    is earlier), or null when no window of the range ends after it."""
+    steps = F.when(moment < windows.start, 0).otherwise(
+        F.floor((moment - F.lit(windows.start)) / windows.width).cast("long")
+    ) + 1
+    end = F.lit(windows.start) + steps * windows.width
+    return F.when(end <= windows.end, end)
 
 
 def bind_times(
@@ -211,7 +177,7 @@ def bind_times(
         eligible = F.min("arrival_ms").over(after)
     else:
         eligible = F.max("arrival_ms").over(before)
-    time = windows.first_end_after(eligible)
+    time = first_end_after(windows, eligible)
     if not allow_gaps:
         reached = F.max("covers").over(by_offset.rowsBetween(Window.unboundedPreceding, -1))
         follows = F.col("offset") <= F.coalesce(reached, F.col("_start") - 1) + 1
@@ -325,14 +291,14 @@ def binding_updates(
     return pa.Table.from_pylist([dict(zip(schema.names, row, strict=True)) for row in rows], schema)
 
 
-def remap_updates(remap: Shard, until: int) -> list[tuple[int, int, int, int]]:
+def remap_updates(remap: ShardReader, until: int) -> list[tuple[int, int, int, int]]:
     """Every remap update ``(partition, offset, time, diff)`` at times ``<= until``, read on
     the driver: the remap is tiny metadata, and a Spark job would cost far more."""
     table = remap.updates_through(until)
     return list(zip(*(table.column(name).to_pylist() for name in REMAP_UPDATE), strict=True))
 
 
-def frontier_at(remap: Shard, time: int) -> OffsetFrontier:
+def frontier_at(remap: ShardReader, time: int) -> OffsetFrontier:
     """``remap[time]``; before time 0 nothing is bound. Validates the stored antichain."""
     if time < 0:
         return OffsetFrontier()
@@ -359,7 +325,7 @@ def frontier_of(live: Mapping[tuple[int, int], int], time: int) -> OffsetFrontie
     return OffsetFrontier(dict(key for key, _ in elements))
 
 
-def offsets_for(remap: Shard, frontier: TimeFrontier) -> OffsetFrontier:
+def offsets_for(remap: ShardReader, frontier: TimeFrontier) -> OffsetFrontier:
     """The FromTime frontier of an IntoTime frontier: ``remap`` at its last complete time.
 
     The empty IntoTime frontier (finished) maps to the remap's latest complete binding.
@@ -429,7 +395,7 @@ class RangeBindings:
         cls, previous: OffsetFrontier, bound: Sequence[tuple[int, OffsetFrontier]]
     ) -> RangeBindings:
         """The bindings just minted from ``previous``, without reading the remap again."""
-        bindings = []
+        bindings: list[tuple[int, int, int]] = []
         before = previous
         for time, frontier in bound:
             moved = [p for p in frontier.partitions if frontier[p] != before[p]]

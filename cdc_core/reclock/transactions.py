@@ -56,6 +56,7 @@ from pyspark.sql.types import (
 )
 from pyspark.sql.window import Window
 
+from cdc_core.calendar import Windows
 from cdc_core.envelopes.decode import unwrap_connect_envelope
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, CanonicalRecords, Registry, starts_column
@@ -63,7 +64,6 @@ from cdc_core.reclock.admission import OPEN_MARK, TRANSACTION_TOPIC, Admission, 
 from cdc_core.reclock.remap import (
     ReclockSource,
     RemapError,
-    Windows,
     bind_times,
     binding_updates,
     effective_starts,

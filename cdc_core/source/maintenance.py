@@ -3,7 +3,7 @@
 One pass, safe to repeat and to run beside the source's runs (every step is a
 compare-and-set commit, or deletes only what no version and no live registration
 refers to): retire the dumps below the resumption frontier; advance each shard's since
-to the source's retention horizon (``Config.source_horizon``: the windows that can still
+to the source's retention horizon (the calendar's ``source_horizon``: the windows that can still
 be materialized are read back exactly, older ones are compacted), never past a live
 reader's hold; compact the shards logically and physically; collect their garbage;
 checkpoint every table's Delta log and trim it to ``log_keep_ms`` of commits. After it,
@@ -30,6 +30,7 @@ from cdc_core.source.resumption import (
     retirable,
     retire_files,
 )
+from cdc_core.storage import LocationLike
 from cdc_core.vocabulary import RetirePolicy
 
 # A registry table with this many files or more is compacted: it gained some since the
@@ -108,7 +109,8 @@ def maintain_table(
     if compact is not None and before >= SMALL_FILES:
         compact(str(path))
     collected, trimmed = tidy_table(str(path), log_keep_ms)
-    after = len(live_files(existing_table(str(path))))
+    tidied = existing_table(str(path))
+    after = 0 if tidied is None else len(live_files(tidied))
     return TableUpkeep(before, after, len(collected), len(trimmed))
 
 
@@ -144,7 +146,7 @@ def maintain_group(
     log_keep_ms: int,
     *,
     mode: RetirePolicy,
-    landing: Path,
+    landing: LocationLike,
     now_ms: int,
 ) -> GroupUpkeep:
     """Retire the transaction dumps wholly below the group's open mark at ``keep_from``

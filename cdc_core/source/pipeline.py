@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from cdc_core.reclock.transactions import (
     transaction_registry,
 )
 from cdc_core.schemas import ERROR, REMAP
-from cdc_core.shard import Shard, existing_table, stored_upper
+from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import unique_reader_id, writing
 from cdc_core.shard.write import Updates
@@ -58,19 +57,10 @@ from cdc_core.source.layout import (
     source_registry,
     transaction_binder,
 )
-from cdc_core.source.maintenance import (
-    MaintenanceReport,
-    maintain_group,
-    maintain_registry,
-    maintain_shard,
-    maintain_table,
-)
 from cdc_core.source.reader import SourceReader, SourceStatus
 from cdc_core.source.registration import Registration, described
 from cdc_core.source.resumption import (
-    RetireReport,
     UpstreamCommit,
-    retire,
 )
 from cdc_core.source.state import (
     published_as_of,
@@ -80,7 +70,7 @@ from cdc_core.source.state import (
 from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.spark import planned_as, planned_for_input
 from cdc_core.storage import LocationLike, located
-from cdc_core.vocabulary import Envelope, RetirePolicy
+from cdc_core.vocabulary import Envelope
 
 # A step after the run that reads at most this many rows plans small (``planned_by_tables``):
 # a scheduled window's checks and publishing, a small source's; a backfill's checks over a
@@ -177,6 +167,8 @@ class SourcePipeline:
             self._open("dedup", DEDUP_STATE) if source.envelope == Envelope.DEBEZIUM else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
+        # The landing zone as ``input_bytes`` listed it, for the next registration.
+        self._sized: list[list[DumpFile]] | None = None
         self.group = transaction_binder(spark, config, group_lake or lake, source.name)
         shards = {name: getattr(self, name) for name in ("remap", *output_tables(source))}
         self.reader = SourceReader(spark, config, source, self.root, shards, self.group)
@@ -214,12 +206,9 @@ class SourcePipeline:
         A member of a transaction group registers its group's dumps too (every member's and
         the transaction topic's), so the group's binding sees them all at the same moment.
         Returns how many of the source's own files were new."""
-        registries = [self.registry]
-        if self.group is not None:
-            registries += [m.registry for m in self.group.members.values()]
-            registries.append(self.group.registry)
+        registries = self._registries()
         with phase(self.source.name, "register dumps") as figures:
-            landed = [list_dump_files(self.landing, r.topic) for r in registries]
+            landed, self._sized = self._sized or self._landed(registries), None
             with planned_for_input(
                 self.spark, _new_bytes(registries, landed), self.config.spark.conf
             ):  # a scheduled run's dump is small: its scan (a cold process's first job) too
@@ -229,6 +218,30 @@ class SourcePipeline:
                 ]
             figures["files"] = counts[0]
         return figures["files"]
+
+    def _registries(self) -> list[Registry]:
+        """The registries a run of the source registers into: its own and, for a member
+        of a transaction group, every member's and the transaction topic's."""
+        registries = [self.registry]
+        if self.group is not None:
+            registries += [m.registry for m in self.group.members.values()]
+            registries.append(self.group.registry)
+        return registries
+
+    def _landed(self, registries: Sequence[Registry]) -> list[list[DumpFile]]:
+        """The dump files landed for each registry's topic, as listed now."""
+        return [list_dump_files(self.landing, r.topic) for r in registries]
+
+    def input_bytes(self) -> int:
+        """What a run of the source reads, in stored bytes, judged before it registers
+        anything: the landed dumps it would register and what a run from the outputs'
+        upper reads (``_input_bytes``). Sizes the plan of sources served together; the
+        next ``register_dumps`` registers from this listing, not from one of its own."""
+        registries = self._registries()
+        self._sized = landed = self._landed(registries)
+        lower = self.outputs_upper().time
+        prior = 0 if lower is None else self._input_bytes(lower)
+        return _new_bytes(registries, landed) + prior
 
     def _register(
         self,
@@ -541,66 +554,6 @@ class SourcePipeline:
                 figures["changed"] = len(self.registration.sync())
         with phase(self.source.name, "status"):
             return self.reader.status()
-
-    def maintain(self, now_ms: int) -> MaintenanceReport:
-        """Retire, then bring every table of the source back within its bounds: shards'
-        sinces at its retention horizon (``Config.source_horizon``), compacted and
-        collected, and every log trimmed to a reader lease of commits (see
-        ``cdc_core.source.maintenance``). Its transaction group is kept from the earliest
-        horizon of its members."""
-        retired = self.retire()
-        horizon = self.config.source_horizon(self.source.name, now_ms)
-        keep_ms = self.config.readers.lease_ms
-        tables = {"remap": maintain_shard(self.remap, None, keep_ms)}
-        for name in output_tables(self.source):
-            tables[name] = maintain_shard(getattr(self, name), horizon, keep_ms)
-        plain = {"state": str(self.root / "state"), "history": str(self.root / "history"),
-                 "upstream": self.upstream.path}
-        for name, path in plain.items():
-            upkeep = maintain_table(path, keep_ms)
-            if upkeep is not None:
-                tables[name] = upkeep
-        tables.update(maintain_registry(self.registry, keep_ms))
-        if self.group is None:
-            return MaintenanceReport(self.source.name, retired, tables)
-        group = self.config.transaction_group(self.source.name)
-        modes = {self.config.source(name).retire for name in self.group.members}
-        earliest = min(self.config.source_horizon(name, now_ms) for name in self.group.members)
-        upkeep = maintain_group(
-            self.group, self._group_keep_from(earliest), keep_ms, now_ms=now_ms,
-            mode=RetirePolicy.DELETE if modes == {RetirePolicy.DELETE} else RetirePolicy.ARCHIVE,
-            landing=self.landing,
-        )  # fmt: skip
-        for name, table in upkeep.tables.items():
-            tables[f"{group.name}/{name}"] = table
-        return MaintenanceReport(self.source.name, retired, tables, upkeep.retired)
-
-    def _group_keep_from(self, horizon: int) -> int | None:
-        """The earliest time the source's transaction group is still asked about: the
-        members' earliest retention horizon, each member's last binding (a member copies the group's
-        bindings from its own upper on), and the last time the group and its admitted
-        record hold; None while any of them holds nothing."""
-        uppers = [stored_upper(str(self.root.parent / name / "remap")).time
-                  for name in self.group.members]  # fmt: skip
-        for shard in (self.group.bindings, self.group.admitted):
-            uppers.append(shard.refresh().upper.time)
-        known = [upper for upper in uppers if upper is not None]
-        if any(upper <= 0 for upper in known):
-            return None
-        return min([horizon, *(upper - 1 for upper in known)])
-
-    def retire(self) -> RetireReport:
-        """Commit the offset resumption frontier upstream and retire the dumps below it."""
-        return retire(
-            self.remap,
-            self.outputs,
-            self.registry,
-            self.upstream,
-            mode=self.source.retire,
-            landing=self.landing,
-            archive=self.root / "archive",
-            now_ms=int(time.time() * 1000),
-        )
 
 
 def _new_bytes(registries: Sequence[Registry], landed: Sequence[Sequence[DumpFile]]) -> int:

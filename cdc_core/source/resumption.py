@@ -14,11 +14,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
+from deltalake.transaction import AddAction, RemoveAction
 
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.ingest import RegisteredFile, Registry
@@ -33,6 +33,7 @@ from cdc_core.shard.delta_io import (
     write_arrow,
 )
 from cdc_core.shard.log import commit_metadata, commit_once, open_or_create
+from cdc_core.shard.read import ShardReader
 from cdc_core.storage import LocationLike, located
 from cdc_core.storage import files as storage_files
 from cdc_core.vocabulary import RetirePolicy
@@ -55,7 +56,7 @@ class ResumptionFrontiers:
     offsets: OffsetFrontier
 
 
-def timestamp_resumption_frontier(shards: Sequence[Shard]) -> TimeFrontier:
+def timestamp_resumption_frontier(shards: Sequence[ShardReader]) -> TimeFrontier:
     """The meet of the (freshly read) uppers of ``shards``."""
     if not shards:
         raise ValueError("a source has at least one shard")
@@ -65,7 +66,7 @@ def timestamp_resumption_frontier(shards: Sequence[Shard]) -> TimeFrontier:
     return frontier
 
 
-def resumption_frontiers(remap: Shard, shards: Sequence[Shard]) -> ResumptionFrontiers:
+def resumption_frontiers(remap: ShardReader, shards: Sequence[ShardReader]) -> ResumptionFrontiers:
     """Both resumption frontiers of a source; ``shards`` are its shards other than remap."""
     timestamp = timestamp_resumption_frontier([remap, *shards])
     return ResumptionFrontiers(timestamp, offsets_for(remap, timestamp))
@@ -79,7 +80,7 @@ class UpstreamCommit:
     change in one atomic commit. Commits only move forward.
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: LocationLike) -> None:
         self.path = str(path)
 
     def read(self) -> ResumptionFrontiers | None:
@@ -125,7 +126,7 @@ class UpstreamCommit:
             )
             batch_id = uuid.uuid4().hex
             written = write_arrow(self.path, rows, batch_id)
-            actions = [remove_action(f) for f in live_files(table)]
+            actions: list[AddAction | RemoveAction] = [remove_action(f) for f in live_files(table)]
             actions.append(add_action(written, data_change=True))
             metadata = commit_metadata("upstream commit", f"{frontiers.offsets} at {time}")
             transactions = [Transaction(COMMIT_APP_ID, time)]
@@ -301,8 +302,8 @@ class SourceInspection:
 def inspect_source(
     source: ReclockSource,
     name: str,
-    remap: Shard,
-    shards: Sequence[Shard],
+    remap: ShardReader,
+    shards: Sequence[ShardReader],
     registry: Registry,
     upstream: UpstreamCommit,
     *,

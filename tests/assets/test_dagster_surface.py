@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from assets.checks import CONCURRENT_CHECKS, SourceCheck, judge_concurrently
-from assets.partitions import closed_windows, range_tags, window_partitions
+from assets.partitions import range_tags, window_partitions
 from assets.source_assets import ARRIVALS_TAG
 from cdc_core.checks.invariants import CheckOutcome
 from cdc_core.config import Config, ConfigError, parse_config
@@ -470,11 +470,11 @@ def now_ms() -> int:
 def test_closed_windows_by_hand_without_an_end(tmp_path: Path) -> None:
     config = parse_config({**deployment_data(), "end": None}, tmp_path)
     assert config.end_ms is None
-    assert closed_windows(config, BINDING_TIMES[0], BINDING_TIMES[2] + 5_000) == [
+    assert config.calendar.closed_windows(BINDING_TIMES[0], BINDING_TIMES[2] + 5_000) == [
         (KEYS[1], BINDING_TIMES[1]),
         (KEYS[2], BINDING_TIMES[2]),
     ]
-    assert closed_windows(config, -1, START_MS + MINUTE_MS - 1) == []
+    assert config.calendar.closed_windows(-1, START_MS + MINUTE_MS - 1) == []
 
 
 @settings(max_examples=60, deadline=None)
@@ -495,12 +495,12 @@ def test_closed_windows_equal_the_partitions_dagster_lists(
     config = parse_config({**deployment_data(), "window": text, "end": end}, Path("/unused"))
     after_ms = config.start_ms + after * config.window_ms // 4 + jitter
     through_ms = config.start_ms + through * config.window_ms + jitter
-    partitions = window_partitions(config)
+    partitions = window_partitions(config, config.start_ms)
     expected = [
         (key, int(partitions.time_window_for_partition_key(key).end.timestamp() * 1000))
         for key in partitions.get_partition_keys()
     ]
-    assert closed_windows(config, after_ms, through_ms) == [
+    assert config.calendar.closed_windows(after_ms, through_ms) == [
         (key, end) for key, end in expected if after_ms < end <= through_ms
     ]
 

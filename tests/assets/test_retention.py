@@ -41,7 +41,8 @@ from assets.partitions import (
     window_partitions,
 )
 from benchmarks.screenshot import graphql, running_webserver
-from cdc_core.config import MAX_PARTITIONS, MS_PER_DAY, Config, load_config
+from cdc_core.calendar import MS_PER_DAY
+from cdc_core.config import MAX_PARTITIONS, Config, load_config
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.cli import materialize
 from pipelines.maintenance import MAINTENANCE_JOB
@@ -145,7 +146,7 @@ def test_a_year_old_open_ended_source_runs_a_window_without_listing_every_partit
 
     # A dozen records, a year after start: in the first window Dagster still lists (the
     # hour six hours ago) and the two after it.
-    first = config.first_window_start(now)
+    first = config.calendar.first_window_start(now)
     assert first == (now - 6 * HOUR) // HOUR * HOUR
     land(config, [(i, i % 5, first + (i // 4) * MINUTE + 1_000 * (i + 1)) for i in range(12)])
     definitions = build_definitions(config, now)
@@ -208,7 +209,7 @@ def test_windows_still_listed_show_materialized_after_the_partitions_start_moved
     midnight = now // MS_PER_DAY * MS_PER_DAY
     config = write_config(tmp_path, midnight - 3 * MS_PER_DAY, launchable="1h")
     horizon = (now - HOUR) // HOUR * HOUR  # where the UI starts: the hour an hour ago
-    assert config.first_window_start(now) == horizon
+    assert config.calendar.first_window_start(now) == horizon
     land(config, [(i, i, horizon - MINUTE + i * MINUTE + 1_000) for i in range(3)])
     keys = [window_key(config, horizon + i * MINUTE) for i in range(3)]  # one before, two in
 
@@ -232,9 +233,10 @@ def test_windows_still_listed_show_materialized_after_the_partitions_start_moved
     )
 
     with running_webserver(tmp_path / "reclock.yaml", home) as base_url:
-        listed_before = window_partitions(config).get_num_partitions()
+        listed_before = window_partitions(config, int(time.time() * 1000)).get_num_partitions()
         (node,) = graphql(base_url, STATUS_QUERY)["assetNodes"]
-        listed_after = window_partitions(config).get_num_partitions()  # a minute may pass
+        # a minute may pass
+        listed_after = window_partitions(config, int(time.time() * 1000)).get_num_partitions()
         # The daily maintenance, launched from the webserver, has it load the definitions
         # again (their partitions start anew): the location's load time moves past its run.
         loaded = location_loaded_at(base_url)
@@ -305,7 +307,7 @@ def test_materialize_refuses_windows_before_the_horizon(
     start = now // MS_PER_DAY * MS_PER_DAY - 365 * MS_PER_DAY
     config = write_config(tmp_path, start)
     assert not materialize(config, start + MINUTE)
-    horizon = datetime.fromtimestamp(config.first_window_start(now) / 1000, UTC)
+    horizon = datetime.fromtimestamp(config.calendar.first_window_start(now) / 1000, UTC)
     assert f"first window Dagster still lists starts at {horizon:%Y-%m-%dT%H:%M:%SZ}" in (
         capsys.readouterr().err
     )

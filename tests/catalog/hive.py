@@ -42,6 +42,13 @@ def listening(port: int) -> bool:
         return False
 
 
+def connect_server_args(config: Path) -> list[str]:
+    """A Connect server for ``config``'s runs: its settings (the catalog's among them),
+    and Delta's log replays in one task, as the suite's own session does
+    (``tests/conftest.py``): the time-travel reads are many small ones."""
+    return ["--config", str(config), "--conf", "spark.databricks.delta.snapshotPartitions=1"]
+
+
 @contextmanager
 def metastore_server(folder: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A Hive metastore Thrift server on 127.0.0.1 (its Derby database and warehouse in
@@ -83,8 +90,10 @@ def write_config(
 ) -> Path:
     """The ``users`` deployment in ``root`` (its dumps landed), registered in ``catalog``;
     with ``remote``, run over that Spark Connect server."""
-    (root / "landing" / "users").mkdir(parents=True, exist_ok=True)
-    (root / "landing" / "users" / "dump.json").write_text("".join(DUMP))
+    dump = root / "landing" / "users" / "dump.json"
+    if not dump.exists():  # landed once: a dump changed after registration is refused
+        dump.parent.mkdir(parents=True, exist_ok=True)
+        dump.write_text("".join(DUMP))
     data: dict[str, Any] = {
         "lake": "lake", "landing": "landing", "window": "1m", "start": "2026-01-01T00:00:00Z",
         "catalog": catalog,
@@ -112,11 +121,12 @@ def _rows(frame) -> list[list[Any]]:  # noqa: ANN001
     return sorted(([*row] for row in frame.collect()), key=repr)
 
 
-def _read(config_file: Path) -> dict[str, Any]:
-    """In a fresh session: the tables of the database; for every version of users' state,
-    its rows by name and by path, and at the time each version is as of, the rows of
-    ``SourceReader.snapshot_at`` (what ``reclock snapshot --as-of`` prints) and of a
-    ``TIMESTAMP AS OF`` query by name at the version's commit; DESCRIBE's properties."""
+def _read(config_file: Path, *, versions: bool) -> dict[str, Any]:
+    """In a fresh session: the tables of the database, users' state by name (its rows,
+    columns, and DESCRIBE's location and properties); with ``versions``, for every
+    published version of the state, its rows by name and by path, by name at its commit's
+    time, and ``SourceReader.snapshot_at`` (what ``reclock snapshot --as-of`` prints) at
+    the time it is as of."""
     from deltalake import DeltaTable
 
     from cdc_core.config import load_config
@@ -134,22 +144,26 @@ def _read(config_file: Path) -> dict[str, Any]:
         for r in spark.sql(f"DESCRIBE TABLE EXTENDED {database}.users_state").collect()
     }
     reader = SourceReader.open(spark, config, config.sources[0], config.lake)
-    versions = {}
-    for commit in DeltaTable(path).history():
+    name = f"{database}.users_state"
+    # The commit times as Delta's Spark connector reads them (what TIMESTAMP AS OF means).
+    history = spark.sql(f"DESCRIBE HISTORY {name}").selectExpr(
+        "version", "date_format(timestamp, 'yyyy-MM-dd HH:mm:ss.SSS') AS at"
+    )
+    published = {}
+    for commit in sorted(history.collect(), key=lambda c: c["version"]) if versions else []:
         version = commit["version"]
         as_of = DeltaTable(path, version=version).transaction_version(STATE_AS_OF)
-        seconds, ms = divmod(commit["timestamp"], 1000)
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds)) + f".{ms:03d}"
-        name = f"{database}.users_state"
-        versions[version] = {
+        if as_of is None:
+            continue  # the empty table's creation
+        published[version] = {
             "as_of": as_of,
             "by_name": _rows(spark.sql(f"SELECT * FROM {name} VERSION AS OF {version}")),
             "by_path": _rows(spark.read.format("delta").option("versionAsOf", version)
                              .load(path)),  # fmt: skip
             "by_name_at_commit": _rows(
-                spark.sql(f"SELECT * FROM {name} TIMESTAMP AS OF '{stamp}'")
+                spark.sql(f"SELECT * FROM {name} TIMESTAMP AS OF '{commit['at']}'")
             ),
-            "snapshot": _rows(reader.snapshot_at(as_of)) if as_of is not None else None,
+            "snapshot": _rows(reader.snapshot_at(as_of)),
         }  # fmt: skip
     return {
         "tables": tables,
@@ -157,21 +171,21 @@ def _read(config_file: Path) -> dict[str, Any]:
         "location": described.get("Location", ""),
         "latest": _rows(spark.table(f"{database}.users_state")),
         "columns": spark.table(f"{database}.users_state").columns,
-        "versions": versions,
+        "versions": published,
     }
 
 
 def main(action: str, config_file: str, *args: str) -> dict[str, Any]:
     """The client's actions: ``run FIRST LAST`` (windows, 1-based), ``rebuild LAST``,
-    ``read``."""
+    ``read`` (the state by name), ``versions`` (and every published version)."""
     from cdc_core.config import load_config
     from cdc_core.reclock import Windows
     from cdc_core.source import SourcePipeline, rebuild
     from pipelines.cli import config_spark
     from tests.source.test_history import T0, WINDOW, run
 
-    if action == "read":
-        return _read(Path(config_file))
+    if action in ("read", "versions"):
+        return _read(Path(config_file), versions=action == "versions")
     config = load_config(config_file)
     spark = config_spark(config)
     source = config.sources[0]

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from cdc_core.ingest import DumpFileChanged, MissingDumpFile, Registry, list_dump_files
 from cdc_core.ingest import registry as registry_module
-from cdc_core.ingest.dumps import read_canonical
+from cdc_core.ingest.canonical import read_canonical
 from cdc_core.ingest.registry import (
     FILES_SCHEMA,
     PATH_ROW_GROUP,

@@ -9,7 +9,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from assets.partitions import PARTITION_FORMAT, range_tags
+from assets.partitions import range_tags
+from cdc_core.calendar import PARTITION_FORMAT
 from cdc_core.spark import DRIVER_JAVA_OPTIONS, QUICK_START_OPTIONS, session_conf
 from resources.spark import is_one_partition
 from tests.connect_server import client_env

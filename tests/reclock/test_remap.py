@@ -7,13 +7,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from cdc_core.calendar import MisalignedWindow, Windows
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.ingest import Registry
 from cdc_core.reclock.remap import (
-    MisalignedWindow,
     NonMonotoneBinding,
     UnexpectedStartOffset,
-    Windows,
     binding_updates,
     mint_bindings,
     offsets_for,

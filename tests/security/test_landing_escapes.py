@@ -15,6 +15,7 @@ was, byte for byte, and read nothing from it.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from cdc_core.ingest import DumpFileChanged, Registry, list_dump_files
 from cdc_core.ingest.registry import RegisteredFile
 from cdc_core.source import OUTPUTS, SourcePipeline
 from cdc_core.source.resumption import RetireReport, retire_files
+from cdc_core.source.upkeep import retire_source
 from cdc_core.storage import Location
 from cdc_core.storage.files import LEADS_OUT, OutsideFolder
 from pipelines.cli import materialize
@@ -103,7 +105,8 @@ def escapes(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Es
         pipeline.register_dumps(arrival_ms=T0)
     assert materialize(config, exports=False), "links out never fail a run"
     after_run = tree_state(outside)
-    retired = {pipeline.source.name: pipeline.retire() for pipeline in pipelines}
+    now_ms = int(time.time() * 1000)
+    retired = {p.source.name: retire_source(p, now_ms) for p in pipelines}
     return Escapes(config, outside, before, after_run, tree_state(outside), retired)
 
 

@@ -3,19 +3,25 @@ the CDCv2 export, in one real Dagster run: a key-only table (``f1`` is its key a
 only column, as join tables and Materialize's testdrive tables are) through
 ``debezium-upsert`` with history and through classic ``debezium``, one nullable column
 (``none``, where equal records make a bag, and a CDCv2 stream), and only nullable columns
-(``upsert``, a null key column and a null value). Expected tables by hand."""
+(``upsert``, a null key column and a null value). Expected tables by hand.
+
+The run's one step serves the five sources at once; each source run alone writes the same
+tables, row for row."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from dagster import DagsterInstance
+import pytest
+from dagster import DagsterInstance, ExecuteInProcessResult
 from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from assets.partitions import range_tags
 from cdc_core.config import Config, parse_config
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
+from tests.lake_rows import run_through, table_rows
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 W1, W2 = T0 + 1_000, T0 + 61_000  # a record in the first and in the second window
@@ -85,15 +91,24 @@ def state(config: Config, source: str) -> list[tuple]:
     return sorted((tuple(r.values()) for r in rows), key=repr)
 
 
-def test_every_envelope_and_check_takes_key_only_single_and_nullable_columns(
-    spark, tmp_path: Path
-) -> None:
-    config = landed(tmp_path)
+@pytest.fixture(scope="module")
+def together(
+    tmp_path_factory: pytest.TempPathFactory, spark: SparkSession
+) -> tuple[Config, ExecuteInProcessResult]:
+    """Every source's two windows in one Dagster run (its step serves them at once)."""
+    config = landed(tmp_path_factory.mktemp("together"))
     job = build_definitions(config).resolve_job_def(ALL_WINDOWS_JOB)
     result = job.execute_in_process(
         instance=DagsterInstance.ephemeral(), raise_on_error=False,
         tags=range_tags("2026-01-01T00:00:00", "2026-01-01T00:02:00"),
     )  # fmt: skip
+    return config, result
+
+
+def test_every_envelope_and_check_takes_key_only_single_and_nullable_columns(
+    together: tuple[Config, ExecuteInProcessResult],
+) -> None:
+    config, result = together
     evaluations = {
         (e.asset_key.path[0], f"{e.asset_key.path[-1]}.{e.check_name}"): e
         for e in result.get_asset_check_evaluations()
@@ -113,3 +128,24 @@ def test_every_envelope_and_check_takes_key_only_single_and_nullable_columns(
     assert changes == [("a", 1), ("a", 1), (None, 1)]
     assert state(config, "notes") == [(1, "y"), (None, "x")]
     assert state(config, "counts") == [(5,)]
+
+
+def test_each_source_run_alone_writes_what_the_run_serving_them_together_wrote(
+    together: tuple[Config, ExecuteInProcessResult], spark: SparkSession, tmp_path: Path
+) -> None:
+    """Sources served side by side share the session, never a table: each source run on
+    its own (the engine alone, one source at a time) writes every table of the shared
+    run row for row: the shards, the published state, the history and the dedup state."""
+    shared, _ = together
+    alone = landed(tmp_path)
+    for source in SOURCES:
+        run_through(spark, alone, source["name"], T0 + 120_000)
+    for source in SOURCES:
+        name = source["name"]
+        tables = sorted(p.parent.name for p in (shared.lake / name).glob("*/_delta_log"))
+        assert {"remap", "reclocked", "changes", "errors", "state"} <= set(tables)
+        assert tables == sorted(p.parent.name for p in (alone.lake / name).glob("*/_delta_log"))
+        for table in tables:
+            assert table_rows(alone, name, table) == table_rows(shared, name, table), (
+                f"{name}/{table}"
+            )

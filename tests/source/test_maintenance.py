@@ -28,6 +28,7 @@ from cdc_core.shard import ShardUsageError
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.leases import LeaseBook
 from cdc_core.source import SourcePipeline
+from cdc_core.source.upkeep import maintain_source
 from pipelines.build import build_definitions
 from pipelines.cli import main, materialize
 from pipelines.maintenance import MAINTENANCE_JOB
@@ -100,7 +101,7 @@ def test_maintain_bounds_every_table_and_keeps_what_it_publishes(aged: Config, s
     LeaseBook.of(pipeline.changes).register("analyst", MIDNIGHT - 5 * MINUTE, 3_600_000)
     time.sleep(1.5)  # the log files written so far are older than the 1 s lease
 
-    held = pipeline.maintain(NOW)
+    held = maintain_source(pipeline, NOW)
 
     assert held.tables["changes"].since == TimeFrontier.at(MIDNIGHT - 5 * MINUTE)
     assert log_commits(changes) >= commits, "the version the reader pins stays readable"
@@ -114,7 +115,7 @@ def test_maintain_bounds_every_table_and_keeps_what_it_publishes(aged: Config, s
 
     LeaseBook.of(pipeline.changes).release("analyst")
     time.sleep(1.5)
-    report = pipeline.maintain(NOW)  # repeatable, and now free to go on
+    report = maintain_source(pipeline, NOW)  # repeatable, and now free to go on
 
     assert report.tables["changes"].since == TimeFrontier.at(MIDNIGHT)
     assert log_commits(changes) < commits / 4, "the log trimmed to its checkpoint"
@@ -126,7 +127,7 @@ def test_maintain_bounds_every_table_and_keeps_what_it_publishes(aged: Config, s
     # begin at this source's horizon. A window before a source's since (a partition while
     # another source's longer retention reaches it) runs as a no-op, and its completeness
     # check has nothing left to recount.
-    assert aged.first_window_start(NOW) == MIDNIGHT
+    assert aged.calendar.first_window_start(NOW) == MIDNIGHT
     versions = {t: DeltaTable(str(aged.lake / "users" / t)).version() for t in SHARDS}
     before = Windows.one(MIDNIGHT - 2 * MINUTE, MIDNIGHT - MINUTE)
     assert not any(report.minted for report in pipeline.run_windows(before))

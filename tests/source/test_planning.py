@@ -8,6 +8,7 @@ obeyed, and both plans write the same tables."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,9 @@ from cdc_core.spark import (
     CODEGEN_FACTORY,
     SHUFFLE_PARTITIONS,
     WHOLE_STAGE_CODEGEN,
+    planned_as,
     planned_for_input,
+    planned_together,
 )
 from pipelines.cli import materialize
 from pipelines.sample import write_sample
@@ -179,6 +182,29 @@ def test_a_run_above_the_bound_keeps_adaptive_execution(spark: SparkSession) -> 
     with planned_for_input(spark, cdc_core.spark.SMALL_RUN_BYTES + 1, {}) as static:
         assert not static
         assert settings(spark) == before
+
+
+@pytest.mark.parametrize("input_bytes", [0, cdc_core.spark.SMALL_RUN_BYTES + 1])
+def test_a_plan_fixed_for_sources_served_together_holds_in_every_thread(
+    spark: SparkSession, input_bytes: int
+) -> None:
+    """Sources served side by side share the session's plan settings: inside
+    ``planned_together`` a source's own small or large plan, asked from any thread,
+    changes nothing and gets the plan fixed for all; the settings come back after."""
+    before = settings(spark)
+    with planned_together(spark, input_bytes, {}) as fixed:
+        assert fixed == (input_bytes == 0)
+        during = settings(spark)
+        assert during == (SMALL if fixed else before)
+
+        def own_plan(small: bool) -> tuple[bool, dict[str, str]]:
+            with planned_as(spark, small, {}) as static:
+                return static, settings(spark)
+
+        with ThreadPoolExecutor(2) as pool:
+            asked = list(pool.map(own_plan, [True, False, True, False]))
+        assert asked == [(fixed, during)] * 4
+    assert settings(spark) == before
 
 
 # The sample's sources of every kind of envelope: users (upsert), orders and order_lines

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import Window, _stale, expire_exports, export_windows
+from assets.cdcv2_export import Window, _stale, export_windows
 from cdc_core.cdcv2 import DataColumns, codec_json
+from cdc_core.cdcv2.export_folder import expire_exports
 from cdc_core.cdcv2.reference import read_all
 from cdc_core.cdcv2.stream_files import file_owner, is_progress_file
 from cdc_core.frontier import TimeFrontier

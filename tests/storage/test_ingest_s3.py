@@ -17,8 +17,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.ingest import MissingDumpFile, Registry, list_dump_files
+from cdc_core.ingest.canonical import read_canonical
 from cdc_core.ingest.connect_files import layout_of
-from cdc_core.ingest.dumps import read_canonical
 from cdc_core.ingest.registry import RegisteredPaths, fold_registry
 from cdc_core.spark import get_spark
 from cdc_core.storage import Location, files

@@ -5,6 +5,7 @@ longer needs from the store."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from cdc_core.source.upkeep import retire_source
 from cdc_core.storage import Location, delta_options, files
 from tests.lake_rows import SampleLake, run_through
 
@@ -58,7 +60,7 @@ def test_a_run_on_s3_writes_what_a_run_in_folders_writes_and_retires_from_the_st
             )
 
     on_s3 = pipelines["orders"]
-    report = on_s3.retire()
+    report = retire_source(on_s3, int(time.time() * 1000))
     landing_left = {e.path for e in files.list_files(f"{bucket}/landing/orders")}
     archived = {e.path for e in files.list_files(f"{bucket}/lake/orders/archive")}
     assert report.archived and set(report.archived.values()) == archived

@@ -10,7 +10,7 @@ from dagster import DagsterInstance, build_sensor_context
 from pyspark.sql import SparkSession
 
 from assets.source_assets import ARRIVALS_TAG
-from cdc_core.config import Config, parse_config
+from cdc_core.config import Config, parse_config, use_config
 from cdc_core.source import SourcePipeline
 from cdc_core.spark import get_spark
 from cdc_core.storage import files
@@ -22,13 +22,13 @@ LINE = {"topic": "users", "partition": 0, "offset": 0, "ts": 1767225600000,
 
 
 def s3_config(bucket: str) -> Config:
-    return parse_config({
+    return use_config(parse_config({
         "lake": f"s3://{bucket}/lake", "landing": f"s3://{bucket}/landing", "window": "1m",
         "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:10:00Z",
         "sources": [{"name": "users", "topic": "users", "key": {"id": "bigint"},
                      "value": {"name": "string"}, "envelope": "upsert",
                      "reclock": "event-time"}],
-    }, ".")  # fmt: skip
+    }, "."))  # fmt: skip
 
 
 def tick(config: Config, cursor: str | None):

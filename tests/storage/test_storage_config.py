@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc_core.config import ConfigError, load_config, parse_config
+from cdc_core.config import ConfigError, load_config, parse_config, use_config
 from cdc_core.spark_server import (
     config_server_conf,
     server_command,
@@ -107,10 +107,10 @@ def test_s3_locations_load_and_reach_delta_rs_and_spark_with_the_same_settings(
 def test_the_config_block_overrides_the_environment(tmp_path: Path, s3_bucket: str) -> None:
     storage = {"endpoint": "http://localhost:9", "region": "eu-west-1",
                "access_key_id": "mine", "secret_access_key": "secret"}  # fmt: skip
-    parse_config(
+    use_config(parse_config(
         {**yaml.safe_load(write(tmp_path).read_text()), "lake": "s3://bkt/lake",
          "storage": storage}, tmp_path,
-    )  # fmt: skip
+    ))  # fmt: skip
     options = delta_options("s3://bkt/lake")
     assert options is not None
     assert (options["AWS_ENDPOINT_URL"], options["AWS_REGION"], options["AWS_ACCESS_KEY_ID"]) == (

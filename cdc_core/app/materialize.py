@@ -1,0 +1,205 @@
+"""Materializing a run: its windows for one source, and many sources served at once.
+
+A deployment's run serves every source it selects. Serving them one after another makes
+a window's cost grow by a whole source's round of small Spark jobs and Delta commits per
+source, most of it waiting (on the JVM, on a commit), not computing. So the run serves up
+to ``SOURCE_WORKERS`` sources at once on the one Spark session, which runs their jobs
+side by side.
+
+Invariants:
+
+- Each source is served whole and on its own: what one source writes never depends on
+  another being served beside it (they share no table), and a source that fails is
+  reported as that source's failure while the others go on.
+- The members of a transaction group are served one after another by one worker: they
+  register each other's dumps and bind from the group's shards.
+- The plan settings are the session's, so sources served together are planned once,
+  from what they read together (``planned_together``); a single unit keeps its own
+  per-phase plans.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from pyspark.sql import SparkSession
+
+from cdc_core.config import Config
+from cdc_core.reclock import Windows
+from cdc_core.source import SourcePipeline, SourceStatus, WindowReport
+from cdc_core.spark import planned_together
+
+# Sources served at once. Spark runs their jobs side by side on one session; more than a
+# few only queue on the JVM's cores (a 2-core machine served 16 sources' windows 1.5x to
+# 1.7x faster with 4 at once than one by one, and no faster with 8).
+SOURCE_WORKERS = 4
+# How often the calling thread wakes while sources are served, to pass on their progress.
+IDLE_SECONDS = 0.25
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class MaterializedWindows:
+    """What a source's part of a run did: a report per window, and its status after."""
+
+    reports: list[WindowReport]
+    status: SourceStatus
+
+
+def materialize_windows(
+    pipeline: SourcePipeline,
+    runs: Sequence[Windows],
+    *,
+    now_ms: int,
+    arrived: dict[str, int],
+    on_window: Callable[[WindowReport], None] | None = None,
+) -> MaterializedWindows:
+    """Register the source's new dumps (stamped ``now_ms``, or their time in
+    ``arrived``), process each run of adjacent windows in one pass, and publish.
+
+    Windows already held write nothing, so a run repeated or resumed after a crash equals
+    one never interrupted."""
+    pipeline.register_dumps(arrival_ms=now_ms, arrived=arrived)
+    reports: list[WindowReport] = []
+    for windows in runs:
+        for report in pipeline.run_windows(windows):
+            reports.append(report)
+            if on_window is not None:
+                on_window(report)
+    return MaterializedWindows(reports, pipeline.finish())
+
+
+class SourceWork(Protocol[T]):
+    """One source's part of a run, opened: what it reads, and serving it."""
+
+    def input_bytes(self) -> int:
+        """What serving it reads, in stored bytes (see ``SourcePipeline.input_bytes``)."""
+        ...
+
+    def serve(self) -> T:
+        """Serve the source; what the caller reports of it."""
+        ...
+
+
+@dataclass(frozen=True)
+class Served(Generic[T]):
+    """A source served: what it gave, or the failure that stopped it."""
+
+    source: str
+    result: T | None = None
+    failure: Exception | None = None
+
+
+def serving_units(config: Config, names: Sequence[str]) -> list[list[str]]:
+    """``names`` in config order, grouped into what one worker serves in turn: each
+    transaction group's members together, every other source alone."""
+    units: dict[str, list[str]] = {}
+    for source in config.sources:
+        if source.name in names:
+            group = config.transaction_group(source.name)
+            units.setdefault(source.name if group is None else f"group {group.name}", []).append(
+                source.name
+            )
+    return list(units.values())
+
+
+def serve_together(
+    spark: SparkSession,
+    config: Config,
+    names: Sequence[str],
+    open_work: Callable[[str], SourceWork[T]],
+    *,
+    idle: Callable[[], None],
+    workers: int = SOURCE_WORKERS,
+) -> Iterator[Served[T]]:
+    """Serve the named sources, up to ``workers`` units at once, yielding each source as
+    it finishes (in the calling thread, which calls ``idle`` while it waits: the place to
+    pass on progress, since only the calling thread may talk to the orchestrator).
+
+    Two stages: every source is opened and sized, then, planned once from their sizes
+    together (when several units share the session), served."""
+    units = serving_units(config, names)
+    if not units:
+        return
+    together = len(units) > 1
+    done: queue.SimpleQueue[Served[T]] = queue.SimpleQueue()
+    pool = ThreadPoolExecutor(max(1, min(workers, len(units))), "reclock-source")
+    try:
+        opened = _run_all(
+            pool, [lambda unit=unit: _open_unit(unit, open_work, together) for unit in units], idle
+        )
+        works = [ready for ready, _ in opened if ready]
+        for _, failed in opened:
+            yield from failed
+        jobs = [lambda unit=unit: _serve_unit(unit, done) for unit in works]
+        if not together:
+            yield from _drain_while(pool, jobs, idle, done)
+            return
+        sizes = sum(size for unit in works for _, _, size in unit)
+        with planned_together(spark, sizes, config.spark.conf):
+            yield from _drain_while(pool, jobs, idle, done)
+    finally:
+        # A run stopped early (terminated, or its caller failed) starts no further source;
+        # those under way finish their (atomic, idempotent) commits before it returns.
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+Opened = list[tuple[str, SourceWork[T], int]]
+
+
+def _open_unit(
+    unit: list[str], open_work: Callable[[str], SourceWork[T]], sized: bool
+) -> tuple[Opened[T], list[Served[T]]]:
+    """Open each source of a unit (and size it, when ``sized``); a source that cannot be
+    opened fails alone (a group's members after it still open: each is its own source)."""
+    ready: Opened[T] = []
+    failed: list[Served[T]] = []
+    for name in unit:
+        try:
+            work = open_work(name)
+            ready.append((name, work, work.input_bytes() if sized else 0))
+        except Exception as failure:  # noqa: BLE001 - reported as the source's failure
+            failed.append(Served(name, failure=failure))
+    return ready, failed
+
+
+def _serve_unit(unit: Opened[T], done: queue.SimpleQueue[Served[T]]) -> None:
+    """Serve a unit's sources in turn, each reported as soon as it finishes."""
+    for name, work, _ in unit:
+        try:
+            done.put(Served(name, result=work.serve()))
+        except Exception as failure:  # noqa: BLE001 - reported as the source's failure
+            done.put(Served(name, failure=failure))
+
+
+def _run_all(
+    pool: ThreadPoolExecutor, jobs: list[Callable[[], T]], idle: Callable[[], None]
+) -> list[T]:
+    """Run ``jobs`` on the pool, calling ``idle`` while they run; their results in order."""
+    futures = [pool.submit(job) for job in jobs]
+    pending: set[Future[T]] = set(futures)
+    while pending:
+        _, pending = wait(pending, timeout=IDLE_SECONDS, return_when=FIRST_COMPLETED)
+        idle()
+    return [future.result() for future in futures]
+
+
+def _drain_while(
+    pool: ThreadPoolExecutor,
+    jobs: list[Callable[[], None]],
+    idle: Callable[[], None],
+    done: queue.SimpleQueue[Served[T]],
+) -> Iterator[Served[T]]:
+    """Run ``jobs`` on the pool, yielding what they put in ``done`` as it comes."""
+    pending: set[Future[None]] = {pool.submit(job) for job in jobs}
+    while pending or not done.empty():
+        if pending:
+            _, pending = wait(pending, timeout=IDLE_SECONDS, return_when=FIRST_COMPLETED)
+        idle()
+        while not done.empty():
+            yield done.get()

@@ -1,0 +1,82 @@
+"""Planning a run: which closed windows a run through a moment must cover.
+
+A run covers the windows from the first one some source still needs (its outputs do
+not hold it, its state or history is not published as of them, or its CDCv2 export is
+missing) through the last window closed, never earlier: a deployment that has run for
+months adds one window, not every window since the horizon. The plan reads the Delta
+logs and the export folders only, without starting Spark; ``now`` comes from the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdc_core.cdcv2.export_folder import EXPORT_FOLDER, exportable
+from cdc_core.config import Config, SourceConfig
+from cdc_core.shard import stored_upper
+from cdc_core.source import history_upper, published_as_of, stored_outputs_upper
+from cdc_core.storage import files, located
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The windows of a run through ``through``: ``closed`` are the windows (partition
+    key, end) closed since the partitions' start ``first_start``, in order; the run
+    covers ``closed[first:]`` (none when ``first == len(closed)``). ``before_partitions``:
+    windows closed, but only before the partitions' start (the launchable span and the
+    retention), so none of them is a partition any more."""
+
+    first_start: int
+    through: int
+    closed: tuple[tuple[str, int], ...]
+    first: int
+    before_partitions: bool
+
+    @property
+    def keys(self) -> list[str]:
+        """The partition keys of the windows the run covers, in order."""
+        return [key for key, _ in self.closed[self.first :]]
+
+
+def plan_run(
+    config: Config, through_ms: int | None, now_ms: int, *, exports: bool = True
+) -> RunPlan:
+    """The windows a run through ``through_ms`` (now, at the latest) must cover at
+    ``now_ms``; ``exports``: a missing CDCv2 export makes its window needed too."""
+    first_start = config.calendar.first_window_start(now_ms)
+    through = min(through_ms or now_ms, now_ms)
+    closed = config.calendar.closed_windows(first_start, through)
+    first = 0
+    if closed:
+        first = min(first_needed(config, source, closed, exports=exports)
+                    for source in config.sources)  # fmt: skip
+    start = config.start_ms
+    before = not closed and first_start > start and through > start
+    return RunPlan(first_start, through, tuple(closed), first, before)
+
+
+def first_needed(
+    config: Config, source: SourceConfig, closed: list[tuple[str, int]], *, exports: bool
+) -> int:
+    """The index in ``closed`` of the first window a run must cover for ``source``
+    (``len(closed)``: none, a run would write nothing): the first window its outputs do
+    not hold; the last one when ``state`` (or ``history``, when kept) is not published as
+    of them; with ``exports``, the first window after the last exported one. Judged from
+    the Delta logs and the folders alone, never by listing the windows already done. A
+    source that has no export (``exportable``) needs no export folder."""
+    root = located(config.lake) / source.name
+    upper = stored_outputs_upper(config.lake, source).time
+    needed = next((i for i, (_, end) in enumerate(closed) if upper is not None and end >= upper),
+                  len(closed))  # fmt: skip
+    changes = stored_upper(str(root / "changes")).time
+    published = changes is None or published_as_of(str(root / "state")) == changes - 1
+    if source.history and history_upper(str(root / "history")).time != changes:
+        published = False
+    if not published:
+        needed = min(needed, len(closed) - 1)
+    if exports and exportable(source):
+        exported = next((i for i in range(len(closed) - 1, -1, -1)
+                         if files.is_folder(str(root / EXPORT_FOLDER / closed[i][0]))),
+                        -1)  # fmt: skip
+        needed = min(needed, exported + 1)
+    return needed

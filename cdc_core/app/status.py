@@ -1,0 +1,77 @@
+"""What a deployment holds, read without writing: status and inspect, snapshots, readers.
+
+Every answer comes through a source's read handle (``SourceReader.open``) or from the
+Delta logs alone, so none of these creates, evolves or commits a table: they run on a
+lake this process may only read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+
+from cdc_core.app.session import config_spark
+from cdc_core.config import Config, SourceConfig
+from cdc_core.shard.leases import Hold, LeaseBook, LeaseUsageError, holds_under
+from cdc_core.source import SourceReader, SourceStatus
+from cdc_core.source.registration import catalog_tables
+from cdc_core.storage import files, located
+from cdc_core.vocabulary import CatalogKind
+
+
+def statuses(
+    config: Config, only: str | None = None, *, transactions: bool = False
+) -> list[SourceStatus]:
+    """Every source's status (or the one named ``only``); ``transactions``: with what each
+    transaction group member's last window holds back."""
+    spark = config_spark(config)
+    return [
+        SourceReader.open(spark, config, source, config.lake).status(transactions=transactions)
+        for source in config.sources
+        if only is None or source.name == only
+    ]
+
+
+def snapshot(config: Config, source: str, as_of: int) -> DataFrame:
+    """Source ``source``'s rows at IntoTime ``as_of``, lazy on the executors."""
+    spark = config_spark(config)
+    return SourceReader.open(spark, config, config.source(source), config.lake).snapshot_at(as_of)
+
+
+def reader_holds(config: Config, only: str | None) -> dict[str, list[Hold]]:
+    """Per source (or the one named ``only``), every registered reader and writer of its
+    shards, read from the logs alone."""
+    return {
+        source.name: holds_under(str(located(config.lake) / source.name))
+        for source in config.sources
+        if only in (None, source.name)
+    }
+
+
+def lease_book(config: Config, source: str, table: str) -> LeaseBook:
+    """The reader registrations of one shard of ``source``; LeaseUsageError when the
+    source has no such table yet."""
+    path = located(config.lake) / config.source(source).name / table
+    if not files.is_folder(str(path / "_delta_log")):
+        raise LeaseUsageError(f"{source} has no {table} table yet ({path})")
+    return LeaseBook(str(path))
+
+
+@dataclass(frozen=True)
+class TableAddress:
+    """Where a table of a source lives: its URI, and its name in the config's catalog
+    (``database.table``; None for a table no catalog registers)."""
+
+    uri: str
+    name: str | None
+
+
+def table_address(config: Config, source: SourceConfig, table: str) -> TableAddress:
+    """The address of ``source``'s ``table``, from the config alone (nothing is read)."""
+    registered = config.catalog.kind is not CatalogKind.NONE and table in catalog_tables(source)
+    name = config.catalog.table_name(source.name, table) if registered else None
+    return TableAddress(
+        (located(config.lake) / source.name / table).uri,
+        f"{config.catalog.database}.{name}" if name else None,
+    )

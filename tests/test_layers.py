@@ -1,0 +1,129 @@
+"""The layers: the front ends reach the engine through its application layer only.
+
+Files in ``pipelines/``, ``assets/`` and ``resources/`` may import from ``cdc_core`` the
+application layer (``cdc_core.app``), the vocabulary they show (``VOCABULARY`` modules,
+and the types of ``SHOWN_TYPES`` that they print or annotate), and nothing else below
+it, except the pairs ``TODAY`` names: each is a reach past the application layer still
+to be moved into it. Read from the files' own imports; no JVM.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FRONT_ENDS = ("pipelines", "assets", "resources")
+# The types and values the front ends show: the config and its calendar, the names of
+# policies and formats, frontiers, and the phases a run announces.
+VOCABULARY = (
+    "cdc_core.app",
+    "cdc_core.config",
+    "cdc_core.calendar",
+    "cdc_core.vocabulary",
+    "cdc_core.frontier",
+    "cdc_core.phases",
+)
+# Types below the application layer that front ends show (print as text or JSON, or
+# annotate), as ``module:Name``: importing them reaches into no behaviour.
+SHOWN_TYPES = frozenset(
+    {
+        "cdc_core.reclock.held:HeldPartition",
+        "cdc_core.reclock.transactions:PendingTransactions",
+        "cdc_core.shard.leases:Hold",
+        "cdc_core.shard.leases:LeaseUsageError",
+        "cdc_core.source:SourceStatus",
+        "cdc_core.source.reader:TableStatus",
+        "cdc_core.source.resumption:ResumptionFrontiers",
+    }
+)
+# Today's reaches below the application layer, (file, module): none may be added.
+TODAY = {
+    ("assets/cdcv2_export.py", "cdc_core.cdcv2"),
+    ("assets/cdcv2_export.py", "cdc_core.cdcv2.export"),
+    ("assets/cdcv2_export.py", "cdc_core.cdcv2.export_folder"),
+    ("assets/cdcv2_export.py", "cdc_core.cdcv2.stream_files"),
+    ("assets/cdcv2_export.py", "cdc_core.shard"),
+    ("assets/cdcv2_export.py", "cdc_core.shard.leases"),
+    ("assets/cdcv2_export.py", "cdc_core.source"),
+    ("assets/cdcv2_export.py", "cdc_core.storage"),
+    ("assets/checks.py", "cdc_core.checks"),
+    ("assets/checks.py", "cdc_core.ingest.connect_files"),
+    ("assets/checks.py", "cdc_core.reclock"),
+    ("assets/checks.py", "cdc_core.reclock.remap"),
+    ("assets/checks.py", "cdc_core.source"),
+    ("assets/deployment.py", "cdc_core.reclock"),
+    ("assets/reader_checks.py", "cdc_core.shard.leases"),
+    ("assets/source_assets.py", "cdc_core.ingest"),
+    ("assets/source_assets.py", "cdc_core.source"),
+    ("pipelines/cli.py", "cdc_core.spark"),
+    ("pipelines/cli.py", "cdc_core.spark_server"),
+    ("pipelines/sensors.py", "cdc_core.ingest.landing_watch"),
+    ("resources/lake.py", "cdc_core.ingest.landing_watch"),
+    ("resources/lake.py", "cdc_core.source"),
+    ("resources/lake.py", "cdc_core.storage"),
+    ("resources/spark.py", "cdc_core.spark"),
+}
+
+
+def engine_imports(path: Path) -> set[str]:
+    """What ``path`` imports from ``cdc_core``, wherever in the file: ``module`` for an
+    ``import`` statement, ``module:Name`` for each name of a ``from`` import."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.update(f"{node.module}:{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name == "cdc_core" or name.startswith("cdc_core.")}
+
+
+def allowed(imported: str) -> bool:
+    """Whether a front end may import ``imported`` (``module`` or ``module:Name``): from
+    the application layer or the vocabulary, or a shown type."""
+    module = imported.partition(":")[0]
+    in_vocabulary = any(module == name or module.startswith(name + ".") for name in VOCABULARY)
+    return in_vocabulary or imported in SHOWN_TYPES
+
+
+def reaches() -> set[tuple[str, str]]:
+    """Every (file, module) of the front ends that reaches below the application layer:
+    the file imports from the module something that is not allowed."""
+    return {
+        (path.relative_to(REPO).as_posix(), imported.partition(":")[0])
+        for folder in FRONT_ENDS
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for imported in engine_imports(path)
+        if not allowed(imported)
+    }
+
+
+def test_the_front_ends_reach_below_the_application_layer_only_where_listed() -> None:
+    added = reaches() - TODAY
+    assert not added, f"imports below cdc_core.app (use the application layer): {sorted(added)}"
+
+
+def test_the_list_of_todays_reaches_only_shrinks() -> None:
+    gone = TODAY - reaches()
+    assert not gone, f"no longer imported: remove from TODAY: {sorted(gone)}"
+
+
+def test_the_check_sees_a_reach(tmp_path: Path) -> None:
+    """The import reader finds every form of import a front end may use."""
+    module = tmp_path / "front.py"
+    module.write_text(
+        "import cdc_core.shard\n"
+        "from cdc_core.source import SourcePipeline\n"
+        "from cdc_core.app import materialize\n"
+        "def late():\n    from cdc_core.storage import files\n",
+        encoding="utf-8",
+    )
+    found = engine_imports(module)
+    assert found == {
+        "cdc_core.shard", "cdc_core.source:SourcePipeline", "cdc_core.app:materialize",
+        "cdc_core.storage:files",
+    }
+    assert {name for name in found if not allowed(name)} == {
+        "cdc_core.shard", "cdc_core.source:SourcePipeline", "cdc_core.storage:files"
+    }
+    assert allowed("cdc_core.source:SourceStatus")  # a type it shows
