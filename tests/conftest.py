@@ -165,6 +165,7 @@ JVM_FILES = frozenset(
         "tests/benchmarks/test_bench.py",
         "tests/benchmarks/test_profile.py",
         "tests/benchmarks/test_sources.py",
+        "tests/catalog/test_hive.py",
         "tests/pipelines/test_class_archive.py",
         "tests/pipelines/test_cli.py",
         "tests/reclock/test_transactions.py",
