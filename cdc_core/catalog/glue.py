@@ -30,6 +30,7 @@ DELTA_PARAMETERS = {
     "spark.sql.sources.provider": "delta",
 }
 NOT_FOUND = "EntityNotFoundException"
+ALREADY_EXISTS = "AlreadyExistsException"
 # Few, short attempts: a catalog that does not answer fails the run before it writes.
 CLIENT_CONFIG = BotoConfig(
     retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=30
@@ -92,37 +93,32 @@ class GlueMetastore:
             config=CLIENT_CONFIG,
         )
 
-    def _call(self, action: str, operation: str, **arguments: Any) -> dict[str, Any]:
+    def _call(
+        self, action: str, operation: str, tolerated: tuple[str, ...] = (), **arguments: Any
+    ) -> dict[str, Any] | None:
+        """Glue's answer to ``operation``; None for an error whose code is ``tolerated``;
+        any other failure is CatalogUnreachable, naming ``action``."""
         try:
             return getattr(self.client, operation)(**arguments)
-        except (BotoCoreError, ClientError) as failure:
+        except ClientError as failure:
+            if failure.response.get("Error", {}).get("Code") in tolerated:
+                return None
+            raise CatalogUnreachable(f"glue: {action} failed: {failure}") from failure
+        except BotoCoreError as failure:
             raise CatalogUnreachable(f"glue: {action} failed: {failure}") from failure
 
     def _table(self, name: str) -> dict[str, Any] | None:
-        try:
-            return self.client.get_table(DatabaseName=self.database, Name=name)["Table"]
-        except ClientError as failure:
-            if failure.response.get("Error", {}).get("Code") == NOT_FOUND:
-                return None
-            raise CatalogUnreachable(f"glue: reading table {name} failed: {failure}") from failure
-        except BotoCoreError as failure:
-            raise CatalogUnreachable(f"glue: reading table {name} failed: {failure}") from failure
+        found = self._call(f"reading table {name}", "get_table", (NOT_FOUND,),
+                           DatabaseName=self.database, Name=name)  # fmt: skip
+        return None if found is None else found["Table"]
 
     def reach(self) -> None:
-        """Glue must answer; the database is created when missing."""
-        try:
-            self.client.get_database(Name=self.database)
-            return
-        except ClientError as failure:
-            if failure.response.get("Error", {}).get("Code") != NOT_FOUND:
-                raise CatalogUnreachable(f"glue: opening database {self.database} failed: "
-                                         f"{failure}") from failure  # fmt: skip
-        except BotoCoreError as failure:
-            raise CatalogUnreachable(f"glue: opening database {self.database} failed: "
-                                     f"{failure}") from failure  # fmt: skip
-        database = {"Name": self.database, "Description": "reclock tables"}
-        self._call(f"creating database {self.database}", "create_database",
-                   DatabaseInput=database)  # fmt: skip
+        """Glue must answer; the database is created when missing (another source's run
+        may create it meanwhile)."""
+        action = f"opening database {self.database}"
+        if self._call(action, "get_database", (NOT_FOUND,), Name=self.database) is None:
+            database = {"Name": self.database, "Description": "reclock tables"}
+            self._call(action, "create_database", (ALREADY_EXISTS,), DatabaseInput=database)
 
     def locations(self, names: list[str]) -> dict[str, str]:
         """Where each of ``names`` that is registered points."""
