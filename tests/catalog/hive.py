@@ -129,10 +129,10 @@ def _read(config_file: Path, *, versions: bool) -> dict[str, Any]:
     the time it is as of."""
     from deltalake import DeltaTable
 
+    from cdc_core.app.session import config_spark
     from cdc_core.config import load_config
     from cdc_core.source import SourceReader
     from cdc_core.source.state import STATE_AS_OF
-    from pipelines.cli import config_spark
 
     config = load_config(config_file)
     spark = config_spark(config)
@@ -178,10 +178,10 @@ def _read(config_file: Path, *, versions: bool) -> dict[str, Any]:
 def main(action: str, config_file: str, *args: str) -> dict[str, Any]:
     """The client's actions: ``run FIRST LAST`` (windows, 1-based), ``rebuild LAST``,
     ``read`` (the state by name), ``versions`` (and every published version)."""
+    from cdc_core.app.session import config_spark
+    from cdc_core.calendar import Windows
     from cdc_core.config import load_config
-    from cdc_core.reclock import Windows
     from cdc_core.source import SourcePipeline, rebuild
-    from pipelines.cli import config_spark
     from tests.source.test_history import T0, WINDOW, run
 
     if action in ("read", "versions"):

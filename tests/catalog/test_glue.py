@@ -15,9 +15,9 @@ import boto3
 import pytest
 from pyspark.sql import SparkSession
 
+from cdc_core.calendar import Windows
 from cdc_core.catalog import CatalogClash, CatalogUnreachable
 from cdc_core.config import Config
-from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline, rebuild
 from cdc_core.storage import S3Settings, settings
 from tests.source.test_evolution import BASE, DUMP, config_of
