@@ -118,7 +118,7 @@ def deployment_assets(
     """The multi-asset of every source's tables, checks and CDCv2 export."""
     specs, checks = [], []
     for source in config.sources:
-        specs += table_specs(source)
+        specs += table_specs(config, source)
         if exportable(source):
             specs.append(export_spec(source))
         checks += [*check_specs(config, source), readers_spec(config, source)]

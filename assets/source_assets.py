@@ -25,24 +25,15 @@ from pyspark.sql.types import StructType
 
 from assets.partitions import to_datetime, window_key
 from cdc_core.app.materialize import MaterializedWindows
+from cdc_core.app.status import table_address
 from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest import Registry
 from cdc_core.phases import PhaseEvent
-from cdc_core.source import SourceStatus, WindowReport, published_tables
+from cdc_core.source import DESCRIPTIONS, SourceStatus, WindowReport, published_tables
 
 # Run tag: JSON ``{path: arrival_ms}`` of dump files a sensor saw land before the run.
 ARRIVALS_TAG = "reclock/arrivals"
-
-DESCRIPTIONS = {
-    "remap": "Durable bindings: at each window end, the Kafka offset frontier per partition.",
-    "reclocked": "Each Kafka record exactly once, at the first window whose binding covers it.",
-    "changes": "Differential changes (data, time, diff) after the source's envelope.",
-    "state": "Current rows: the snapshot of `changes` at the newest complete time.",
-    "errors": "Definite errors of the source, with topic/partition/offset and a reason.",
-    "history": "Every version of every key (SCD type 2): valid_from, valid_to (null while "
-    "current) and the Kafka partition/offset of the record that wrote it.",
-}
 
 
 def output_key(source: str, output: str) -> AssetKey:
@@ -64,9 +55,20 @@ def source_tags(source: SourceConfig) -> dict[str, str]:
     return {"reclock/envelope": source.envelope.value, "reclock/policy": source.reclock.value}
 
 
-def table_specs(source: SourceConfig) -> list[AssetSpec]:
+def table_identity(config: Config, source: SourceConfig, table: str) -> dict[str, str]:
+    """Dagster's standard keys for where a table lives: its URI, and for a table the
+    config's catalog registers, its name there (the UI links tables to assets by it)."""
+    address = table_address(config, source, table)
+    identity = {"dagster/uri": address.uri}
+    if address.name is not None:
+        identity["dagster/table_name"] = address.name
+        identity["dagster/storage_kind"] = str(config.catalog.kind)
+    return identity
+
+
+def table_specs(config: Config, source: SourceConfig) -> list[AssetSpec]:
     """The source's tables as assets, each with its description, its upstream table, the
-    source's group, owners and catalog tags."""
+    source's group, owners, catalog tags, and its URI and name (``table_identity``)."""
     upstream = {
         "reclocked": "remap",
         "changes": "reclocked",
@@ -83,7 +85,11 @@ def table_specs(source: SourceConfig) -> list[AssetSpec]:
             kinds={"spark", "delta"},
             owners=list(source.owners),
             tags=source_tags(source),
-            metadata={"topic": source.topic, "envelope": source.envelope.value},
+            metadata={
+                "topic": source.topic,
+                "envelope": source.envelope.value,
+                **table_identity(config, source, name),
+            },
         )
         for name in published_tables(source)
     ]

@@ -102,3 +102,12 @@ class RetirePolicy(StrEnum):
 
     ARCHIVE = "archive"
     DELETE = "delete"
+
+
+class CatalogKind(StrEnum):
+    """Where a deployment's tables are registered by name: nowhere (paths only), a Hive
+    metastore (Spark's session catalog), or the AWS Glue Data Catalog."""
+
+    NONE = "none"
+    HIVE = "hive"
+    GLUE = "glue"

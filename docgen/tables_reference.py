@@ -13,13 +13,12 @@ import pyarrow as pa
 import yaml
 from pyspark.sql.types import StructField, StructType
 
-from assets.source_assets import DESCRIPTIONS
 from cdc_core.config import Config, parse_config
 from cdc_core.envelopes.classic import DEDUP_STATE
 from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA
 from cdc_core.reclock.transactions import ADMITTED, GROUP_BINDING
 from cdc_core.schemas import ERROR, REMAP, history_schema
-from cdc_core.source.layout import TRANSACTIONS_FOLDER
+from cdc_core.source.layout import DESCRIPTIONS, TRANSACTIONS_FOLDER
 from cdc_core.source.resumption import COMMIT_SCHEMA
 from cdc_core.updates import DIFF, TIME
 from cdc_core.vocabulary import Envelope

@@ -163,6 +163,7 @@ JVM_FILES = frozenset(
     {
         "tests/assets/test_retention.py",
         "tests/benchmarks/test_bench.py",
+        "tests/catalog/test_hive.py",
         "tests/pipelines/test_class_archive.py",
         "tests/pipelines/test_cluster.py",
         "tests/pipelines/test_end_to_end.py",

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,14 +48,17 @@ def address(port: int) -> str:
     return f"sc://localhost:{port}"
 
 
-def _started(log: Path, *, detached: bool = False) -> tuple[subprocess.Popen[bytes], int]:
+def _started(
+    log: Path, *, detached: bool = False, args: Sequence[str] = ()
+) -> tuple[subprocess.Popen[bytes], int]:
     """A ``reclock spark-server`` on a free port, once it listens (``detached``: in a
-    session of its own, so that it outlives the process that started it)."""
+    session of its own, so that it outlives the process that started it; ``args``: more
+    of its options, e.g. ``--config``)."""
     port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "pipelines.cli", "spark-server", "--port", str(port),
-             "--conf", "spark.driver.memory=2g"],
+             "--conf", "spark.driver.memory=2g", *args],
             stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=client_env(),
             start_new_session=detached,
         )  # fmt: skip
@@ -68,10 +71,11 @@ def _started(log: Path, *, detached: bool = False) -> tuple[subprocess.Popen[byt
 
 
 @contextmanager
-def running_server(log: Path) -> Iterator[str]:
-    """A server for the block, at the ``sc://`` address yielded; at the end it must stop
-    cleanly on SIGTERM (exit 0, its port closed), as the Spark Connect guide says it does."""
-    process, port = _started(log)
+def running_server(log: Path, args: Sequence[str] = ()) -> Iterator[str]:
+    """A server for the block (``args``: more of its options), at the ``sc://`` address
+    yielded; at the end it must stop cleanly on SIGTERM (exit 0, its port closed), as the
+    Spark Connect guide says it does."""
+    process, port = _started(log, args=args)
     try:
         yield address(port)
     finally:

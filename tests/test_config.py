@@ -385,7 +385,7 @@ def test_every_problem_is_reported_at_once() -> None:
                 "colour",
                 "unknown key (expected: lake, landing, window, start, end, retention, launchable, "
                 "spark, "
-                "storage, readers, schema_folder, sources, transactions)",
+                "storage, catalog, readers, schema_folder, sources, transactions)",
             ),
             ("end", "must be after start (2026-01-01T00:00:00Z)"),
             ("spark.mastr", "unknown key; did you mean 'master'? (expected: master, remote, conf)"),
@@ -508,7 +508,7 @@ def test_load_config_names_the_file_on_errors(tmp_path: Path) -> None:
         f"{typos}: window: is required",
         f"{typos}: windw: unknown key; did you mean 'window'? "
         "(expected: lake, landing, window, start, end, retention, launchable, spark, storage, "
-        "readers, "
+        "catalog, readers, "
         "schema_folder, "
         "sources, transactions)",
     ]
@@ -910,3 +910,49 @@ def test_a_source_joins_one_transaction_group_with_json_values(tmp_path: Path) -
         "transactions[0].sources.orders: must have json values: the transaction id is read "
         "from them (got avro)"
     )
+
+
+def test_a_catalog_is_off_by_default_and_hive_settings_join_the_session() -> None:
+    assert parse_config(config_with(), Path("/base")).catalog.kind == "none"
+    embedded = parse_config(config_with(catalog={"kind": "hive"}), Path("/base"))
+    assert embedded.catalog.folder == Path("/base/metastore")  # beside the config file
+    assert embedded.spark.conf == {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": "/base/metastore/warehouse",
+        "spark.hadoop.javax.jdo.option.ConnectionURL":
+            "jdbc:derby:;databaseName=/base/metastore/metastore_db;create=true",
+    }  # fmt: skip
+    external = parse_config(
+        config_with(catalog={"kind": "hive", "metastore_uri": "thrift://hms:9083",
+                             "table_names": "raw_{source}_{table}"}), Path("/base")
+    )  # fmt: skip
+    assert external.spark.conf == {"spark.sql.catalogImplementation": "hive",
+                                   "spark.hadoop.hive.metastore.uris": "thrift://hms:9083"}
+    assert external.catalog.table_name("Users", "state") == "raw_users_state"
+
+
+def test_catalog_settings_of_another_kind_unity_and_clashing_names_are_refused() -> None:
+    assert [str(p) for p in rejected(config_with(catalog={"kind": "unity"})).problems] == [
+        "catalog.kind: unity is not supported: reclock registers tables only in catalogs it "
+        "is tested against, and no Unity Catalog server (io.unitycatalog:unitycatalog-server) "
+        "is available to test against; use hive (a Hive metastore, which Unity Catalog can "
+        "federate) or glue"
+    ]
+    error = rejected(config_with(catalog={"kind": "glue", "metastore_uri": "thrift://h:1",
+                                          "folder": "m"}))  # fmt: skip
+    assert sorted(map(str, error.problems)) == [
+        "catalog.folder: is not a setting of kind glue",
+        "catalog.metastore_uri: is not a setting of kind glue",
+    ]
+    error = rejected(config_with(catalog={"kind": "hive", "table_names": "{source}"}))
+    assert [str(p) for p in error.problems] == [
+        "catalog.table_names: must hold {table} once (got '{source}')"
+    ]
+    error = rejected(config_with(catalog={"kind": "hive"}, sources__1__name="USERS",
+                                 spark={"conf": {"spark.sql.catalogImplementation": "in-memory"}}))
+    assert sorted(map(str, error.problems)) == [
+        "sources[1].name: names the same catalog tables as source 'users' (users_state, ...): "
+        "metastores ignore case",
+        "spark.conf.spark.sql.catalogImplementation: must be hive for catalog kind hive (or "
+        "left out)",
+    ]

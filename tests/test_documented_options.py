@@ -24,6 +24,7 @@ import fastavro
 import pytest
 from pyspark.sql import SparkSession
 
+from cdc_core.catalog.glue import GlueMetastore
 from cdc_core.checks import validate
 from cdc_core.config import Config, parse_config, use_config
 from cdc_core.envelopes import EnvelopeBatch, apply_envelope
@@ -32,6 +33,7 @@ from cdc_core.ingest import list_dump_files
 from cdc_core.reclock import HeldPartition, overdue
 from cdc_core.reclock.remap import configured_starts
 from cdc_core.source.layout import published_tables, source_registry, transaction_binder
+from cdc_core.source.registration import Registration
 from cdc_core.spark import named_remote, session_conf
 from cdc_core.storage import Location, delta_options, spark_conf
 from tests.envelopes.test_envelope_support import dataframe
@@ -154,6 +156,22 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "storage.access_key_id": ({"storage.access_key_id": "AKIDOTHER"}, lambda c, s: _reach()),
     "storage.secret_access_key": ({"storage.secret_access_key": "other"},
                                   lambda c, s: _reach()),
+    "catalog": ({"catalog": {"kind": "glue"}}, lambda c, s: _registered(s, c)),
+    "catalog.kind": ({"catalog.kind": "none", "catalog.folder": None},
+                     lambda c, s: _registered(s, c)),
+    "catalog.database": ({"catalog.database": "shop_eu"}, lambda c, s: _registered(s, c)),
+    "catalog.table_names": ({"catalog.table_names": "{table}_of_{source}"},
+                            lambda c, s: _registered(s, c)),
+    "catalog.metastore_uri": ({"catalog.metastore_uri": "thrift://127.0.0.1:9083",
+                               "catalog.folder": None},
+                              lambda c, s: session_conf(None, c.spark.conf)),
+    "catalog.folder": ({"catalog.folder": "elsewhere"},
+                       lambda c, s: session_conf(None, c.spark.conf)),
+    "catalog.region": ({"catalog.kind": "glue", "catalog.folder": None,
+                        "catalog.region": "eu-west-1"}, lambda c, s: _glue_client(s, c)),
+    "catalog.endpoint": ({"catalog.kind": "glue", "catalog.folder": None,
+                          "catalog.endpoint": "http://127.0.0.1:9999"},
+                         lambda c, s: _glue_client(s, c)),
     "readers": (
         {"readers": {"lease": "30m", "warn_after": "3h"}},
         lambda c, s: (c.readers.lease_ms, c.readers.warn_after_ms),
@@ -265,6 +283,23 @@ PROBES: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "transactions[].timeout": ({"transactions.timeout": "1h"},
                                lambda c, s: transaction_binder(s, c, c.lake, "orders").timeout_ms),
 }  # fmt: skip
+
+
+def _registered(spark: SparkSession, config: Config) -> tuple | None:
+    """Where ``users``' state would be registered: the metastore's kind and the name."""
+    registration = Registration.of(spark, config, users(config), config.lake / "users")
+    if registration is None:
+        return None
+    return type(registration.metastore).__name__, registration.name("state")
+
+
+def _glue_client(spark: SparkSession, config: Config) -> tuple | None:
+    """Which Glue endpoint and region the registration would call (None: not Glue)."""
+    registration = Registration.of(spark, config, users(config), config.lake / "users")
+    if not isinstance(registration.metastore, GlueMetastore):
+        return None
+    client = registration.metastore.client
+    return client.meta.endpoint_url, client.meta.region_name
 
 
 def _reach() -> tuple[dict | None, dict]:

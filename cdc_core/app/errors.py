@@ -1,12 +1,14 @@
 """The engine's errors that a command reports to its user as a usage error.
 
 Each names something the user can mend (a config that drifted, a shard used wrongly, a
-rebuild refused or cut short, a Spark Connect server unreachable or exposed): a front end
+rebuild refused or cut short, a Spark Connect server unreachable or exposed, a catalog
+that clashes, does not fit the session or does not answer): a front end
 prints its message and exits with a usage status instead of a traceback.
 """
 
 from __future__ import annotations
 
+from cdc_core.catalog import CatalogClash, CatalogUnfit, CatalogUnreachable
 from cdc_core.connect_token import ConnectTokenMissing, TokenFileUnsafe
 from cdc_core.envelopes import ConfigDriftError
 from cdc_core.shard import ShardUsageError
@@ -26,4 +28,7 @@ USAGE_ERRORS: tuple[type[Exception], ...] = (
     TokenFileUnsafe,
     ConnectRefused,
     ExposedServer,
+    CatalogClash,
+    CatalogUnfit,
+    CatalogUnreachable,
 )

@@ -7,13 +7,17 @@ lake this process may only read.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import DataFrame
 
 from cdc_core.app.session import config_spark
-from cdc_core.config import Config
+from cdc_core.config import Config, SourceConfig
 from cdc_core.shard.leases import Hold, LeaseBook, LeaseUsageError, holds_under
 from cdc_core.source import SourceReader, SourceStatus
+from cdc_core.source.registration import catalog_tables
 from cdc_core.storage import files, located
+from cdc_core.vocabulary import CatalogKind
 
 
 def statuses(
@@ -52,3 +56,22 @@ def lease_book(config: Config, source: str, table: str) -> LeaseBook:
     if not files.is_folder(str(path / "_delta_log")):
         raise LeaseUsageError(f"{source} has no {table} table yet ({path})")
     return LeaseBook(str(path))
+
+
+@dataclass(frozen=True)
+class TableAddress:
+    """Where a table of a source lives: its URI, and its name in the config's catalog
+    (``database.table``; None for a table no catalog registers)."""
+
+    uri: str
+    name: str | None
+
+
+def table_address(config: Config, source: SourceConfig, table: str) -> TableAddress:
+    """The address of ``source``'s ``table``, from the config alone (nothing is read)."""
+    registered = config.catalog.kind is not CatalogKind.NONE and table in catalog_tables(source)
+    name = config.catalog.table_name(source.name, table) if registered else None
+    return TableAddress(
+        (located(config.lake) / source.name / table).uri,
+        f"{config.catalog.database}.{name}" if name else None,
+    )

@@ -6,10 +6,12 @@ and sets process settings. Validation reports every problem of a file at once, o
 ``<field path>: <problem>`` line each.
 
 Modules: ``fields`` (what one value must be), ``model`` (the sections and the whole),
+``catalog`` (the catalog section: where tables are registered by name),
 ``rules`` (cross-field rules returning typed problems), ``problems`` (the problems and the
 error that carries them), ``parsing`` and ``loading``.
 """
 
+from cdc_core.config.catalog import CATALOG_IMPLEMENTATION, CatalogSettings
 from cdc_core.config.fields import (
     COLUMN_TYPES,
     DEFAULT_LAUNCHABLE,
@@ -33,6 +35,8 @@ from cdc_core.config.parsing import parse_config
 from cdc_core.config.problems import ConfigError, ConfigProblem, Problem
 
 __all__ = [
+    "CATALOG_IMPLEMENTATION",
+    "CatalogSettings",
     "COLUMN_TYPES",
     "DEFAULT_LAUNCHABLE",
     "DEFAULT_RETENTION",

@@ -35,6 +35,7 @@ from cdc_core.calendar import (
     Calendar,
     duration_ms,
 )
+from cdc_core.config.catalog import CatalogSettings, catalog_problems
 from cdc_core.config.fields import (
     CREDENTIAL_SETTING,
     DEFAULT_LAUNCHABLE,
@@ -422,6 +423,8 @@ class Config(Section):
     storage: StorageSettings = StorageSettings()
     """Optional: the endpoint and credentials of s3:// locations, over the AWS
     environment."""
+    catalog: CatalogSettings = CatalogSettings()
+    """Optional: register the tables users read in a Hive metastore or AWS Glue, by name."""
     readers: ReaderSettings = ReaderSettings()
     """Optional: reader leases (lease) and when a reader pinning history is warned about."""
     schema_folder: Folder | None = None
@@ -508,6 +511,22 @@ class Config(Section):
     def _transaction_members(self) -> Config:
         """Members are Debezium sources (``rules.transaction_problems``)."""
         raise_all(type(self).__name__, transaction_problems(self))
+        return self
+
+    @model_validator(mode="after")
+    def _catalog_in_session(self, info: ValidationInfo) -> Config:
+        """An embedded metastore lives beside the config file unless it names a folder;
+        the catalog's rules hold (``catalog.catalog_problems``); its Spark settings join
+        ``spark.conf``, where every session builder and ``reclock spark-server --config``
+        look."""
+        base = Path((info.context or {}).get("base_dir", "."))
+        catalog = self.catalog.located(base)
+        raise_all(type(self).__name__, catalog_problems(catalog, self.spark.conf, self.sources))
+        object.__setattr__(self, "catalog", catalog)
+        wanted = catalog.session_conf()
+        if wanted:
+            spark = self.spark.model_copy(update={"conf": {**self.spark.conf, **wanted}})
+            object.__setattr__(self, "spark", spark)
         return self
 
     def transaction_group(self, source: str) -> TransactionGroup | None:

@@ -20,6 +20,7 @@ from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import DataFile
 from cdc_core.shard.log import (
     LogMark,
+    TableDescription,
     commit_once,
     existing_table,
     frontier_transactions,
@@ -57,10 +58,16 @@ class ShardHandle:
         self._load_state()
 
     @classmethod
-    def open(cls, spark: SparkSession, path: str, data_schema: StructType) -> Self:
-        """Open the shard at ``path``, creating it (upper = since = [0]) if missing.
-        ``data_schema`` excludes ``time``/``diff``; a mismatch with an existing table
-        raises ShardUsageError naming the differing columns."""
+    def open(
+        cls,
+        spark: SparkSession,
+        path: str,
+        data_schema: StructType,
+        described: TableDescription | None = None,
+    ) -> Self:
+        """Open the shard at ``path``, creating it (upper = since = [0], ``described``) if
+        missing. ``data_schema`` excludes ``time``/``diff``; a mismatch with an existing
+        table raises ShardUsageError naming the differing columns."""
         reserved = sorted({TIME, DIFF} & set(data_schema.names))
         if reserved:
             raise ShardUsageError(f"data columns may not be named {reserved}: the shard adds them")
@@ -72,6 +79,7 @@ class ShardHandle:
             expected,
             detail="upper = since = 0",
             configuration=TABLE_CONFIGURATION,
+            described=described,
             app_transactions=[
                 *frontier_transactions(UPPER, minimum),
                 *frontier_transactions(SINCE, minimum),

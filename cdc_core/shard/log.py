@@ -57,6 +57,15 @@ class ShardStorageError(RuntimeError):
         self.definitely_not_written = definitely_not_written
 
 
+@dataclass(frozen=True)
+class TableDescription:
+    """What a table says of itself in its Delta log, from its creation: a description and
+    properties (which delta-spark's ``DESCRIBE TABLE EXTENDED`` shows, by path or by name)."""
+
+    text: str
+    properties: Mapping[str, str]
+
+
 @contextmanager
 def location_failure(action: str) -> Iterator[None]:
     """Turn a failure of the storage location during ``action``, which commits nothing,
@@ -243,10 +252,12 @@ def open_or_create(
     detail: str,
     configuration: Mapping[str, str] | None = None,
     app_transactions: Sequence[Transaction] = (),
+    described: TableDescription | None = None,
 ) -> DeltaTable:
     """Load the table at ``location``, creating it (with ``app_transactions`` in its first
-    commit) when missing; a concurrent creator winning the race is fine. A table using a
-    Delta feature reclock cannot honour is refused before anything is read."""
+    commit, ``described`` as its description and properties) when missing; a concurrent
+    creator winning the race is fine. A table using a Delta feature reclock cannot honour
+    is refused before anything is read."""
     options = delta_options(location)
     with location_failure(f"opening {location}"):
         if not DeltaTable.is_deltatable(location, storage_options=options):
@@ -259,9 +270,12 @@ def open_or_create(
                     location,
                     schema,
                     mode="error",
+                    description=described.text if described else None,
                     storage_options=options,
-                    configuration=dict(configuration or {}),
+                    configuration={**(described.properties if described else {}),
+                                   **(configuration or {})},  # fmt: skip
                     commit_properties=properties,
+                    raise_if_key_not_exists=False,  # reclock's own properties
                 )
             except DeltaError:
                 if not DeltaTable.is_deltatable(location, storage_options=options):

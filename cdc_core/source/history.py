@@ -46,6 +46,7 @@ from cdc_core.shard.delta_io import (
 )
 from cdc_core.shard.handle import UPPER
 from cdc_core.shard.log import (
+    TableDescription,
     commit_batches_once,
     commit_metadata,
     frontier_transactions,
@@ -64,9 +65,15 @@ def history_upper(path: str) -> TimeFrontier:
 
 
 def refresh_history(
-    changes: Shard, reclocked: Shard, path: str, output: StructType, key_schema: StructType
+    changes: Shard,
+    reclocked: Shard,
+    path: str,
+    output: StructType,
+    key_schema: StructType,
+    described: TableDescription | None = None,
 ) -> bool:
-    """Bring the history at ``path`` up to the upper of ``changes``: append the versions of
+    """Bring the history at ``path`` (created ``described`` when missing) up to the upper
+    of ``changes``: append the versions of
     the changes since its own upper and close the versions they end, in one commit with the
     new upper. ``reclocked`` must be complete as far as ``changes`` (it is written first).
     Returns False (and writes nothing) when there is nothing new, or when a concurrent
@@ -80,6 +87,7 @@ def refresh_history(
         nullable_delta_schema(schema),
         detail="history, upper = 0",
         app_transactions=frontier_transactions(UPPER, TimeFrontier.minimum()),
+        described=described,
     )
     lower = read_frontier(table, UPPER)
     if lower == target:

@@ -18,6 +18,16 @@ from cdc_core.storage import Location, LocationLike, located
 from cdc_core.vocabulary import Envelope
 
 OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
+# What each table a run writes holds: its description in its Delta log, Dagster and catalogs.
+DESCRIPTIONS = {
+    "remap": "Durable bindings: at each window end, the Kafka offset frontier per partition.",
+    "reclocked": "Each Kafka record exactly once, at the first window whose binding covers it.",
+    "changes": "Differential changes (data, time, diff) after the source's envelope.",
+    "state": "Current rows: the snapshot of `changes` at the newest complete time.",
+    "errors": "Definite errors of the source, with topic/partition/offset and a reason.",
+    "history": "Every version of every key (SCD type 2): valid_from, valid_to (null while "
+    "current) and the Kafka partition/offset of the record that wrote it.",
+}
 # Under the lake: one folder per transaction group (its bindings and transaction dumps).
 TRANSACTIONS_FOLDER = "_transactions"
 

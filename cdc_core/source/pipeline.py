@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from cdc_core.config import Config, SourceConfig
 from cdc_core.envelopes import (
@@ -57,6 +58,7 @@ from cdc_core.source.layout import (
     transaction_binder,
 )
 from cdc_core.source.reader import SourceReader, SourceStatus
+from cdc_core.source.registration import Registration, described
 from cdc_core.source.resumption import (
     UpstreamCommit,
 )
@@ -135,9 +137,12 @@ class SourcePipeline:
         landing: LocationLike,
         *,
         group_lake: LocationLike | None = None,
+        registers: bool = True,
     ) -> None:
         """``group_lake``: the lake of the source's transaction group (``lake`` unless the
-        tables are built elsewhere, as a rebuild does, binding with the group in place)."""
+        tables are built elsewhere, as a rebuild does, binding with the group in place).
+        ``registers``: the run keeps the tables' registrations in the config's catalog in
+        step (not for tables built elsewhere: a rebuild registers after its swap)."""
         self.spark = spark
         self.config = config
         self.source = source
@@ -146,16 +151,20 @@ class SourcePipeline:
         # Before any table is opened: never create tables where a rebuilt source is about
         # to move in, and evolve what a config change reshapes (or refuse the change).
         check_not_mid_swap(located(lake), source.name)
+        # A metastore that does not answer fails the run before anything is written.
+        self.registration = (
+            Registration.of(spark, config, source, self.root) if registers else None
+        )
+        if self.registration is not None:
+            self.registration.reach()
         settle_schema(self.root, source)
         self.registry = source_registry(lake, source)
-        self.remap = Shard.open(spark, str(self.root / "remap"), REMAP)
-        self.reclocked = Shard.open(spark, str(self.root / "reclocked"), source.reclocked_schema)
-        self.changes = Shard.open(spark, str(self.root / "changes"), source.output_schema)
-        self.errors = Shard.open(spark, str(self.root / "errors"), ERROR)
+        self.remap = self._open("remap", REMAP)
+        self.reclocked = self._open("reclocked", source.reclocked_schema)
+        self.changes = self._open("changes", source.output_schema)
+        self.errors = self._open("errors", ERROR)
         self.dedup = (
-            Shard.open(spark, str(self.root / "dedup"), DEDUP_STATE)
-            if source.envelope == Envelope.DEBEZIUM
-            else None
+            self._open("dedup", DEDUP_STATE) if source.envelope == Envelope.DEBEZIUM else None
         )
         self.upstream = UpstreamCommit(self.root / "upstream")
         # The landing zone as ``input_bytes`` listed it, for the next registration.
@@ -171,6 +180,12 @@ class SourcePipeline:
             )
             for part in ("key", "value")
         }
+
+    def _open(self, table: str, schema: StructType) -> Shard:
+        """The shard ``table`` of the source, created described when missing."""
+        return Shard.open(
+            self.spark, str(self.root / table), schema, described(self.source, table)
+        )
 
     @classmethod
     def from_config(
@@ -514,8 +529,16 @@ class SourcePipeline:
             return self._publish()
 
     def _publish(self) -> SourceStatus:
+        if self.registration is not None:  # before publishing: its commit stays the newest
+            with phase(self.source.name, "describe tables") as figures:
+                figures["stamped"] = len(self.registration.stamp())
         with phase(self.source.name, "publish state"):
-            refresh_state(self.changes, str(self.root / "state"), self.source.output_schema)
+            refresh_state(
+                self.changes,
+                str(self.root / "state"),
+                self.source.output_schema,
+                described(self.source, "state"),
+            )
         if self.source.history:
             with phase(self.source.name, "publish history"):
                 refresh_history(
@@ -524,7 +547,11 @@ class SourcePipeline:
                     str(self.root / "history"),
                     self.source.output_schema,
                     self.source.key_schema,
+                    described(self.source, "history"),
                 )
+        if self.registration is not None:
+            with phase(self.source.name, "register tables") as figures:
+                figures["changed"] = len(self.registration.sync())
         with phase(self.source.name, "status"):
             return self.reader.status()
 

@@ -3,7 +3,8 @@
 For a change no evolution covers (a value column removed or retyped, another key or
 envelope): the new tables are built under ``<lake>/.rebuild/<source>`` (see ``swap``) with
 the old source's bindings, so every window holds the same records as before, and its dumps'
-arrival times, so windows not bound yet bind as they would have; then they are swapped in.
+arrival times, so windows not bound yet bind as they would have; then they are swapped in,
+and the source's registrations in the config's catalog are brought in step with them.
 
 Invariant: the old tables are neither changed nor moved until the new ones are complete
 through the windows asked for. A rebuild cut short anywhere is finished by running it again
@@ -24,6 +25,7 @@ from cdc_core.schemas import REMAP
 from cdc_core.shard import Shard
 from cdc_core.source.layout import source_registry
 from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.source.registration import Registration
 from cdc_core.source.swap import mid_swap, staging_lake, swap_in
 from cdc_core.storage import Location, files, located
 
@@ -48,12 +50,16 @@ def rebuild(
     (or only finish a swap cut short)."""
     lake = located(config.lake)
     old_root = lake / source.name
+    registration = Registration.of(spark, config, source, old_root)
+    if registration is not None:  # before anything is written
+        registration.reach()
     if not mid_swap(lake, source.name):
         had_tables = files.exists(str(old_root))
         arrivals = _old_arrivals(lake, source) if had_tables else {}
         pipeline = SourcePipeline(
-            spark, config, source, staging_lake(lake), config.landing, group_lake=lake
-        )
+            spark, config, source, staging_lake(lake), config.landing, group_lake=lake,
+            registers=False,
+        )  # fmt: skip
         if had_tables:
             old_remap = Shard.open(spark, str(old_root / "remap"), REMAP)
             _copy_bindings(old_remap, pipeline.remap)
@@ -61,6 +67,8 @@ def rebuild(
         pipeline.run_windows(windows)
         pipeline.finish()
     kept = swap_in(lake, source.name, int(time.time() * 1000))
+    if registration is not None:  # the same names, at the same places: the new tables
+        registration.sync()
     return RebuildReport(source.name, len(windows.ends), kept)
 
 

@@ -27,7 +27,12 @@ from cdc_core.shard.delta_io import (
     remove_action,
     write_files,
 )
-from cdc_core.shard.log import commit_batches_once, commit_metadata, open_or_create
+from cdc_core.shard.log import (
+    TableDescription,
+    commit_batches_once,
+    commit_metadata,
+    open_or_create,
+)
 from cdc_core.updates import DIFF, TIME, consolidate
 
 STATE_AS_OF = "reclock.state_as_of"
@@ -49,8 +54,11 @@ def current_rows(snapshot: DataFrame, schema: StructType) -> DataFrame:
     return snapshot.where(F.col(DIFF) > 0).select(*schema.fieldNames(), copies.alias("_")).drop("_")
 
 
-def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
-    """Rewrite ``state`` as the snapshot of ``changes`` at its newest complete time.
+def refresh_state(
+    changes: Shard, path: str, schema: StructType, described: TableDescription | None = None
+) -> bool:
+    """Rewrite ``state`` as the snapshot of ``changes`` at its newest complete time (the
+    table created ``described`` when missing).
 
     The new contents are the published rows plus the changes since they were published,
     so a refresh costs the state and the new changes, not the whole history; when the
@@ -63,7 +71,9 @@ def refresh_state(changes: Shard, path: str, schema: StructType) -> bool:
     if upper.time is None or upper.time == 0 or changes.since.time is None:
         return False
     as_of = upper.time - 1
-    table = open_or_create(path, nullable_delta_schema(schema), detail="state, not published")
+    table = open_or_create(
+        path, nullable_delta_schema(schema), detail="state, not published", described=described
+    )
     published = table.transaction_version(STATE_AS_OF)
     if published == as_of:
         return False

@@ -106,6 +106,11 @@ class Location:
         return Location(self.scheme, self.bucket, "" if parent == "." else parent)
 
     @property
+    def uri(self) -> str:
+        """The location as a URI: ``file:///...`` for a local folder, else its URL."""
+        return Path(self.path).as_uri() if self.is_local else str(self)
+
+    @property
     def spark_path(self) -> str:
         """The location as Spark's Hadoop filesystems name it (``s3a://`` for S3)."""
         return spark_path(str(self))

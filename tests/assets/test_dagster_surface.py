@@ -655,6 +655,24 @@ def test_owners_and_tags_follow_the_config(tmp_path: Path) -> None:
         parse_config(data, tmp_path)
 
 
+def test_each_table_carries_its_uri_and_a_registered_one_its_catalog_name(
+    tmp_path: Path,
+) -> None:
+    data = deployment_data()
+    data["catalog"] = {"kind": "glue", "database": "shop", "table_names": "raw_{source}_{table}"}
+    definitions = build_definitions(parse_config(data, tmp_path))
+    specs = {spec.key.path[-1]: spec.metadata for assets in definitions.assets
+             for spec in assets.specs}  # fmt: skip
+    for table in OUTPUTS:
+        assert specs[table]["dagster/uri"] == f"file://{tmp_path}/lake/{SOURCE}/{table}"
+    names = {t: m.get("dagster/table_name") for t, m in specs.items() if t in OUTPUTS}
+    assert names == {"remap": None, "reclocked": None, "changes": f"shop.raw_{SOURCE}_changes",
+                     "state": f"shop.raw_{SOURCE}_state", "errors": f"shop.raw_{SOURCE}_errors"}
+    unregistered = build_definitions(parse_config(deployment_data(), tmp_path))
+    assert not any("dagster/table_name" in spec.metadata
+                   for assets in unregistered.assets for spec in assets.specs)  # fmt: skip
+
+
 def test_checks_are_judged_at_once_and_report_in_their_order() -> None:
     """Every check waits at one barrier before judging: judged one after another, the
     first would wait alone and break it. The outcomes keep the checks' order, and what a

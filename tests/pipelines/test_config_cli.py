@@ -58,7 +58,7 @@ def test_check_prints_every_problem_and_exits_2(
         f"{path}: sources[0].reclock: must be one of arrival, event-time (got 'x')",
         f"{path}: windw: unknown key; did you mean 'window'? "
         "(expected: lake, landing, window, start, end, retention, launchable, spark, storage, "
-        "readers, "
+        "catalog, readers, "
         "schema_folder, sources, transactions)",
     ]
 
