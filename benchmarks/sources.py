@@ -50,7 +50,7 @@ import shutil
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -70,7 +70,15 @@ from benchmarks.age import (
     sensor_tick,
 )
 from benchmarks.age_instance import MINUTE_MS
-from benchmarks.bench import machine
+from benchmarks.report_page import (
+    Report,
+    add_page_option,
+    figure,
+    line_chart,
+    machine,
+    publish,
+    table,
+)
 from cdc_core.config import load_config
 from cdc_core.spark_server import SparkServer, free_port
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
@@ -426,21 +434,88 @@ def _count(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def print_slopes(cases: dict[str, dict[int, list[Figures]]]) -> None:
-    """Per variant and measure: wall seconds added by each source beyond the fewest."""
-    print("\n== wall seconds per extra source (fewest to most sources)")
+Cases = dict[str, dict[int, list[Figures]]]  # variant -> N -> its measures
+
+
+def slopes(cases: Cases) -> list[tuple[str, str, int, int, float]]:
+    """Per variant and measure: the wall seconds each source adds beyond the fewest
+    (variant, measure, fewest N, most N, seconds per source)."""
+    found = []
     for variant, by_n in cases.items():
         if len(by_n) < 2:
             continue
         low, high = min(by_n), max(by_n)
         walls = {f.measure: f.wall for f in by_n[low]}
-        for f in by_n[high]:
-            if f.measure in walls:
-                slope = (f.wall - walls[f.measure]) / (high - low)
-                print(f"{variant:<9} {f.measure:<34} {low:>3} -> {high:<3} {slope:7.3f} s")
+        found += [
+            (variant, f.measure, low, high, (f.wall - walls[f.measure]) / (high - low))
+            for f in by_n[high]
+            if f.measure in walls
+        ]
+    return found
 
 
-def save(path: Path, argv: list[str], cases: dict[str, dict[int, list[Figures]]]) -> None:
+def print_slopes(cases: Cases) -> None:
+    """Per variant and measure: wall seconds added by each source beyond the fewest."""
+    print("\n== wall seconds per extra source (fewest to most sources)")
+    for variant, measure, low, high, slope in slopes(cases):
+        print(f"{variant:<9} {measure:<34} {low:>3} -> {high:<3} {slope:7.3f} s")
+
+
+def per_window(cases: Cases, count: Callable[[Figures], float | None]) -> dict[str, dict]:
+    """``count`` per window of every run that covers windows (a window's, a backfill's),
+    against N, one line per variant and measure."""
+    series: dict[str, dict] = {}
+    for variant, by_n in cases.items():
+        for n, figures in by_n.items():
+            for f in figures:
+                value = count(f)
+                if f.windows and not f.measure.startswith("first") and value is not None:
+                    series.setdefault(f"{variant}: {f.measure}", {})[n] = value / f.windows
+    return series
+
+
+def page_report(cases: Cases) -> Report:
+    """The report page: a window's wall seconds, Spark jobs and Delta commits against the
+    source count, each case's measures and the seconds each source adds."""
+    drawn, (walls, jobs, commits) = figure(rows=3)
+    log_x = len({n for by_n in cases.values() for n in by_n}) > 2
+    line_chart(walls, per_window(cases, lambda f: f.wall), "sources (N)",
+               "wall seconds per window", "one window's cost against source count", log_x)
+    line_chart(jobs, per_window(cases, lambda f: f.jobs), "sources (N)",
+               "Spark jobs per window", "Spark jobs against source count", log_x)
+    line_chart(commits, per_window(cases, lambda f: f.commits), "sources (N)",
+               "Delta commits per window", "Delta commits against source count",
+               log_x)  # fmt: skip
+    parts = [
+        "Every window is one minute; each run a fresh `reclock materialize --through` "
+        "process (checks and CDCv2 export included). A cell: wall / CPU seconds, then "
+        "Spark jobs and Delta commits per window covered.",
+    ]
+    for variant, by_n in cases.items():
+        ns = sorted(by_n)
+        measures = [f.measure for f in by_n[ns[0]]]
+        cells = {(n, f.measure): _cell(f) for n in ns for f in by_n[n]}
+        parts += [f"## {variant}", table(
+            ["measure", *(f"N = {n}" for n in ns)],
+            [[m, *(cells.get((n, m), "") for n in ns)] for m in measures],
+        )]  # fmt: skip
+    if found := slopes(cases):
+        parts += ["## Wall seconds each source adds", table(
+            ["variant", "measure", "from N", "to N", "s per source"],
+            [[v, m, low, high, f"{slope:.3f}"] for v, m, low, high, slope in found],
+        )]  # fmt: skip
+    return Report("sources", "Cost against source count", "\n\n".join(parts),
+                  {"sources": drawn})  # fmt: skip
+
+
+def _cell(f: Figures) -> str:
+    counted = [f"{f.per_window(f.jobs)} jobs/w" if f.jobs is not None and f.windows else "",
+               f"{f.per_window(f.commits)} commits/w" if f.commits is not None and f.windows
+               else ""]  # fmt: skip
+    return " · ".join([f"{f.wall:.1f} / {f.cpu:.1f} s", *filter(None, counted)])
+
+
+def save(path: Path, argv: list[str], cases: Cases) -> None:
     """The figures so far, the command and the machine, as JSON."""
     path.write_text(json.dumps({
         "measured": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -462,13 +537,14 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"N = {' and '.join(map(str, QUICK_SOURCES))} only")  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=Path("bench-out") / "sources",
                         help="the cases' lakes and logs, and the JSON figures")  # fmt: skip
+    add_page_option(parser)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     sources = list(QUICK_SOURCES) if args.quick else args.sources
     workdir = args.workdir.absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / f"sources-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    cases: dict[str, dict[int, list[Figures]]] = {}
+    cases: Cases = {}
     with ExitStack() as stack:
         server = None
         if "attached" in args.modes:
@@ -488,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
                 save(out, argv, cases)
     print_slopes(cases)
     print(f"\nfigures written to {out}")
+    publish(args.page, "benchmarks.sources", argv, page_report(cases))
     return 0
 
 
