@@ -813,8 +813,8 @@ def run_window(config_file: Path, key: str, first: str | None) -> int:
     return 0 if result.success else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Build each age's history, measure it, print the tables and the ratios."""
+def arguments() -> argparse.ArgumentParser:
+    """The command's options and its subcommands."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command")
     window = commands.add_parser("window", help="one partition's run (used by the benchmark)")
@@ -850,7 +850,12 @@ def main(argv: list[str] | None = None) -> int:
         "--workdir", type=Path, help="histories and kept instances (default: a temporary folder)"
     )
     add_page_option(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build each age's history, measure it, print the tables and the ratios."""
+    args = arguments().parse_args(argv)
     if args.command == "window":
         return run_window(args.config, args.key, args.first)
     if args.command == "ticks":

@@ -581,6 +581,11 @@ def slug(name: str) -> str:
     return "-".join(re.findall(r"[a-z0-9]+", name.lower()))
 
 
+def by_slug() -> dict[str, str]:
+    """Every contender's name by its name on the command line."""
+    return {slug(name): name for name in CONTENDERS}
+
+
 # ---- timing and memory -------------------------------------------------------------------
 
 
@@ -958,12 +963,12 @@ def workload_from(args: argparse.Namespace) -> Workload:
     return dataclasses.replace(SIZES[args.size], **overrides)
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command's options (its workload, contenders and outputs)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_arguments(parser)
     parser.add_argument("--repeats", type=int, default=3)
-    by_slug = {slug(name): name for name in CONTENDERS}
-    parser.add_argument("--contenders", nargs="+", choices=by_slug)
+    parser.add_argument("--contenders", nargs="+", choices=by_slug())
     parser.add_argument("--s3", help=f"s3://bucket/prefix for {RECLOCK_S3} (AWS environment)")
     parser.add_argument("--workdir", type=Path, default=Path("bench-out"))
     parser.add_argument("--out", type=Path, help="report file (default bench-out/<time>.md)")
@@ -973,7 +978,11 @@ def main(argv: list[str] | None = None) -> None:
         help="Spark master (default local[2]); sc://host:port runs every contender attached "
         "to that Spark Connect server (e.g. one `reclock spark-server` runs)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments().parse_args(argv)
 
     workload = workload_from(args)
     if args.master and args.master.startswith("sc://"):
@@ -984,7 +993,7 @@ def main(argv: list[str] | None = None) -> None:
         workload,
         args.workdir,
         repeats=args.repeats,
-        contenders=[by_slug[name] for name in args.contenders] if args.contenders else None,
+        contenders=[by_slug()[name] for name in args.contenders] if args.contenders else None,
         s3=args.s3,
     )
     report = render(result)

@@ -34,9 +34,9 @@ from benchmarks.bench import (
     CONTENDERS,
     FLOOR_PARSE,
     add_workload_arguments,
+    by_slug,
     floor_parse,
     prepare_dataset,
-    slug,
     workload_from,
 )
 from benchmarks.report_page import Report, add_page_option, bar_chart, figure, publish
@@ -185,15 +185,19 @@ def page_report(
     return Report(f"profile-{name}", "Where the time goes", body, {"phases": drawn})
 
 
-def main(argv: list[str] | None = None) -> None:
-    by_slug = {slug(name): name for name in CONTENDERS}
+def arguments() -> argparse.ArgumentParser:
+    """The command's options (its workload and contender)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_workload_arguments(parser)
-    parser.add_argument("--contender", choices=by_slug, default="reclock-dagster")
+    parser.add_argument("--contender", choices=by_slug(), default="reclock-dagster")
     parser.add_argument("--workdir", type=Path, default=Path("bench-out"))
     parser.add_argument("--stages", action="store_true", help="list every stage too")
     add_page_option(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments().parse_args(argv)
     events = Path(tempfile.mkdtemp(prefix="reclock-events-"))
     spark = get_spark(
         conf={
@@ -219,14 +223,14 @@ def main(argv: list[str] | None = None) -> None:
 
     began = time.perf_counter()
     with observing(timed), labelled_phases(spark.sparkContext):
-        CONTENDERS[by_slug[args.contender]](spark, dataset, scratch)
+        CONTENDERS[by_slug()[args.contender]](spark, dataset, scratch)
     seconds = time.perf_counter() - began
     # The floor, measured the same way: CPU ratios hold on a loaded machine.
     floor_parse(spark, dataset, scratch)  # warm-up, unlabelled
     spark.sparkContext.setJobDescription(FLOOR_PARSE)
     floor_parse(spark, dataset, scratch)
     spark.stop()
-    headline = f"{by_slug[args.contender]} on {workload.name}: {seconds:.2f} s wall"
+    headline = f"{by_slug()[args.contender]} on {workload.name}: {seconds:.2f} s wall"
     print(headline)
     phases = read_event_log(events)
     floor = phases.pop(FLOOR_PARSE)

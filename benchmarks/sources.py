@@ -526,8 +526,8 @@ def save(path: Path, argv: list[str], cases: Cases) -> None:
     }, indent=1))  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Measure every case asked for, printing each as it ends."""
+def arguments() -> argparse.ArgumentParser:
+    """The command's options (source counts, variants, modes, outputs)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", type=int, nargs="+", default=list(SOURCES))
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
@@ -538,8 +538,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("bench-out") / "sources",
                         help="the cases' lakes and logs, and the JSON figures")  # fmt: skip
     add_page_option(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure every case asked for, printing each as it ends."""
     argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(argv)
+    args = arguments().parse_args(argv)
     sources = list(QUICK_SOURCES) if args.quick else args.sources
     workdir = args.workdir.absolute()
     workdir.mkdir(parents=True, exist_ok=True)
