@@ -934,9 +934,11 @@ def figures(result: BenchResult) -> dict:
 
 def page_report(result: BenchResult, size: str, rendered: str) -> Report:
     """The report page: the rendered report under the page's own dated title, and the
-    plots."""
+    plots; named by the preset ``size``, or by records and windows when they differ."""
+    workload = result.dataset.workload
+    label = size if workload == SIZES[size] else f"{workload.records}r-{workload.windows}w"
     body = rendered.split("\n", 1)[1]
-    return Report(f"bench-{size}", "reclock against its peers", body, figures(result))
+    return Report(f"bench-{label}", "reclock against its peers", body, figures(result))
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
