@@ -146,3 +146,11 @@ def test_the_source_count_page_plots_each_window_measure_per_window_against_n() 
     # (12 + 3*4 - (12 + 3*1)) / 3 sources = 3 s per source for the backfill.
     assert "| upsert | backfill 3 windows, own | 1 | 4 | 3.000 |" in report.body
     assert "| one window, own | 11.0 / 12.0 s · 12.0 jobs/w · 4.0 commits/w |" in report.body
+
+
+def test_every_benchmark_with_a_page_option_has_its_page_drawn_here() -> None:
+    folder = Path(__file__).resolve().parents[2] / "benchmarks"
+    with_pages = {
+        path.stem for path in folder.glob("*.py") if "add_page_option(parser)" in path.read_text()
+    }
+    assert with_pages == set(REPORTS)
