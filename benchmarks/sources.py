@@ -2,7 +2,7 @@
 
     python -m benchmarks.sources [--sources 1 16 64 200] [--variants upsert debezium]
                                  [--modes own attached] [--backfill-windows 60]
-                                 [--quick] [--workdir DIR]
+                                 [--quick] [--workdir DIR] [--page DIR]
 
 Two variants, each on a fresh lake per N (``--sources``):
 
@@ -34,7 +34,9 @@ the server's CPU is not counted), its Spark jobs (a run's event log; attached, t
 server's, counted before and after), its Delta commits (``_delta_log/*.json`` files new
 under the lake), each also per window, and the machine's 1-minute load average as it
 began. A table is printed after each N; the figures, the command and the machine go to
-``<workdir>/sources-<UTC time>.json``. Every window is one minute long and closed before
+``<workdir>/sources-<UTC time>.json``, and with ``--page DIR`` a report page with plots
+when every case is done; ``--redraw FILE --page DIR`` draws the page of such a file (the
+cases done so far, should a run be cut short). Every window is one minute long and closed before
 the first run: the config's ``start`` lies back far enough for all of them, within the
 span Dagster lists (6 hours by default), so one N's measures must end within about 3.5
 hours of its start.
@@ -46,6 +48,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import shutil
 import sys
 import time
@@ -71,6 +74,7 @@ from benchmarks.age import (
 )
 from benchmarks.age_instance import MINUTE_MS
 from benchmarks.report_page import (
+    Provenance,
     Report,
     add_page_option,
     figure,
@@ -78,6 +82,7 @@ from benchmarks.report_page import (
     machine,
     publish,
     table,
+    write_page,
 )
 from cdc_core.config import load_config
 from cdc_core.spark_server import SparkServer, free_port
@@ -538,13 +543,38 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--workdir", type=Path, default=Path("bench-out") / "sources",
                         help="the cases' lakes and logs, and the JSON figures")  # fmt: skip
     add_page_option(parser)
+    parser.add_argument("--redraw", type=Path, metavar="FILE",
+                        help="draw the report page of a figures file written before (its "
+                        "date, machine and command) instead of measuring")  # fmt: skip
     return parser
+
+
+def load(path: Path) -> tuple[Provenance, Cases]:
+    """A figures file ``save`` wrote: when, where and how it was measured, and its cases."""
+    saved = json.loads(path.read_text())
+    measured = datetime.fromisoformat(saved["measured"])
+    command = f"python -m {shlex.join(saved['command'][2:])}"
+    cases = {
+        variant: {int(n): [Figures(**f) for f in figures] for n, figures in by_n.items()}
+        for variant, by_n in saved["cases"].items()
+    }
+    return Provenance(measured, saved["machine"], command), cases
 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure every case asked for, printing each as it ends."""
     argv = sys.argv[1:] if argv is None else argv
-    args = arguments().parse_args(argv)
+    parser = arguments()
+    args = parser.parse_args(argv)
+    if args.redraw:
+        if args.page is None:
+            parser.error("--redraw draws a report page: give --page DIR")
+        provenance, saved = load(args.redraw)
+        report = page_report(saved)
+        page = write_page(args.page, report.name, report.title, report.body, report.figures,
+                          provenance)  # fmt: skip
+        print(f"report page: {page}")
+        return 0
     sources = list(QUICK_SOURCES) if args.quick else args.sources
     workdir = args.workdir.absolute()
     workdir.mkdir(parents=True, exist_ok=True)

@@ -154,3 +154,14 @@ def test_every_benchmark_with_a_page_option_has_its_page_drawn_here() -> None:
         path.stem for path in folder.glob("*.py") if "add_page_option(parser)" in path.read_text()
     }
     assert with_pages == set(REPORTS)
+
+
+def test_a_source_count_figures_file_is_drawn_again_as_measured(tmp_path: Path) -> None:
+    saved = tmp_path / "sources.json"
+    sources.save(saved, ["--sources", "1", "4", "--page", "docs"], sources_cases())
+
+    provenance, cases = sources.load(saved)
+
+    assert cases == sources_cases()
+    assert provenance.command == "python -m benchmarks.sources --sources 1 4 --page docs"
+    assert provenance.measured.tzinfo is not None
