@@ -76,7 +76,8 @@ def write_page(
     stem = f"{provenance.measured:%Y-%m-%d}-{name}"
     images = []
     for key, figure in figures.items():
-        figure.text(0.01, 0.005, provenance.caption, fontsize=7, color="0.35", va="bottom")
+        figure.text(0.01, 0.005, provenance.caption, fontsize=7, color="0.35", va="bottom",
+                    wrap=True)  # fmt: skip
         png = folder / f"{stem}-{key}.png"
         figure.savefig(png, dpi=100)
         images.append(f"![{key}]({png.name})")
@@ -91,12 +92,17 @@ def write_page(
     return page
 
 
+CAPTION_INCHES = 0.3
+
+
 def figure(rows: int = 1, height: float = 4.0) -> tuple[Figure, list[Axes]]:
-    """A figure of ``rows`` plots one above the other, with room below for the caption."""
+    """A figure of ``rows`` plots one above the other, with room below for the caption
+    (two lines, should a long command wrap)."""
     drawn = Figure(figsize=(9, height * rows), layout="constrained")
     engine = drawn.get_layout_engine()
     assert engine is not None
-    engine.set(rect=(0, 0.03, 1, 0.97))
+    caption = CAPTION_INCHES / (height * rows)
+    engine.set(rect=(0, caption, 1, 1 - caption))
     axes = drawn.subplots(rows, 1, squeeze=False)[:, 0]
     return drawn, list(axes)
 

@@ -145,7 +145,9 @@ def test_the_source_count_page_plots_each_window_measure_per_window_against_n() 
             assert list(line.get_ydata()) == pytest.approx(values)
     # (12 + 3*4 - (12 + 3*1)) / 3 sources = 3 s per source for the backfill.
     assert "| upsert | backfill 3 windows, own | 1 | 4 | 3.000 |" in report.body
-    assert "| one window, own | 11.0 / 12.0 s · 12.0 jobs/w · 4.0 commits/w |" in report.body
+    assert "| one window, own | 11.0 / 12.0 s · 12.0 jobs/w · 4.0 commits/w · load 0.0 |" in (
+        report.body
+    )
 
 
 def test_every_benchmark_with_a_page_option_has_its_page_drawn_here() -> None:
