@@ -173,7 +173,7 @@ def line_chart(
     if log_x:
         measured = sorted({x for points in series.values() for x in points})
         axes.set_xscale("log")
-        axes.set_xticks(measured, [f"{x:g}" for x in measured])
+        axes.set_xticks(measured, [f"{x:,.0f}" if x == int(x) else f"{x:g}" for x in measured])
     else:
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel(x_label)
