@@ -6,7 +6,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check typecheck docs bench ui chromium
+.PHONY: demo test check typecheck docs bench ui chromium mermaid
 
 $(STAMP): pyproject.toml pom.xml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,14 @@ typecheck: $(STAMP)
 # (docgen/hooks.py). The development pages of the site say how the docs are checked.
 docs: $(STAMP)
 	PYTHONPATH=$(CURDIR) NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# The site's diagrams render offline: mermaid's browser bundle is kept in the site
+# (docs/assets/javascripts, with its licence), taken from its npm package by this target.
+MERMAID ?= 11.17.2
+mermaid:
+	cd "$$(mktemp -d)" && npm pack -q mermaid@$(MERMAID) && tar xzf mermaid-$(MERMAID).tgz && \
+	cp package/dist/mermaid.min.js $(CURDIR)/docs/assets/javascripts/mermaid.min.js && \
+	cp package/LICENSE $(CURDIR)/docs/assets/javascripts/mermaid-LICENSE.txt
 
 # The UI test drives headless Chromium. As root (CI on a clean Debian machine) it is
 # installed when missing; otherwise that test skips and says why.

@@ -99,7 +99,7 @@ from deltalake import write_deltalake
 
 from benchmarks.age_instance import MINUTE_MS, instance_settings, write_runs
 from benchmarks.open_ended import tree_cpu_seconds
-from benchmarks.report_page import Provenance, figure, write_page
+from benchmarks.report_page import Report, add_page_option, figure, publish
 from benchmarks.screenshot import graphql, running_webserver
 from cdc_core.calendar import PARTITION_FORMAT, duration_ms, to_datetime
 from cdc_core.config import DEFAULT_RETENTION
@@ -787,6 +787,11 @@ def report_figures(ages: dict[int, dict[str, list[Sample]]]) -> dict:
     return {"age": drawn}
 
 
+def page_report(ages: dict[int, dict[str, list[Sample]]]) -> Report:
+    """The report page of the ages measured."""
+    return Report("age", "The cost of age", report_body(ages), report_figures(ages))
+
+
 def run_window(config_file: Path, key: str, first: str | None) -> int:
     """What a run worker does for a run Dagster launches: the windows' job, assets and
     checks, on the instance of DAGSTER_HOME, for one partition key (the schedule's
@@ -808,8 +813,8 @@ def run_window(config_file: Path, key: str, first: str | None) -> int:
     return 0 if result.success else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Build each age's history, measure it, print the tables and the ratios."""
+def arguments() -> argparse.ArgumentParser:
+    """The command's options and its subcommands."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command")
     window = commands.add_parser("window", help="one partition's run (used by the benchmark)")
@@ -844,11 +849,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workdir", type=Path, help="histories and kept instances (default: a temporary folder)"
     )
-    parser.add_argument(
-        "--page", type=Path, metavar="DIR",
-        help="also write a dated report page with plots into DIR, e.g. docs/benchmarks/reports",
-    )  # fmt: skip
-    args = parser.parse_args(argv)
+    add_page_option(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build each age's history, measure it, print the tables and the ratios."""
+    args = arguments().parse_args(argv)
     if args.command == "window":
         return run_window(args.config, args.key, args.first)
     if args.command == "ticks":
@@ -884,11 +891,8 @@ def main(argv: list[str] | None = None) -> int:
             print_table(history, ages[days])
             save_results(base, days, ages[days])
     print_ratios(ages)
-    if args.page is not None and len(ages) > 1:
-        provenance = Provenance.of_this_run("benchmarks.age", argv)
-        page = write_page(args.page, "age", "The cost of age", report_body(ages),
-                          report_figures(ages), provenance)  # fmt: skip
-        print(f"report page: {page}")
+    if len(ages) > 1:
+        publish(args.page, "benchmarks.age", argv, page_report(ages))
     kept = load_results(base)
     if args.workdir is not None and set(kept) != set(ages):
         print(f"\n(ratios over every age kept in {base / 'results.json'})")

@@ -63,14 +63,13 @@ import polars as pl
 import pyarrow as pa
 from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable
-from matplotlib.ticker import MaxNLocator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 from pyspark.sql.window import Window
 
-from benchmarks.report_page import Provenance, figure, machine, write_page
+from benchmarks.report_page import Report, add_page_option, figure, line_chart, machine, publish
 from cdc_core.config import Config, parse_config, to_struct_type
 from cdc_core.ingest import list_dump_files
 from cdc_core.phases import PhaseEvent, observing
@@ -582,6 +581,11 @@ def slug(name: str) -> str:
     return "-".join(re.findall(r"[a-z0-9]+", name.lower()))
 
 
+def by_slug() -> dict[str, str]:
+    """Every contender's name by its name on the command line."""
+    return {slug(name): name for name in CONTENDERS}
+
+
 # ---- timing and memory -------------------------------------------------------------------
 
 
@@ -922,14 +926,19 @@ def figures(result: BenchResult) -> dict:
     axes[0].set_title(f"{workload.records:,} records, {workload.keys:,} keys, "
                       f"{workload.windows} windows: the whole workload")  # fmt: skip
     if series:
-        for name, values in series.items():
-            axes[1].plot(range(1, len(values) + 1), values, marker="o", label=name)
-        axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
-        axes[1].set_xlabel("window (history length)")
-        axes[1].set_ylabel("seconds")
-        axes[1].set_title("cost per window against window count")
-        axes[1].legend()
+        by_window = {name: dict(enumerate(values, 1)) for name, values in series.items()}
+        line_chart(axes[1], by_window, "window (history length)", "seconds",
+                   "cost per window against window count")  # fmt: skip
     return {"seconds": drawn}
+
+
+def page_report(result: BenchResult, size: str, rendered: str) -> Report:
+    """The report page: the rendered report under the page's own dated title, and the
+    plots; named by the preset ``size``, or by records and windows when they differ."""
+    workload = result.dataset.workload
+    label = size if workload == SIZES[size] else f"{workload.records}r-{workload.windows}w"
+    body = rendered.split("\n", 1)[1]
+    return Report(f"bench-{label}", "reclock against its peers", body, figures(result))
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
@@ -956,25 +965,26 @@ def workload_from(args: argparse.Namespace) -> Workload:
     return dataclasses.replace(SIZES[args.size], **overrides)
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command's options (its workload, contenders and outputs)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_arguments(parser)
     parser.add_argument("--repeats", type=int, default=3)
-    by_slug = {slug(name): name for name in CONTENDERS}
-    parser.add_argument("--contenders", nargs="+", choices=by_slug)
+    parser.add_argument("--contenders", nargs="+", choices=by_slug())
     parser.add_argument("--s3", help=f"s3://bucket/prefix for {RECLOCK_S3} (AWS environment)")
     parser.add_argument("--workdir", type=Path, default=Path("bench-out"))
     parser.add_argument("--out", type=Path, help="report file (default bench-out/<time>.md)")
-    parser.add_argument(
-        "--page", type=Path, metavar="DIR",
-        help="also write a dated report page with plots into DIR, e.g. docs/benchmarks/reports",
-    )  # fmt: skip
+    add_page_option(parser)
     parser.add_argument(
         "--master",
         help="Spark master (default local[2]); sc://host:port runs every contender attached "
         "to that Spark Connect server (e.g. one `reclock spark-server` runs)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments().parse_args(argv)
 
     workload = workload_from(args)
     if args.master and args.master.startswith("sc://"):
@@ -985,7 +995,7 @@ def main(argv: list[str] | None = None) -> None:
         workload,
         args.workdir,
         repeats=args.repeats,
-        contenders=[by_slug[name] for name in args.contenders] if args.contenders else None,
+        contenders=[by_slug()[name] for name in args.contenders] if args.contenders else None,
         s3=args.s3,
     )
     report = render(result)
@@ -995,11 +1005,7 @@ def main(argv: list[str] | None = None) -> None:
     print(report)
     print(f"written to {out}")
     if args.page is not None:
-        provenance = Provenance.of_this_run("benchmarks.bench", argv)
-        body = report.split("\n", 1)[1]  # the page has its own dated title
-        page = write_page(args.page, f"bench-{args.size}", "reclock against its peers", body,
-                          figures(result), provenance)  # fmt: skip
-        print(f"report page: {page}")
+        publish(args.page, "benchmarks.bench", argv, page_report(result, args.size, report))
 
 
 if __name__ == "__main__":

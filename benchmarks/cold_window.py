@@ -38,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.open_ended import timed_command, write_case
+from benchmarks.report_page import Report, add_page_option, bar_chart, figure, publish, table
 from cdc_core.config import load_config
 from cdc_core.frontier import iso
 from pipelines.sample import write_sample
@@ -136,14 +137,34 @@ class Side:
         print(f"{self.label} run {len(self.walls)}: {run.wall:.1f} s wall, {run.cpu:.1f} s CPU",
               flush=True)  # fmt: skip
 
+    def headline(self, case: str, attached: str) -> str:
+        """The side's whole run in a sentence."""
+        return (f"{self.label}: one window of {case}, cold{attached}, median of "
+                f"{len(self.walls)} runs: {statistics.median(self.walls):.1f} s wall, "
+                f"{statistics.median(self.cpus):.1f} s CPU (wall of each run: "
+                f"{', '.join(f'{w:.1f}' for w in self.walls)})")  # fmt: skip
+
     def report(self, case: str, attached: str) -> None:
-        print(f"\n{self.label}: one window of {case}, cold{attached}, median of "
-              f"{len(self.walls)} runs: {statistics.median(self.walls):.1f} s wall, "
-              f"{statistics.median(self.cpus):.1f} s CPU (wall of each run: "
-              f"{', '.join(f'{w:.1f}' for w in self.walls)})")  # fmt: skip
+        print(f"\n{self.headline(case, attached)}")
         print(f"{'step':<58} {'median s':>9} {'max s':>7}")
         for name, seconds in self.steps.items():
             print(f"{name:<58} {statistics.median(seconds):>9.2f} {max(seconds):>7.2f}")
+
+
+def page_report(sides: list[Side], case: str, attached: str) -> Report:
+    """The report page: each side's steps, median seconds, as bars and as a table."""
+    drawn, axes = figure(rows=len(sides), height=5.0)
+    parts = []
+    for side, plot in zip(sides, axes, strict=True):
+        medians = {name: statistics.median(seconds) for name, seconds in side.steps.items()}
+        bar_chart(plot, medians, "median seconds", f"{side.label}: one window of {case}")
+        parts += [side.headline(case, attached) + ".", table(
+            ["step", "median s", "max s"],
+            [[name, f"{medians[name]:.2f}", f"{max(seconds):.2f}"]
+             for name, seconds in side.steps.items()],
+        )]  # fmt: skip
+    return Report("cold-window", "One window from a cold process", "\n\n".join(parts),
+                  {"steps": drawn})  # fmt: skip
 
 
 def setting(text: str) -> tuple[str, str]:
@@ -163,6 +184,7 @@ def main() -> None:
     parser.add_argument("--against", nargs="+", type=setting, metavar="KEY=VALUE",
                         help="also run the case with these Spark settings in its config, in "
                              "turn with the case as written; report the paired ratio")  # fmt: skip
+    add_page_option(parser)
     parser.add_argument("--child", nargs=3, metavar=("CONFIG", "THROUGH", "OUT"),
                         help=argparse.SUPPRESS)  # fmt: skip
     args = parser.parse_args()
@@ -186,6 +208,7 @@ def main() -> None:
     case = "the bundled sample" if args.sample else f"{args.records} records"
     for side in sides:
         side.report(case, attached)
+    publish(args.page, "benchmarks.cold_window", None, page_report(sides, case, attached))
     if len(sides) == 2:
         ratios = [a / b for a, b in zip(sides[0].walls, sides[1].walls, strict=True)]
         print(f"\nwall, as written / {sides[1].label}, run by run in turn: median "

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from benchmarks.report_page import Report, add_page_option, figure, line_chart, publish, table
 from cdc_core.envelopes import EnvelopeBatch, apply_upsert
 from cdc_core.spark import get_spark
 
@@ -76,10 +77,12 @@ def main() -> None:
     parser.add_argument("--states", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    add_page_option(parser)
     args = parser.parse_args()
     spark = get_spark()
     print(f"window={args.window} records, median of {args.repeat} runs")
     print(f"{'state keys':>12} {'seconds/window':>15} {'change rows':>12}")
+    states: dict[int, tuple[float, int]] = {}
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         for keys in args.states:
@@ -88,7 +91,25 @@ def main() -> None:
             run_window(spark, root, -1)  # warm-up: JIT and caches
             times = [run_window(spark, root, run) for run in range(args.repeat)]
             changes = spark.read.parquet(str(root / "out-changes")).count()
-            print(f"{keys:>12} {statistics.median(times):>15.2f} {changes:>12}", flush=True)
+            states[keys] = (statistics.median(times), changes)
+            print(f"{keys:>12} {states[keys][0]:>15.2f} {changes:>12}", flush=True)
+    publish(args.page, "benchmarks.envelopes", None, page_report(args.window, states))
+
+
+def page_report(window: int, states: dict[int, tuple[float, int]]) -> Report:
+    """The report page: a window's median seconds against the prior state's keys."""
+    drawn, (axes,) = figure()
+    line_chart(axes, {"UPSERT": {keys: s for keys, (s, _) in states.items()}}, "state keys",
+               "median seconds per window", f"a {window:,}-record UPSERT window against "
+               "the state it updates", log_x=True)  # fmt: skip
+    body = "\n\n".join([
+        f"A window of {window:,} records, half updating keys spread over the state, half "
+        "inserting new ones; computed and written to Parquet as a shard append would.",
+        table(["state keys", "seconds per window", "change rows"],
+              [[f"{keys:,}", f"{s:.2f}", f"{changes:,}"]
+               for keys, (s, changes) in states.items()]),
+    ])  # fmt: skip
+    return Report("envelopes", "An UPSERT window against its state", body, {"state": drawn})
 
 
 if __name__ == "__main__":

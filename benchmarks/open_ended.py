@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from assets.partitions import window_partitions
+from benchmarks.report_page import Report, add_page_option, figure, line_chart, publish, table
 from cdc_core.config import load_config
 
 RECORDS = 12
@@ -73,10 +74,12 @@ def main() -> None:
     parser.add_argument("--days", type=int, nargs="+", default=[1, 30, 365])
     parser.add_argument("--repeat", type=int, default=1, help="runs per age (the least counts)")
     parser.add_argument("--workdir", type=Path, help="kept afterwards (default: a temp folder)")
+    add_page_option(parser)
     args = parser.parse_args()
     root = args.workdir or Path(tempfile.mkdtemp(prefix="open-ended-"))
     print(f"{'start':>12}  {'windows listed':>14}  {'wall s':>6}  {'CPU s':>6}  "
           f"{'each run: wall/CPU':<24}  result")
+    ages: list[Age] = []
     for days in args.days:
         runs: list[tuple[float, float]] = []
         for _ in range(args.repeat):
@@ -93,12 +96,57 @@ def main() -> None:
                 (line for line in printed if line.startswith("Materialized")),
                 f"exit {run.returncode}: {printed[-1:]}",
             )
-        wall, cpu = min(r[0] for r in runs), min(r[1] for r in runs)
-        every = " ".join(f"{w:.0f}/{c:.0f}" for w, c in runs)
-        print(f"{days:>10} d  {listed:>14}  {wall:>6.1f}  {cpu:>6.1f}  {every:<24}  {outcome}",
-              flush=True)  # fmt: skip
+        ages.append(Age(days, listed, runs, outcome))
+        age = ages[-1]
+        print(f"{days:>10} d  {listed:>14}  {age.wall:>6.1f}  {age.cpu:>6.1f}  "
+              f"{age.every:<24}  {outcome}", flush=True)  # fmt: skip
     if args.workdir is None:
         shutil.rmtree(root, ignore_errors=True)
+    publish(args.page, "benchmarks.open_ended", None, page_report(ages))
+
+
+@dataclass(frozen=True)
+class Age:
+    """The runs of one ``start``, ``days`` back: Dagster listed ``listed`` windows; each
+    run's wall and CPU seconds; the last run's outcome."""
+
+    days: int
+    listed: int
+    runs: list[tuple[float, float]]
+    outcome: str
+
+    @property
+    def wall(self) -> float:
+        """The least wall seconds of the runs."""
+        return min(r[0] for r in self.runs)
+
+    @property
+    def cpu(self) -> float:
+        """The least CPU seconds of the runs."""
+        return min(r[1] for r in self.runs)
+
+    @property
+    def every(self) -> str:
+        """Each run's wall/CPU seconds."""
+        return " ".join(f"{w:.0f}/{c:.0f}" for w, c in self.runs)
+
+
+def page_report(ages: list[Age]) -> Report:
+    """The report page: the first window's least wall and CPU seconds against how far
+    back ``start`` lies."""
+    drawn, (axes,) = figure()
+    line_chart(axes, {"wall": {a.days: a.wall for a in ages}, "CPU": {a.days: a.cpu for a in ages}},
+               "days between start and now", "least seconds (process and JVM)",
+               "a new open-ended source's first window", log_x=True)  # fmt: skip
+    body = "\n\n".join([
+        "Each run: `reclock materialize --through` the first window Dagster lists, a "
+        "fresh process on a fresh lake (a dozen records); the least of the runs counts.",
+        table(["start", "windows listed", "wall s", "CPU s", "each run: wall/CPU", "result"],
+              [[f"{a.days} d back", f"{a.listed:,}", f"{a.wall:.1f}", f"{a.cpu:.1f}", a.every,
+                a.outcome] for a in ages]),
+    ])  # fmt: skip
+    return Report("open-ended", "A new source whose start lies far back", body,
+                  {"start": drawn})  # fmt: skip
 
 
 @dataclass(frozen=True)

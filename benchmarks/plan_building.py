@@ -18,12 +18,14 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from py4j.clientserver import ClientServerConnection
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from benchmarks.report_page import Report, add_page_option, bar_chart, figure, publish, table
 from cdc_core.envelopes import (
     EnvelopeBatch,
     EnvelopeResult,
@@ -88,10 +90,12 @@ def build(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
+    add_page_option(parser)
     args = parser.parse_args(argv)
     spark = get_spark("local[2]", {})
     trips = RoundTrips()
     print(f"{'envelope':<16} {'first ms':>9} {'median ms':>10} {'round trips':>12}")
+    plans = []
     for name, (envelope, apply, value) in ENVELOPES.items():
         seconds, counts = [], []
         for index in range(args.repeat + 1):
@@ -99,10 +103,40 @@ def main(argv: list[str] | None = None) -> int:
             build(spark, envelope, apply, value, 10 + index)
             seconds.append(time.perf_counter() - start)
             counts.append(trips.count - before)
-        print(f"{name:<16} {seconds[0] * 1000:>9.0f} "
-              f"{statistics.median(seconds[1:]) * 1000:>10.0f} "
-              f"{statistics.median(counts[1:]):>12.0f}")
+        plans.append(Plan(name, seconds[0] * 1000, statistics.median(seconds[1:]) * 1000,
+                          statistics.median(counts[1:])))  # fmt: skip
+        print(f"{name:<16} {plans[-1].first_ms:>9.0f} {plans[-1].median_ms:>10.0f} "
+              f"{plans[-1].round_trips:>12.0f}")  # fmt: skip
+    publish(args.page, "benchmarks.plan_building", argv, page_report(plans))
     return 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One envelope's builds: the first (milliseconds), the median of the others, and
+    the median of their JVM round trips."""
+
+    envelope: str
+    first_ms: float
+    median_ms: float
+    round_trips: float
+
+
+def page_report(plans: list[Plan]) -> Report:
+    """The report page: each envelope's plan, milliseconds and JVM round trips."""
+    drawn, (milliseconds, trips) = figure(rows=2, height=3.0)
+    bar_chart(milliseconds, {p.envelope: p.median_ms for p in plans}, "median milliseconds",
+              "building one empty window's plan (after the first build)")  # fmt: skip
+    bar_chart(trips, {p.envelope: p.round_trips for p in plans}, "JVM round trips",
+              "commands sent to the JVM per plan")  # fmt: skip
+    body = "\n\n".join([
+        "`apply_*` on an empty window with prior shards: the plan is built and analyzed, "
+        "nothing runs. The first build of the process compiles and caches.",
+        table(["envelope", "first ms", "median ms", "round trips"],
+              [[p.envelope, f"{p.first_ms:.0f}", f"{p.median_ms:.0f}", f"{p.round_trips:.0f}"]
+               for p in plans]),
+    ])  # fmt: skip
+    return Report("plan-building", "Building an envelope plan", body, {"plan": drawn})
 
 
 if __name__ == "__main__":

@@ -34,11 +34,12 @@ from benchmarks.bench import (
     CONTENDERS,
     FLOOR_PARSE,
     add_workload_arguments,
+    by_slug,
     floor_parse,
     prepare_dataset,
-    slug,
     workload_from,
 )
+from benchmarks.report_page import Report, add_page_option, bar_chart, figure, publish
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.spark import get_spark
 
@@ -151,14 +152,52 @@ def render(phases: dict[str, PhaseFigures], wall: dict[str, float], stages: bool
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    by_slug = {slug(name): name for name in CONTENDERS}
+def against_floor(phases: dict[str, PhaseFigures], floor: PhaseFigures) -> str:
+    """The phases' executor CPU seconds against the floor's, in a sentence."""
+    reclock = sum(figures.cpu_seconds for figures in phases.values())
+    return (f"executor CPU: {reclock:.2f} s; {FLOOR_PARSE} {floor.cpu_seconds:.2f} s "
+            f"({reclock / floor.cpu_seconds:.1f}x)")  # fmt: skip
+
+
+def page_report(
+    name: str,
+    headline: str,
+    phases: dict[str, PhaseFigures],
+    wall: dict[str, float],
+    floor: PhaseFigures,
+) -> Report:
+    """The report page: per phase, wall seconds (its Spark jobs' share and the driver's)
+    and executor CPU seconds, the floor's CPU beside them."""
+    order = sorted({*phases, *wall}, key=lambda phase: -wall.get(phase, 0.0))
+    drawn, (walls, cpus) = figure(rows=2, height=0.6 + 0.3 * max(len(order), 4))
+    jobs = [phases.get(phase, PhaseFigures()).job_seconds for phase in order]
+    driver = [max(wall.get(phase, 0.0) - jobs[i], 0.0) for i, phase in enumerate(order)]
+    walls.barh(order[::-1], jobs[::-1], color="tab:blue", label="Spark jobs")
+    walls.barh(order[::-1], driver[::-1], left=jobs[::-1], color="tab:orange", label="driver")
+    walls.set_xlabel("wall seconds")
+    walls.set_title("where the wall time goes, per engine phase")
+    walls.legend(fontsize=8)
+    bar_chart(cpus, {**{phase: phases.get(phase, PhaseFigures()).cpu_seconds for phase in order},
+                     FLOOR_PARSE: floor.cpu_seconds},
+              "executor CPU seconds", "executor CPU per phase, and the floor's")  # fmt: skip
+    body = "\n\n".join([headline + ".", render(phases, wall, False),
+                         against_floor(phases, floor) + "."])  # fmt: skip
+    return Report(f"profile-{name}", "Where the time goes", body, {"phases": drawn})
+
+
+def arguments() -> argparse.ArgumentParser:
+    """The command's options (its workload and contender)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_workload_arguments(parser)
-    parser.add_argument("--contender", choices=by_slug, default="reclock-dagster")
+    parser.add_argument("--contender", choices=by_slug(), default="reclock-dagster")
     parser.add_argument("--workdir", type=Path, default=Path("bench-out"))
     parser.add_argument("--stages", action="store_true", help="list every stage too")
-    args = parser.parse_args(argv)
+    add_page_option(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments().parse_args(argv)
     events = Path(tempfile.mkdtemp(prefix="reclock-events-"))
     spark = get_spark(
         conf={
@@ -184,22 +223,21 @@ def main(argv: list[str] | None = None) -> None:
 
     began = time.perf_counter()
     with observing(timed), labelled_phases(spark.sparkContext):
-        CONTENDERS[by_slug[args.contender]](spark, dataset, scratch)
+        CONTENDERS[by_slug()[args.contender]](spark, dataset, scratch)
     seconds = time.perf_counter() - began
     # The floor, measured the same way: CPU ratios hold on a loaded machine.
     floor_parse(spark, dataset, scratch)  # warm-up, unlabelled
     spark.sparkContext.setJobDescription(FLOOR_PARSE)
     floor_parse(spark, dataset, scratch)
     spark.stop()
-    print(f"{by_slug[args.contender]} on {workload.name}: {seconds:.2f} s wall")
+    headline = f"{by_slug()[args.contender]} on {workload.name}: {seconds:.2f} s wall"
+    print(headline)
     phases = read_event_log(events)
     floor = phases.pop(FLOOR_PARSE)
-    reclock = sum(figures.cpu_seconds for figures in phases.values())
     print(render(phases, wall, args.stages))
-    print(
-        f"\nexecutor CPU: {reclock:.2f} s; {FLOOR_PARSE} {floor.cpu_seconds:.2f} s "
-        f"({reclock / floor.cpu_seconds:.1f}x)"
-    )
+    print(f"\n{against_floor(phases, floor)}")
+    publish(args.page, "benchmarks.profile", argv, page_report(
+        f"{args.contender}-{workload.name}", headline, phases, wall, floor))  # fmt: skip
     shutil.rmtree(events, ignore_errors=True)
     shutil.rmtree(scratch, ignore_errors=True)
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
 
+from benchmarks.report_page import Report, add_page_option, figure, line_chart, publish, table
 from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA, Registry, fold_registry
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -65,8 +67,27 @@ def timed(call) -> tuple[float, int]:
     return time.perf_counter() - began, len(files)
 
 
-def measure(days: int) -> str:
-    """The report line of one age."""
+@dataclass(frozen=True)
+class Reads:
+    """One age's registry reads: its files, the seconds of each read, and how many files
+    the first read built."""
+
+    days: int
+    files: int
+    every: float
+    first: float
+    again: float
+    built: int
+
+    @property
+    def line(self) -> str:
+        """The age's report line."""
+        return (f"{self.days:>5} {self.files:>8} {self.every:>10.2f}s {self.first:>10.2f}s "
+                f"{self.again:>6.3f}s   ({self.built} file(s) built)")  # fmt: skip
+
+
+def measure(days: int) -> Reads:
+    """The reads of a registry ``days`` old."""
     with tempfile.TemporaryDirectory() as workdir:
         root = Path(workdir) / "dumps"
         write_registry(root, days)
@@ -75,18 +96,39 @@ def measure(days: int) -> str:
         first, needed = timed(lambda: registry.files(reaching=reaching))
         again, _ = timed(lambda: registry.files(reaching=reaching))
         every, total = timed(lambda: Registry(root, "users").files())
-    return (f"{days:>5} {total:>8} {every:>10.2f}s {first:>10.2f}s {again:>6.3f}s"
-            f"   ({needed} file(s) built)")  # fmt: skip
+    return Reads(days, total, every, first, again, needed)
 
 
-def main() -> None:
+def page_report(ages: list[Reads]) -> Report:
+    """The report page: each read's seconds against the registry's age."""
+    drawn, (axes,) = figure()
+    line_chart(axes, {
+        "every file": {r.days: r.every for r in ages},
+        "first read": {r.days: r.first for r in ages},
+        "again": {r.days: r.again for r in ages},
+    }, "days of one dump a minute", "seconds", "reading the dump registry", log_x=True)  # fmt: skip
+    body = "\n\n".join([
+        "A registry of one dump a minute, all but the last day retired and folded as "
+        "maintenance leaves it; a run's reads of it (see the module's docstring).",
+        table(["days", "files", "every file s", "first read s", "again s", "files built"],
+              [[r.days, f"{r.files:,}", f"{r.every:.2f}", f"{r.first:.2f}", f"{r.again:.3f}",
+                r.built] for r in ages]),
+    ])  # fmt: skip
+    return Report("registry-age", "Reading the dump registry by age", body, {"registry": drawn})
+
+
+def main(argv: list[str] | None = None) -> None:
     """Print one line per age."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, nargs="+", default=[1, 30, 365])
-    args = parser.parse_args()
+    add_page_option(parser)
+    args = parser.parse_args(argv)
     print(f"{'days':>5} {'files':>8} {'every file':>11} {'first read':>11} {'again':>7}")
+    ages = []
     for days in args.days:
-        print(measure(days), flush=True)
+        ages.append(measure(days))
+        print(ages[-1].line, flush=True)
+    publish(args.page, "benchmarks.registry_age", argv, page_report(ages))
 
 
 if __name__ == "__main__":

@@ -188,7 +188,8 @@ TOUR = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
+    """The command's options."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.screenshot", description=__doc__)
     parser.add_argument("--config", type=Path, required=True, help="reclock config (YAML)")
     parser.add_argument("--out", type=Path, default=Path("reclock-ui.png"))
@@ -200,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         "--tour", type=Path, metavar="DIR",
         help="shoot every page of the documentation's UI tour into DIR instead",
     )  # fmt: skip
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments().parse_args(argv)
     shots = {args.tour / name: page for name, page in TOUR.items()} if args.tour else {
         args.out: args.page
     }

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from benchmarks.age_instance import MINUTE_MS
+from benchmarks.report_page import Report, add_page_option, figure, line_chart, publish, table
 from benchmarks.sources import Case
 from cdc_core.app.materialize import SOURCE_WORKERS, materialize_windows, serve_together
 from cdc_core.app.session import config_spark
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=4, help="measured windows (even)")
     parser.add_argument("--workers", type=int, default=SOURCE_WORKERS)
     parser.add_argument("--workdir", type=Path, default=Path("bench-out") / "serving")
+    add_page_option(parser)
     args = parser.parse_args(argv)
     n = args.sources
     case = Case(args.workdir.absolute(), "upsert", n, FIRST_WINDOWS + args.windows + 1)
@@ -88,14 +90,45 @@ def main(argv: list[str] | None = None) -> int:
         seconds[workers].append(wall)
         print(f"window {index + 1}: {workers} at once: {wall:.2f} s, {wall / n:.2f} s per source",
               flush=True)  # fmt: skip
-    alone, together = (statistics.median(seconds[w]) for w in (1, args.workers))
-    # Paired: each window served together against the one-at-a-time window just before
-    # it, so a machine whose load moves during the run moves both sides of each ratio.
-    paired = [a / t for a, t in zip(seconds[1], seconds[args.workers], strict=False)]
-    print(f"{n} sources, median window: one at a time {alone:.2f} s, {args.workers} at once "
-          f"{together:.2f} s; paired ratios {', '.join(f'{r:.2f}x' for r in paired)}, "
-          f"median {statistics.median(paired):.2f}x")  # fmt: skip
+    print(summary(n, args.workers, seconds))
+    publish(args.page, "benchmarks.serving", argv, page_report(n, args.workers, seconds))
     return 0
+
+
+def paired(workers: int, seconds: dict[int, list[float]]) -> list[float]:
+    """Each window served together against the one-at-a-time window just before it (one
+    at a time / together), so a machine whose load moves during the run moves both sides
+    of each ratio."""
+    return [a / t for a, t in zip(seconds[1], seconds[workers], strict=False)]
+
+
+def summary(n: int, workers: int, seconds: dict[int, list[float]]) -> str:
+    """The medians and the paired ratios, in a sentence."""
+    alone, together = (statistics.median(seconds[w]) for w in (1, workers))
+    ratios = paired(workers, seconds)
+    return (f"{n} sources, median window: one at a time {alone:.2f} s, {workers} at once "
+            f"{together:.2f} s; paired ratios {', '.join(f'{r:.2f}x' for r in ratios)}, "
+            f"median {statistics.median(ratios):.2f}x")  # fmt: skip
+
+
+def page_report(n: int, workers: int, seconds: dict[int, list[float]]) -> Report:
+    """The report page: each measured window's seconds, one at a time against together."""
+    drawn, (axes,) = figure()
+    order = {w: [2 * i + (w != 1) + 1 for i in range(len(seconds[w]))] for w in seconds}
+    line_chart(axes, {
+        f"{w} at once" if w != 1 else "one at a time": dict(zip(order[w], seconds[w], strict=True))
+        for w in seconds
+    }, "window measured (in turn)", "wall seconds", f"{n} sources: a window served")  # fmt: skip
+    pairs = zip(seconds[1], seconds[workers], strict=False)
+    rows = [[i, f"{a:.2f}", f"{t:.2f}", f"{a / t:.2f}x"] for i, (a, t) in enumerate(pairs, 1)]
+    body = "\n\n".join([
+        f"{n} upsert sources on one lake, engine only (no Dagster, checks or export); the "
+        f"windows alternate one source at a time and {workers} at once.",
+        summary(n, workers, seconds) + ".",
+        table(["pair", "one at a time s", f"{workers} at once s", "ratio"], rows),
+    ])  # fmt: skip
+    return Report(f"serving-{n}", "Sources served together against one at a time", body,
+                  {"serving": drawn})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from benchmarks.report_page import Report, add_page_option, bar_chart, figure, publish, table
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import Shard
 from cdc_core.shard.delta_io import count_by_time, shard_schema
@@ -62,6 +63,7 @@ def main() -> None:
     parser.add_argument("--master", default=None, help="Spark master (default: local[2])")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--history", type=int, default=0, help="small appends after the big one")
+    add_page_option(parser)
     args = parser.parse_args()
 
     spark = get_spark(args.master)
@@ -107,8 +109,34 @@ def main() -> None:
     print(f"snapshot(as_of)         {snapshot:>9.2f} s  ({snapshot / bare:.1f}x bare read)")
     print(f"listen(as_of)           {listen:>9.2f} s  ({listen / bare:.1f}x bare read)")
     print(f"Delta data source read  {delta:>9.2f} s  ({delta / bare:.1f}x bare read)")
-    if args.history:
-        small_reads(spark, shard, args.history, args.repeat)
+    newest = small_reads(spark, shard, args.history, args.repeat) if args.history else {}
+    reads = {"bare spark.read.parquet": bare, "shard snapshot": snapshot,
+             "shard listen": listen, "Delta data source": delta}  # fmt: skip
+    publish(args.page, "benchmarks.shard", None,
+            page_report(args.rows, append_seconds, reads, args.history, newest))  # fmt: skip
+
+
+def page_report(
+    rows: int, append: float, reads: dict[str, float], history: int, newest: dict[str, float]
+) -> Report:
+    """The report page: the big batch's reads, and (after ``history`` small commits) the
+    newest batch's, best seconds each."""
+    drawn, axes = figure(rows=2 if newest else 1, height=3.0)
+    bar_chart(axes[0], reads, "best seconds", f"reading {rows:,} rows in full")
+    if newest:
+        bar_chart(axes[1], newest, "best seconds",
+                  f"reading the newest 1,000 rows after {history} commits")  # fmt: skip
+    parts = [
+        f"An append of {rows:,} rows (stage and commit) took {append:.2f} s "
+        f"({rows / append:,.0f} rows/s). Every read runs in full into Spark's no-op sink.",
+        table(["read", "best s", "x bare read"],
+              [[name, f"{s:.2f}", f"{s / reads['bare spark.read.parquet']:.1f}"]
+               for name, s in reads.items()]),
+    ]  # fmt: skip
+    if newest:
+        parts.append(table([f"newest batch after {history} commits", "best s"],
+                           [[name, f"{s:.3f}"] for name, s in newest.items()]))  # fmt: skip
+    return Report("shard", "Reading a shard", "\n\n".join(parts), {"reads": drawn})
 
 
 def delta_read(spark: SparkSession, shard: Shard, after: int, until: int) -> DataFrame:
@@ -117,9 +145,11 @@ def delta_read(spark: SparkSession, shard: Shard, after: int, until: int) -> Dat
     return rows.where((F.col("time") > after) & (F.col("time") <= until))
 
 
-def small_reads(spark: SparkSession, shard: Shard, batches: int, repeat: int) -> None:
+def small_reads(
+    spark: SparkSession, shard: Shard, batches: int, repeat: int
+) -> dict[str, float]:
     """Append ``batches`` batches of 1,000 rows, one time each, then time reading the newest
-    batch both ways (a window's read on a long history)."""
+    batch both ways (a window's read on a long history); their best seconds by name."""
     lower = shard.upper.time
     for index in range(batches):
         time_ = lower + index
@@ -135,6 +165,7 @@ def small_reads(spark: SparkSession, shard: Shard, batches: int, repeat: int) ->
     print(f"after {batches} more commits (version {shard.version}), reading the newest batch:")
     print(f"  listen (file list)    {listen:>9.3f} s")
     print(f"  Delta data source     {delta:>9.3f} s  ({delta / listen:.1f}x)")
+    return {"shard listen (file list)": listen, "Delta data source": delta}
 
 
 if __name__ == "__main__":

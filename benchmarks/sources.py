@@ -2,7 +2,7 @@
 
     python -m benchmarks.sources [--sources 1 16 64 200] [--variants upsert debezium]
                                  [--modes own attached] [--backfill-windows 60]
-                                 [--quick] [--workdir DIR]
+                                 [--quick] [--workdir DIR] [--page DIR]
 
 Two variants, each on a fresh lake per N (``--sources``):
 
@@ -34,7 +34,9 @@ the server's CPU is not counted), its Spark jobs (a run's event log; attached, t
 server's, counted before and after), its Delta commits (``_delta_log/*.json`` files new
 under the lake), each also per window, and the machine's 1-minute load average as it
 began. A table is printed after each N; the figures, the command and the machine go to
-``<workdir>/sources-<UTC time>.json``. Every window is one minute long and closed before
+``<workdir>/sources-<UTC time>.json``, and with ``--page DIR`` a report page with plots
+when every case is done; ``--redraw FILE --page DIR`` draws the page of such a file (the
+cases done so far, should a run be cut short). Every window is one minute long and closed before
 the first run: the config's ``start`` lies back far enough for all of them, within the
 span Dagster lists (6 hours by default), so one N's measures must end within about 3.5
 hours of its start.
@@ -46,11 +48,12 @@ import argparse
 import json
 import os
 import random
+import shlex
 import shutil
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -70,7 +73,17 @@ from benchmarks.age import (
     sensor_tick,
 )
 from benchmarks.age_instance import MINUTE_MS
-from benchmarks.bench import machine
+from benchmarks.report_page import (
+    Provenance,
+    Report,
+    add_page_option,
+    figure,
+    line_chart,
+    machine,
+    publish,
+    table,
+    write_page,
+)
 from cdc_core.config import load_config
 from cdc_core.spark_server import SparkServer, free_port
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
@@ -426,21 +439,89 @@ def _count(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def print_slopes(cases: dict[str, dict[int, list[Figures]]]) -> None:
-    """Per variant and measure: wall seconds added by each source beyond the fewest."""
-    print("\n== wall seconds per extra source (fewest to most sources)")
+Cases = dict[str, dict[int, list[Figures]]]  # variant -> N -> its measures
+
+
+def slopes(cases: Cases) -> list[tuple[str, str, int, int, float]]:
+    """Per variant and measure: the wall seconds each source adds beyond the fewest
+    (variant, measure, fewest N, most N, seconds per source)."""
+    found = []
     for variant, by_n in cases.items():
         if len(by_n) < 2:
             continue
         low, high = min(by_n), max(by_n)
         walls = {f.measure: f.wall for f in by_n[low]}
-        for f in by_n[high]:
-            if f.measure in walls:
-                slope = (f.wall - walls[f.measure]) / (high - low)
-                print(f"{variant:<9} {f.measure:<34} {low:>3} -> {high:<3} {slope:7.3f} s")
+        found += [
+            (variant, f.measure, low, high, (f.wall - walls[f.measure]) / (high - low))
+            for f in by_n[high]
+            if f.measure in walls
+        ]
+    return found
 
 
-def save(path: Path, argv: list[str], cases: dict[str, dict[int, list[Figures]]]) -> None:
+def print_slopes(cases: Cases) -> None:
+    """Per variant and measure: wall seconds added by each source beyond the fewest."""
+    print("\n== wall seconds per extra source (fewest to most sources)")
+    for variant, measure, low, high, slope in slopes(cases):
+        print(f"{variant:<9} {measure:<34} {low:>3} -> {high:<3} {slope:7.3f} s")
+
+
+def per_window(cases: Cases, count: Callable[[Figures], float | None]) -> dict[str, dict]:
+    """``count`` per window of every run that covers windows (a window's, a backfill's),
+    against N, one line per variant and measure."""
+    series: dict[str, dict] = {}
+    for variant, by_n in cases.items():
+        for n, figures in by_n.items():
+            for f in figures:
+                value = count(f)
+                if f.windows and not f.measure.startswith("first") and value is not None:
+                    series.setdefault(f"{variant}: {f.measure}", {})[n] = value / f.windows
+    return series
+
+
+def page_report(cases: Cases) -> Report:
+    """The report page: a window's wall seconds, Spark jobs and Delta commits against the
+    source count, each case's measures and the seconds each source adds."""
+    drawn, (walls, jobs, commits) = figure(rows=3)
+    line_chart(walls, per_window(cases, lambda f: f.wall), "sources (N)",
+               "wall seconds per window", "one window's cost against source count")
+    line_chart(jobs, per_window(cases, lambda f: f.jobs), "sources (N)",
+               "Spark jobs per window", "Spark jobs against source count")
+    line_chart(commits, per_window(cases, lambda f: f.commits), "sources (N)",
+               "Delta commits per window", "Delta commits against source count")  # fmt: skip
+    parts = [
+        "Every window is one minute; each run a fresh `reclock materialize --through` "
+        "process (checks and CDCv2 export included). A cell: wall / CPU seconds, then "
+        "Spark jobs and Delta commits per window covered, and the machine's 1-minute load "
+        "average as the measure began (wall seconds move with it; CPU seconds and counts "
+        "much less).",
+    ]
+    for variant, by_n in cases.items():
+        ns = sorted(by_n)
+        measures = [f.measure for f in by_n[ns[0]]]
+        cells = {(n, f.measure): _cell(f) for n in ns for f in by_n[n]}
+        parts += [f"## {variant}", table(
+            ["measure", *(f"N = {n}" for n in ns)],
+            [[m, *(cells.get((n, m), "") for n in ns)] for m in measures],
+        )]  # fmt: skip
+    if found := slopes(cases):
+        parts += ["## Wall seconds each source adds", table(
+            ["variant", "measure", "from N", "to N", "s per source"],
+            [[v, m, low, high, f"{slope:.3f}"] for v, m, low, high, slope in found],
+        )]  # fmt: skip
+    return Report("sources", "Cost against source count", "\n\n".join(parts),
+                  {"sources": drawn})  # fmt: skip
+
+
+def _cell(f: Figures) -> str:
+    counted = [f"{f.per_window(f.jobs)} jobs/w" if f.jobs is not None and f.windows else "",
+               f"{f.per_window(f.commits)} commits/w" if f.commits is not None and f.windows
+               else ""]  # fmt: skip
+    return " · ".join([f"{f.wall:.1f} / {f.cpu:.1f} s", *filter(None, counted),
+                       f"load {f.load:.1f}"])  # fmt: skip
+
+
+def save(path: Path, argv: list[str], cases: Cases) -> None:
     """The figures so far, the command and the machine, as JSON."""
     path.write_text(json.dumps({
         "measured": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -451,8 +532,8 @@ def save(path: Path, argv: list[str], cases: dict[str, dict[int, list[Figures]]]
     }, indent=1))  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Measure every case asked for, printing each as it ends."""
+def arguments() -> argparse.ArgumentParser:
+    """The command's options (source counts, variants, modes, outputs)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", type=int, nargs="+", default=list(SOURCES))
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
@@ -462,13 +543,44 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"N = {' and '.join(map(str, QUICK_SOURCES))} only")  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=Path("bench-out") / "sources",
                         help="the cases' lakes and logs, and the JSON figures")  # fmt: skip
+    add_page_option(parser)
+    parser.add_argument("--redraw", type=Path, metavar="FILE",
+                        help="draw the report page of a figures file written before (its "
+                        "date, machine and command) instead of measuring")  # fmt: skip
+    return parser
+
+
+def load(path: Path) -> tuple[Provenance, Cases]:
+    """A figures file ``save`` wrote: when, where and how it was measured, and its cases."""
+    saved = json.loads(path.read_text())
+    measured = datetime.fromisoformat(saved["measured"])
+    command = f"python -m {shlex.join(saved['command'][2:])}"
+    cases = {
+        variant: {int(n): [Figures(**f) for f in figures] for n, figures in by_n.items()}
+        for variant, by_n in saved["cases"].items()
+    }
+    return Provenance(measured, saved["machine"], command), cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure every case asked for, printing each as it ends."""
     argv = sys.argv[1:] if argv is None else argv
+    parser = arguments()
     args = parser.parse_args(argv)
+    if args.redraw:
+        if args.page is None:
+            parser.error("--redraw draws a report page: give --page DIR")
+        provenance, saved = load(args.redraw)
+        report = page_report(saved)
+        page = write_page(args.page, report.name, report.title, report.body, report.figures,
+                          provenance)  # fmt: skip
+        print(f"report page: {page}")
+        return 0
     sources = list(QUICK_SOURCES) if args.quick else args.sources
     workdir = args.workdir.absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / f"sources-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    cases: dict[str, dict[int, list[Figures]]] = {}
+    cases: Cases = {}
     with ExitStack() as stack:
         server = None
         if "attached" in args.modes:
@@ -488,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
                 save(out, argv, cases)
     print_slopes(cases)
     print(f"\nfigures written to {out}")
+    publish(args.page, "benchmarks.sources", argv, page_report(cases))
     return 0
 
 

@@ -5,11 +5,13 @@ accepts: titled ``reclock.yaml``, it is a whole config; titled ``reclock.yaml (p
 is checked inside the demo's config (a list is added to its sources, a mapping replaces
 its top-level keys); any other title names a file that is not a reclock config. Every
 ``reclock`` command of a shell block (and every command a JSON block's title names)
-parses with the real argument parser, optional parts in ``[...]`` included.
+parses with the real argument parser, optional parts in ``[...]`` included, and so does
+every ``python -m benchmarks.NAME`` command of a shell block, with that benchmark's.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import shlex
 from pathlib import Path
@@ -31,6 +33,7 @@ SHELL_BLOCKS = all_blocks("bash", "sh")
 # `reclock` (or `.venv/bin/reclock`) where a command starts: after a line start, an
 # environment assignment, `&&`, `;` or `|`.
 COMMAND = re.compile(r"(?:^|[;&|]\s*|\s)(?:\S*/)?reclock\s+(?P<args>[^;&|#]*)")
+BENCHMARK = re.compile(r"(?:^|\s)(?:\S*/)?python -m benchmarks\.(?P<name>\w+)(?P<args>[^;&|#]*)")
 
 
 def whole_config(block: CodeBlock) -> dict:
@@ -77,8 +80,23 @@ def documented_commands() -> list[tuple[str, list[str]]]:
     for block in all_blocks("json"):
         if block.title and block.title.startswith("reclock "):
             found.append((f"{block.where} (title)", block.title.removeprefix("reclock ")))
-    return [(where, shlex.split(re.sub(r"\[(--[^\]]*)\]", r"\1", args)))
-            for where, args in found]  # fmt: skip
+    return [(where, arguments(args)) for where, args in found]
+
+
+def arguments(shown: str) -> list[str]:
+    """A command's arguments as shown, optional parts in ``[...]`` included."""
+    return shlex.split(re.sub(r"\[(--[^\]]*)\]", r"\1", shown))
+
+
+def documented_benchmarks() -> list[tuple[str, str, list[str]]]:
+    """Every benchmark command the pages' shell blocks show, as ``(where, module,
+    arguments)``."""
+    return [
+        (f"{block.where}+{offset}", match.group("name"), arguments(match.group("args")))
+        for block in SHELL_BLOCKS
+        for offset, line in enumerate(block.text.replace("\\\n", " ").splitlines())
+        for match in BENCHMARK.finditer(line)
+    ]
 
 
 def test_the_pages_show_commands() -> None:
@@ -95,3 +113,16 @@ def test_every_command_shown_exists_with_its_options(
         build_parser().parse_args(args)
     except SystemExit:
         pytest.fail(f"{where}: reclock {shlex.join(args)}: {capsys.readouterr().err}")
+
+
+@pytest.mark.parametrize(("where", "name", "args"), documented_benchmarks(),
+                         ids=[where for where, _, _ in documented_benchmarks()])  # fmt: skip
+def test_every_benchmark_command_shown_exists_with_its_options(
+    where: str, name: str, args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = importlib.import_module(f"benchmarks.{name}")
+    try:
+        module.arguments().parse_args(args)
+    except SystemExit:
+        pytest.fail(f"{where}: python -m benchmarks.{name} {shlex.join(args)}: "
+                    f"{capsys.readouterr().err}")  # fmt: skip
