@@ -61,7 +61,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from benchmarks.report_page import Provenance, figure, write_page
+from benchmarks.report_page import Report, add_page_option, figure, line_chart, publish, table
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import Shard, StagedBatch, delta_io
 from cdc_core.spark import get_spark
@@ -251,24 +251,40 @@ def measure(
     return seconds
 
 
-def report(results: dict[int, dict[str, list[float]]]) -> str:
+def report_body(results: dict[int, dict[str, list[float]]]) -> str:
     """The table of medians, per window and per source, and each contender's slope."""
-    lines = [
-        "| sources | contender | s per window (median) | s per source |",
-        "|---:|---|---:|---:|",
+    rows = [
+        [n, name, f"{statistics.median(samples):.2f}", f"{statistics.median(samples) / n:.3f}"]
+        for n, seconds in results.items()
+        for name, samples in seconds.items()
     ]
-    for n, seconds in results.items():
-        for name, samples in seconds.items():
-            median = statistics.median(samples)
-            lines.append(f"| {n} | {name} | {median:.2f} | {median / n:.3f} |")
+    body = table(["sources", "contender", "s per window (median)", "s per source"], rows)
     low, high = min(results), max(results)
     if high > low:
-        lines.append("")
+        slopes = []
         for name in CONTENDERS:
-            a = statistics.median(results[low][name])
-            b = statistics.median(results[high][name])
-            lines.append(f"- {name}: {(b - a) / (high - low) * 1000:.0f} ms per source added")
-    return "\n".join(lines)
+            added = (median(results[high][name]) - median(results[low][name])) / (high - low)
+            slopes.append(f"- {name}: {added * 1000:.0f} ms per source added")
+        body += "\n\n" + "\n".join(slopes)
+    return body
+
+
+def median(samples: list[float]) -> float:
+    """The median of a contender's windows."""
+    return statistics.median(samples)
+
+
+def page_report(results: dict[int, dict[str, list[float]]]) -> Report:
+    """The report page: each contender's seconds per window against the source count."""
+    drawn, (axes,) = figure()
+    line_chart(
+        axes,
+        {name: {n: median(results[n][name]) for n in results} for name in CONTENDERS},
+        "sources",
+        "seconds per window (median)",
+        "One window's typed appends to every source's shard",
+    )
+    return Report("stacking", "One job for many sources", report_body(results), {"seconds": drawn})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,29 +292,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sources", type=int, nargs="+", default=[1, 16, 64, 200])
     parser.add_argument("--records", type=int, default=20, help="per source and window")
     parser.add_argument("--repeat", type=int, default=3, help="timed windows per contender")
-    parser.add_argument("--page", type=Path, help="write a report page into this folder")
     parser.add_argument("--workdir", type=Path)
+    add_page_option(parser)
     args = parser.parse_args(argv)
-    provenance = Provenance.of_this_run("benchmarks.stacking", argv)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="stacking-"))
     spark = get_spark("local[2]", {"spark.sql.shuffle.partitions": "2"})
     results: dict[int, dict[str, list[float]]] = {}
     for n in args.sources:
         results[n] = measure(spark, root, n, args.records, args.repeat)
-        print(report({n: results[n]}), flush=True)
-    body = report(results)
-    print(body)
-    if args.page:
-        drawn, (axes,) = figure()
-        for name in CONTENDERS:
-            axes.plot(list(results), [statistics.median(results[n][name]) for n in results],
-                      marker="o", label=name)  # fmt: skip
-        axes.set_xlabel("sources")
-        axes.set_ylabel("seconds per window")
-        axes.legend()
-        page = write_page(args.page, "stacking", "One job for many sources", body,
-                          {"seconds": drawn}, provenance)  # fmt: skip
-        print(f"report page: {page}")
+        print(report_body({n: results[n]}), flush=True)
+    print(report_body(results))
+    publish(args.page, "benchmarks.stacking", argv, page_report(results))
     return 0
 
 

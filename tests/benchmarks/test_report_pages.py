@@ -23,6 +23,7 @@ from benchmarks import (
     serving,
     shard,
     sources,
+    stacking,
 )
 from benchmarks.report_page import Provenance, Report, write_page
 
@@ -99,6 +100,10 @@ REPORTS: dict[str, Callable[[], Report]] = {
         1_000, 2.0, {"bare spark.read.parquet": 1.0, "shard listen": 1.2}, 10,
         {"shard listen (file list)": 0.1, "Delta data source": 0.3},
     ),  # fmt: skip
+    "stacking": lambda: stacking.page_report({
+        1: {name: [1.0, 1.2] for name in stacking.CONTENDERS},
+        16: {name: [4.0 + i, 4.4 + i] for i, name in enumerate(stacking.CONTENDERS)},
+    }),  # fmt: skip
     "envelopes": lambda: envelopes.page_report(
         1_000, {10_000: (1.0, 1_000), 100_000: (1.4, 1_000)}
     ),
@@ -167,3 +172,16 @@ def test_a_source_count_figures_file_is_drawn_again_as_measured(tmp_path: Path) 
     assert cases == sources_cases()
     assert provenance.command == "python -m benchmarks.sources --sources 1 4 --page docs"
     assert provenance.measured.tzinfo is not None
+
+
+def test_the_stacking_page_gives_each_contenders_seconds_per_source_added() -> None:
+    report = REPORTS["stacking"]()
+
+    # By hand: medians 1.1 s at 1 source; 4.2, 5.2 and 6.2 s at 16, in contender order.
+    assert "| 16 | one generic job | 6.20 | 0.388 |" in report.body
+    assert "- job per source: 207 ms per source added" in report.body  # (4.2 - 1.1) / 15
+    assert "- one generic job: 340 ms per source added" in report.body  # (6.2 - 1.1) / 15
+    (axes,) = report.figures["seconds"].axes
+    (line,) = [line for line in axes.lines if line.get_label() == "union of typed plans"]
+    assert list(line.get_xdata()) == [1, 16]
+    assert list(line.get_ydata()) == pytest.approx([1.1, 5.2])
