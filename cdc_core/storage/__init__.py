@@ -2,11 +2,12 @@
 
 ``Location`` is where a lake or landing zone lives; ``S3Settings`` how object-store
 locations are reached (the same settings reach pyarrow, delta-rs and Spark's s3a);
-``files`` holds the driver's file operations on both.
+``RetryPolicy`` how every client retries a request to the store; ``files`` holds the
+driver's file operations on both.
 
 Public names: Location, LocationLike, located, is_remote, spark_path, from_spark_path,
-UnsupportedScheme, NotLocal, S3Settings, InsecureEndpoint, UnsafeCommits,
-LocationUnreachable, FileEntry, delta_options, on_workers, spark_conf.
+UnsupportedScheme, NotLocal, S3Settings, RetryPolicy, RetryPolicyTooSlow, InsecureEndpoint,
+UnsafeCommits, LocationUnreachable, FileEntry, delta_options, on_workers, spark_conf.
 """
 
 import functools
@@ -27,6 +28,7 @@ from cdc_core.storage.location import (
     located,
     spark_path,
 )
+from cdc_core.storage.retries import RetryPolicy, RetryPolicyTooSlow
 from cdc_core.storage.settings import InsecureEndpoint, S3Settings, UnsafeCommits
 
 
@@ -70,6 +72,8 @@ __all__ = [
     "LocationLike",
     "LocationUnreachable",
     "NotLocal",
+    "RetryPolicy",
+    "RetryPolicyTooSlow",
     "S3Settings",
     "UnsafeCommits",
     "UnsupportedScheme",
