@@ -24,8 +24,9 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-# boto3's standard retry mode: full jitter over min(20 s, 1 s * 2**i) after a throttled
-# try (50 ms * 2**i after any other); not settable through botocore's Config.
+# The AWS SDKs' standard retry strategy (boto3's, and pyarrow's C++ SDK): full jitter over
+# min(20 s, 1 s * 2**i) after a throttled try (botocore: 50 ms * 2**i after any other);
+# not settable through botocore's Config nor pyarrow's S3FileSystem.
 _BOTO_THROTTLE_BASE_MS = 1000
 _BOTO_MAX_BACKOFF_MS = 20_000
 
@@ -71,8 +72,9 @@ class RetryPolicy:
     def worst_case_ms(self) -> int:
         """The longest one request can take in any client: every try timing out, and
         the longest backoff any client waits before each retry (Hadoop's exponential policy,
-        s3a's, up to 1.5 times its interval doubled per retry, uncapped; boto3 up to its
-        own throttling backoff; delta-rs and pyarrow less than either)."""
+        s3a's, up to 1.5 times its interval doubled per retry, uncapped; boto3 and pyarrow,
+        both the AWS SDK's standard strategy, up to 1 s doubled per retry, at most 20 s;
+        delta-rs less than either)."""
         backoffs = sum(
             max(3 * self.base_backoff_ms << retry >> 1,
                 min(_BOTO_MAX_BACKOFF_MS, _BOTO_THROTTLE_BASE_MS << retry))

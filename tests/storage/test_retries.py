@@ -1,19 +1,24 @@
 """One retry policy from the config: validated at load, and honoured by delta-rs, pyarrow and
-boto3 against a store that resets every connection (a real listening socket, no mock)."""
+boto3 against a store that resets every connection (a real listening socket, no mock);
+what they fail with then: a StorageFailure naming the operation, the bucket and the key."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
 
 from cdc_core.config import ConfigError, parse_config
-from cdc_core.storage import RetryPolicy, S3Settings
+from cdc_core.shard.log import ShardStorageError, open_or_create
+from cdc_core.storage import RetryPolicy, S3Settings, StorageFailure, files, settings
 
 BASE = {"lake": "lake", "landing": "landing", "window": "1m",
         "start": "2026-01-01T00:00:00Z",
@@ -97,8 +102,8 @@ def resetting_store() -> Iterator[tuple[str, list[int]]]:
     server.close()
 
 
-POLICY = RetryPolicy(attempts=4, base_backoff_ms=10, max_backoff_ms=50,
-                     request_timeout_ms=2000, deadline_ms=60_000)  # fmt: skip
+POLICY = RetryPolicy(attempts=2, base_backoff_ms=10, max_backoff_ms=50,
+                     request_timeout_ms=1000, deadline_ms=60_000)  # fmt: skip
 KEYS = {"access_key_id": "testing", "secret_access_key": "testing", "region": "us-east-1"}
 
 
@@ -117,5 +122,41 @@ def test_each_client_tries_a_reset_request_as_often_as_the_policy_says(
     with pytest.raises(OSError):
         DeltaTable("s3://bucket/table", storage_options=settings.delta_options())
     tries["delta-rs"] = taken[0]
-    assert tries == {"pyarrow": 4, "boto3": 4, "delta-rs": 4}
+    assert tries == {"pyarrow": 2, "boto3": 2, "delta-rs": 2}
 
+
+
+def test_a_failing_store_is_named_by_operation_bucket_and_key_never_by_credential(
+    resetting_store: tuple[str, list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint, _ = resetting_store
+    secret = "s3cr3t-never-shown"
+    once = dataclasses.replace(POLICY, attempts=1)
+    monkeypatch.setattr(settings, "_configured", S3Settings(
+        endpoint=endpoint, retries=once, access_key_id="AKIDNEVERSHOWN",
+        secret_access_key=secret, region="us-east-1"))  # fmt: skip
+    failures = []
+    # pyarrow (a read, a write), boto3 (a listing after a key), delta-rs (a table opened).
+    for attempt in (
+        lambda: files.read_bytes("s3://bucket/lake/users/dump.json"),
+        lambda: files.write_bytes("s3://bucket/lake/users/new.json", b"{}"),
+        lambda: files.list_after("s3://bucket/landing", "s3://bucket/landing/a"),
+        lambda: open_or_create("s3://bucket/lake/users/changes",
+                               DeltaSchema.from_arrow(pa.schema([("id", pa.int64())])),
+                               detail="test"),
+    ):
+        with pytest.raises(StorageFailure) as caught:
+            attempt()
+        failures.append(caught.value)
+    assert [(f.operation, f.location) for f in failures] == [
+        ("read", "s3://bucket/lake/users/dump.json"),
+        ("write", "s3://bucket/lake/users/new.json"),
+        ("listing", "s3://bucket/landing"),
+        ("opening s3://bucket/lake/users/changes",
+         "s3://bucket/lake/users/changes/_delta_log"),
+    ]
+    assert str(failures[0]).startswith(
+        "read failed at the object store (s3://bucket/lake/users/dump.json): ")
+    # A shard cleans up after it as after any failed storage step.
+    assert isinstance(failures[3], ShardStorageError)
+    assert not any(secret in str(f) or "AKIDNEVERSHOWN" in str(f) for f in failures)
