@@ -148,6 +148,9 @@ class S3Settings:
             scheme=endpoint.scheme if endpoint else "https",
             allow_bucket_creation=False,
             allow_bucket_deletion=False,
+            # A file smaller than one part is then one PutObject on close, not a
+            # multipart upload's three requests (errors come at the first write instead).
+            allow_delayed_open=True,
             **self.retries.pyarrow_options(),
         )
 

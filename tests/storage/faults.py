@@ -5,8 +5,9 @@ The chain is client -> toxiproxy -> ``FaultProxy`` -> moto's server. Toxiproxy (
 program, ``make test`` builds it into ``.venv/bin/toxiproxy-server``) works on TCP: latency,
 bandwidth, a connection reset after so many bytes, the store down (its proxy disabled).
 ``FaultProxy`` works on HTTP: it answers ``503 SlowDown`` to the next requests of a burst,
-cuts a listing short without saying so (``IsTruncated`` false), and logs every request by
-kind, which counts what a window asks of the store.
+cuts a listing short without saying so (``IsTruncated`` false), resets an upload halfway
+(a one-shot that must pick the upload, which needs HTTP), and logs every request by kind,
+which counts what a window asks of the store.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import http.client
 import json
 import re
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -30,6 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 TOXIPROXY = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "toxiproxy-server"
 SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
              b"<Message>Please reduce your request rate.</Message></Error>")  # fmt: skip
+RESET_ABOVE = 2 << 10
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection"}
 
 
@@ -51,7 +54,7 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], what: str) -> Non
             time.sleep(0.05)
 
 
-def request_kind(method: str, target: str) -> str:
+def request_kind(method: str, target: str, copied: bool = False) -> str:
     """What a request asks of the store, as S3 names it (``ListObjectsV2``, ``PutObject``...)."""
     parts = urlsplit(target)
     query = parse_qs(parts.query, keep_blank_values=True)
@@ -65,6 +68,8 @@ def request_kind(method: str, target: str) -> str:
                 "DELETE": "AbortMultipartUpload"}.get(method, "ListParts")  # fmt: skip
     if method == "POST" and "delete" in query:
         return "DeleteObjects"
+    if method == "PUT" and copied:
+        return "CopyObject"
     return {"GET": "GetObject", "HEAD": "HeadObject", "PUT": "PutObject",
             "DELETE": "DeleteObject"}.get(method, method)  # fmt: skip
 
@@ -77,6 +82,7 @@ class FaultProxy:
     port: int = field(default_factory=free_port)
     slow_downs: int = 0
     truncate_listings: int = 0
+    upload_resets: int = 0
     log: list[tuple[str, str]] = field(default_factory=list)
     on_request: Callable[[int], None] | None = None  # called with the count logged so far
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -85,6 +91,12 @@ class FaultProxy:
         """Answer the next ``requests`` requests ``503 SlowDown``."""
         with self._lock:
             self.slow_downs = requests
+
+    def reset_uploads(self, uploads: int) -> None:
+        """Cut the next ``uploads`` uploads of more than 2 KiB halfway: read half the
+        body, then reset the connection (the client sees ECONNRESET, the store nothing)."""
+        with self._lock:
+            self.upload_resets = uploads
 
     def truncate(self, listings: int) -> None:
         """Cut the next ``listings`` listings to their first half, saying nothing."""
@@ -118,8 +130,21 @@ class FaultProxy:
                 pass
 
             def _forward(self) -> None:
+                kind = request_kind(self.command, self.path,
+                                    "x-amz-copy-source" in self.headers)  # fmt: skip
+                length = int(self.headers.get("Content-Length") or 0)
+                if kind in ("PutObject", "UploadPart") and length > RESET_ABOVE and proxy._take(
+                    "upload_resets"
+                ):
+                    self.rfile.read(length // 2)
+                    with proxy._lock:
+                        proxy.log.append(("reset upload", self.path))
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))  # fmt: skip
+                    self.close_connection = True
+                    self.connection.close()
+                    return
                 body = self._body()
-                kind = request_kind(self.command, self.path)
                 with proxy._lock:
                     proxy.log.append((kind, self.path))
                     logged = len(proxy.log)
