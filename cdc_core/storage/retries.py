@@ -29,6 +29,9 @@ import pyarrow.fs as pafs
 # not settable through botocore's Config nor pyarrow's S3FileSystem.
 _BOTO_THROTTLE_BASE_MS = 1000
 _BOTO_MAX_BACKOFF_MS = 20_000
+# Hadoop's S3A raises a connection, socket or request timeout below this to it
+# (Constants.MINIMUM_NETWORK_OPERATION_DURATION, hadoop-aws 3.5.0).
+_S3A_SHORTEST_TIMEOUT_MS = 15_000
 
 
 class RetryPolicyTooSlow(ValueError):
@@ -70,7 +73,8 @@ class RetryPolicy:
 
     @property
     def worst_case_ms(self) -> int:
-        """The longest one request can take in any client: every try timing out, and
+        """The longest one request can take in any client: every try timing out (s3a's
+        after 15 s at the least: Hadoop raises shorter connection timeouts to that), and
         the longest backoff any client waits before each retry (Hadoop's exponential policy,
         s3a's, up to 1.5 times its interval doubled per retry, uncapped; boto3 and pyarrow,
         both the AWS SDK's standard strategy, up to 1 s doubled per retry, at most 20 s;
@@ -80,7 +84,7 @@ class RetryPolicy:
                 min(_BOTO_MAX_BACKOFF_MS, _BOTO_THROTTLE_BASE_MS << retry))
             for retry in range(self.retries)
         )  # fmt: skip
-        return self.attempts * self.request_timeout_ms + backoffs
+        return self.attempts * max(self.request_timeout_ms, _S3A_SHORTEST_TIMEOUT_MS) + backoffs
 
     def delta_options(self) -> dict[str, str]:
         """delta-rs ``storage_options`` (object_store's retry and client settings)."""

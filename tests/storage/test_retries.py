@@ -70,9 +70,13 @@ def test_settings_that_cannot_hold_are_refused_at_load(tmp_path: Path) -> None:
         "storage.retries: 5 attempts of up to 20000 ms each, with backoff between them, can "
         "take 115000 ms, longer than the deadline (60000 ms)")  # fmt: skip
     assert refusal(tmp_path, {"timeout": "1s"}).startswith("storage.retries.timeout: ")
-    # One try of 1 s and no backoff fits in a deadline of 1 s.
-    assert policy_of(tmp_path, {"attempts": 1, "request_timeout": "1s", "deadline": "1s"}) == (
-        RetryPolicy(attempts=1, request_timeout_ms=1000, deadline_ms=1000))  # fmt: skip
+    # One try and no backoff: 15 s however short the timeout, since s3a waits at least
+    # that long for a try (hadoop-aws's minimum).
+    assert refusal(tmp_path, {"attempts": 1, "request_timeout": "1s", "deadline": "14s"}
+                   ).startswith("storage.retries: 1 attempts of up to 1000 ms each, with "
+                                "backoff between them, can take 15000 ms")  # fmt: skip
+    assert policy_of(tmp_path, {"attempts": 1, "request_timeout": "1s", "deadline": "15s"}) == (
+        RetryPolicy(attempts=1, request_timeout_ms=1000, deadline_ms=15_000))  # fmt: skip
 
 
 @pytest.fixture
