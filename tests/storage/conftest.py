@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.spark import get_spark
 from cdc_core.storage import Location, S3Settings, settings
-from tests.storage.faults import FaultProxy, Toxiproxy, toxiproxy
+from tests.storage.faults import FaultControl, Toxiproxy, fault_proxy, toxiproxy
 
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1"}  # fmt: skip
@@ -83,14 +83,14 @@ class FaultyStore:
     endpoint: str
     direct: str
     tcp: Toxiproxy
-    http: FaultProxy
+    http: FaultControl
 
 
 @pytest.fixture(scope="session")
 def store_chain(s3_endpoint: str) -> Iterator[FaultyStore]:
     port = urlsplit(s3_endpoint).port
     assert port is not None
-    with FaultProxy(("127.0.0.1", port)).serving() as http, toxiproxy(http.port) as tcp:
+    with fault_proxy(port) as http, toxiproxy(http.port) as tcp:
         yield FaultyStore(f"http://127.0.0.1:{tcp.port}", s3_endpoint, tcp, http)
 
 
@@ -112,4 +112,5 @@ def faulty_store(
         store_chain.tcp.up()
         store_chain.http.slow_down(0)
         store_chain.http.truncate(0)
-        store_chain.http.on_request = None
+        store_chain.http.schedule()
+        store_chain.http.reset_uploads(0)

@@ -28,7 +28,7 @@ from cdc_core.storage import files
 from pipelines.cli import materialize
 from pipelines.sample import write_sample
 from tests.source.test_reliability import EARLY, LATE, dump
-from tests.storage.faults import FaultProxy, free_port, wait_for_port
+from tests.storage.faults import fault_proxy, free_port, wait_for_port
 from tests.upsert_config import write_upsert_config
 
 
@@ -63,7 +63,7 @@ def main(which: str) -> None:
         os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
                           AWS_REGION="us-east-1")  # fmt: skip
         boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket="runs")
-        with FaultProxy(("127.0.0.1", port)).serving() as proxy:
+        with fault_proxy(port) as proxy:
             os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"
             workdir = Path(tempfile.mkdtemp(prefix="count-requests-"))
             path, windows = _landed(workdir, "runs", which)

@@ -18,11 +18,12 @@ import re
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,6 +31,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 TOXIPROXY = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "toxiproxy-server"
+CONTROL = "/__faults/"
 SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
              b"<Message>Please reduce your request rate.</Message></Error>")  # fmt: skip
 RESET_ABOVE = 2 << 10
@@ -83,9 +85,38 @@ class FaultProxy:
     slow_downs: int = 0
     truncate_listings: int = 0
     upload_resets: int = 0
+    truncate_under: str = ""
     log: list[tuple[str, str]] = field(default_factory=list)
-    on_request: Callable[[int], None] | None = None  # called with the count logged so far
+    # The schedule: a burst of 503s every so many requests, and toxiproxy's store taken
+    # down or slowed when the log reaches a count (``schedule``).
+    burst_every: int = 0
+    actions: dict[int, str] = field(default_factory=dict)
+    toxiproxy_api: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def schedule(self, burst_every: int = 0, actions: dict[int, str] | None = None,
+                 toxiproxy_api: int = 0) -> None:  # fmt: skip
+        """Two 503s every ``burst_every`` requests; at the count of each of ``actions``,
+        toxiproxy's ``down``, ``latency`` (200 ms on every reply) or ``no latency``."""
+        with self._lock:
+            self.burst_every, self.toxiproxy_api = burst_every, toxiproxy_api
+            self.actions = dict(actions or {})
+
+    def _scheduled(self, logged: int) -> None:
+        if self.burst_every and logged % self.burst_every == 0:
+            self.slow_down(2)
+        action = self.actions.get(logged)
+        if action is None:
+            return
+        with self._lock:
+            self.log.append((f"scheduled {action}", ""))
+        tcp = Toxiproxy(self.toxiproxy_api, 0)
+        if action == "down":
+            tcp.down()
+        elif action == "latency":
+            tcp.add("latency", "latency", latency=200)
+        else:
+            tcp.remove("latency")
 
     def slow_down(self, requests: int) -> None:
         """Answer the next ``requests`` requests ``503 SlowDown``."""
@@ -98,15 +129,17 @@ class FaultProxy:
         with self._lock:
             self.upload_resets = uploads
 
-    def truncate(self, listings: int) -> None:
-        """Cut the next ``listings`` listings to their first half, saying nothing."""
+    def truncate(self, listings: int, under: str = "") -> None:
+        """Cut the next ``listings`` listings (of prefixes starting with ``under``) to
+        their first half, saying nothing."""
         with self._lock:
             self.truncate_listings = listings
+            self.truncate_under = under
 
-    def counts(self) -> Counter[str]:
+    def counts(self) -> dict[str, int]:
         """The requests logged since the last ``clear``, by kind."""
         with self._lock:
-            return Counter(kind for kind, _ in self.log)
+            return dict(Counter(kind for kind, _ in self.log))
 
     def clear(self) -> None:
         with self._lock:
@@ -130,6 +163,9 @@ class FaultProxy:
                 pass
 
             def _forward(self) -> None:
+                if self.path.startswith(CONTROL):
+                    self._control()
+                    return
                 kind = request_kind(self.command, self.path,
                                     "x-amz-copy-source" in self.headers)  # fmt: skip
                 length = int(self.headers.get("Content-Length") or 0)
@@ -148,8 +184,7 @@ class FaultProxy:
                 with proxy._lock:
                     proxy.log.append((kind, self.path))
                     logged = len(proxy.log)
-                if proxy.on_request is not None:
-                    proxy.on_request(logged)
+                proxy._scheduled(logged)
                 if proxy._take("slow_downs"):
                     with proxy._lock:
                         proxy.log.append(("503 SlowDown", self.path))
@@ -162,15 +197,27 @@ class FaultProxy:
                 upstream.request(self.command, self.path, body=body, headers=headers)
                 reply = upstream.getresponse()
                 data = reply.read()
-                if kind == "ListObjectsV2" and reply.status == 200 and proxy._take(
-                    "truncate_listings"
-                ):
+                prefix = parse_qs(urlsplit(self.path).query).get("prefix", [""])[0]
+                if (kind == "ListObjectsV2" and reply.status == 200
+                        and prefix.startswith(proxy.truncate_under)
+                        and proxy._take("truncate_listings")):  # fmt: skip
                     data = _cut_listing(data)
                 answer = {k: v for k, v in reply.getheaders()
                           if k.lower() not in _HOP_BY_HOP | {"content-length"}}  # fmt: skip
                 upstream.close()
                 self._answer(reply.status, answer, data, head=self.command == "HEAD",
                              length=reply.getheader("Content-Length"))  # fmt: skip
+
+            def _control(self) -> None:
+                """A call of ``FaultControl``: the method's name in the path, its
+                arguments as JSON; the answer is the method's result as JSON."""
+                name = self.path[len(CONTROL):]
+                arguments = json.loads(self._body() or b"{}")
+                if "actions" in arguments:
+                    arguments["actions"] = {int(k): v for k, v in arguments["actions"].items()}
+                result = getattr(proxy, name)(**arguments)
+                self._answer(200, {"Content-Type": "application/json"},
+                             json.dumps(result).encode())  # fmt: skip
 
             def _body(self) -> bytes:
                 """The request's body, sent whole or in HTTP chunks."""
@@ -206,6 +253,58 @@ class FaultProxy:
         finally:
             server.shutdown()
             server.server_close()
+
+
+class FaultControl:
+    """A ``FaultProxy`` running in a process of its own, driven over HTTP: delta-rs holds
+    the interpreter's lock while it waits for a reply, so a proxy thread in the process
+    of the client under test would stall it."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def _call(self, name: str, **arguments: object) -> object:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{CONTROL}{name}",
+                                         data=json.dumps(arguments).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return json.loads(reply.read())
+
+    def slow_down(self, requests: int) -> None:
+        self._call("slow_down", requests=requests)
+
+    def reset_uploads(self, uploads: int) -> None:
+        self._call("reset_uploads", uploads=uploads)
+
+    def truncate(self, listings: int, under: str = "") -> None:
+        self._call("truncate", listings=listings, under=under)
+
+    def schedule(self, burst_every: int = 0, actions: dict[int, str] | None = None,
+                 toxiproxy_api: int = 0) -> None:  # fmt: skip
+        self._call("schedule", burst_every=burst_every, actions=actions or {},
+                   toxiproxy_api=toxiproxy_api)  # fmt: skip
+
+    def counts(self) -> Counter[str]:
+        counted = self._call("counts")
+        assert isinstance(counted, dict)
+        return Counter(counted)
+
+    def clear(self) -> None:
+        self._call("clear")
+
+
+@contextmanager
+def fault_proxy(upstream_port: int) -> Iterator[FaultControl]:
+    """A FaultProxy in front of 127.0.0.1:``upstream_port``, in a process of its own."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tests.storage.faults", str(port),
+                               str(upstream_port)], cwd=Path(__file__).resolve().parents[2],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for_port(port, server, "the fault proxy")
+        yield FaultControl(port)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def _cut_listing(xml: bytes) -> bytes:
@@ -272,3 +371,8 @@ def toxiproxy(upstream_port: int) -> Iterator[Toxiproxy]:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    with FaultProxy(("127.0.0.1", int(sys.argv[2])), int(sys.argv[1])).serving():
+        threading.Event().wait()
