@@ -13,8 +13,8 @@ and the backoffs between them (``worst_case_ms``), exceeds the deadline: every c
 gives up within it, whatever the store does.
 
 Invariant: the four clients are told the same number of tries and the same timeouts; where
-a client cannot honour a setting (backoff in boto3 and pyarrow, a cap on s3a's backoff, a
-read timeout in pyarrow on Linux) its own documented behaviour is counted in the bound.
+a client cannot honour a setting (backoff in s3a, boto3 and pyarrow, a read timeout in
+pyarrow on Linux, a timeout under 15 s in s3a) its own behaviour is counted in the bound.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-# The AWS SDKs' standard retry strategy (boto3's, and pyarrow's C++ SDK): full jitter over
-# min(20 s, 1 s * 2**i) after a throttled try (botocore: 50 ms * 2**i after any other);
-# not settable through botocore's Config nor pyarrow's S3FileSystem.
-_BOTO_THROTTLE_BASE_MS = 1000
-_BOTO_MAX_BACKOFF_MS = 20_000
+# The AWS SDKs' standard retry strategy (boto3's, pyarrow's C++ SDK, s3a's Java SDK v2):
+# full jitter over min(20 s, 1 s * 2**i) after a throttled try (less after any other);
+# not settable through botocore's Config, pyarrow's S3FileSystem nor s3a's settings.
+_SDK_THROTTLE_BASE_MS = 1000
+_SDK_MAX_BACKOFF_MS = 20_000
 # Hadoop's S3A raises a connection, socket or request timeout below this to it
 # (Constants.MINIMUM_NETWORK_OPERATION_DURATION, hadoop-aws 3.5.0).
 _S3A_SHORTEST_TIMEOUT_MS = 15_000
@@ -75,13 +75,12 @@ class RetryPolicy:
     def worst_case_ms(self) -> int:
         """The longest one request can take in any client: every try timing out (s3a's
         after 15 s at the least: Hadoop raises shorter connection timeouts to that), and
-        the longest backoff any client waits before each retry (Hadoop's exponential policy,
-        s3a's, up to 1.5 times its interval doubled per retry, uncapped; boto3 and pyarrow,
-        both the AWS SDK's standard strategy, up to 1 s doubled per retry, at most 20 s;
-        delta-rs less than either)."""
+        the longest backoff any client waits before each retry (the AWS SDKs' standard
+        strategy, under s3a, boto3 and pyarrow: up to 1 s doubled per retry, at most 20 s;
+        delta-rs: its own backoff, capped at ``max_backoff_ms``)."""
         backoffs = sum(
-            max(3 * self.base_backoff_ms << retry >> 1,
-                min(_BOTO_MAX_BACKOFF_MS, _BOTO_THROTTLE_BASE_MS << retry))
+            max(min(self.max_backoff_ms, self.base_backoff_ms << retry),
+                min(_SDK_MAX_BACKOFF_MS, _SDK_THROTTLE_BASE_MS << retry))
             for retry in range(self.retries)
         )  # fmt: skip
         return self.attempts * max(self.request_timeout_ms, _S3A_SHORTEST_TIMEOUT_MS) + backoffs
@@ -99,14 +98,14 @@ class RetryPolicy:
         }
 
     def s3a_conf(self) -> dict[str, str]:
-        """Hadoop ``fs.s3a.*`` settings: S3A's own retry layer retries (throttled requests
-        and others alike), the AWS SDK under it does not, so tries do not multiply."""
+        """Hadoop ``fs.s3a.*`` settings: the AWS SDK under S3A retries (it sits under every
+        request, the analytics accelerator's read stream included, which S3A's own retry
+        layer does not wrap), and S3A's layer does not retry on top, so tries do not
+        multiply."""
         return {
-            "fs.s3a.attempts.maximum": "0",
-            "fs.s3a.retry.limit": str(self.retries),
-            "fs.s3a.retry.interval": f"{self.base_backoff_ms}ms",
-            "fs.s3a.retry.throttle.limit": str(self.retries),
-            "fs.s3a.retry.throttle.interval": f"{self.base_backoff_ms}ms",
+            "fs.s3a.attempts.maximum": str(self.retries),
+            "fs.s3a.retry.limit": "0",
+            "fs.s3a.retry.throttle.limit": "0",
             "fs.s3a.connection.establish.timeout": f"{self.request_timeout_ms}ms",
             "fs.s3a.connection.timeout": f"{self.request_timeout_ms}ms",
             "fs.s3a.connection.request.timeout": f"{self.request_timeout_ms}ms",

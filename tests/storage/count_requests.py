@@ -73,11 +73,14 @@ def main(which: str) -> None:
             assert materialize(config)
             took = time.monotonic() - began
             counts = proxy.counts()
+            clients = proxy.by_client()
         total = sum(counts.values())
         print(f"{which}: {len(config.sources)} source(s), {windows} windows, {took:.0f} s")
         for kind, count in counts.most_common():
             print(f"  {kind:28} {count:6}  {count / windows:8.1f} per window")
         print(f"  {'total':28} {total:6}  {total / windows:8.1f} per window")
+        for kind, count in sorted(clients.items()):
+            print(f"  {kind:28} {count:6}")
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -56,6 +56,15 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], what: str) -> Non
             time.sleep(0.05)
 
 
+def client_of(agent: str) -> str:
+    """Which client sent a request, by its User-Agent."""
+    for mark, client in (("object_store", "delta-rs"), ("aws-sdk-java", "s3a"),
+                         ("aws-sdk-cpp", "pyarrow"), ("Boto", "boto3")):  # fmt: skip
+        if mark in agent:
+            return client
+    return "other"
+
+
 def request_kind(method: str, target: str, copied: bool = False) -> str:
     """What a request asks of the store, as S3 names it (``ListObjectsV2``, ``PutObject``...)."""
     parts = urlsplit(target)
@@ -87,6 +96,7 @@ class FaultProxy:
     upload_resets: int = 0
     truncate_under: str = ""
     log: list[tuple[str, str]] = field(default_factory=list)
+    clients: list[str] = field(default_factory=list)
     # The schedule: a burst of 503s every so many requests, and toxiproxy's store taken
     # down or slowed when the log reaches a count (``schedule``).
     burst_every: int = 0
@@ -141,9 +151,17 @@ class FaultProxy:
         with self._lock:
             return dict(Counter(kind for kind, _ in self.log))
 
+    def by_client(self) -> dict[str, int]:
+        """The requests logged since the last ``clear``, by client and kind."""
+        with self._lock:
+            kinds = [kind for kind, _ in self.log if not kind.startswith(("503", "scheduled",
+                                                                          "reset"))]
+            return dict(Counter(f"{c} {k}" for c, k in zip(self.clients, kinds, strict=False)))
+
     def clear(self) -> None:
         with self._lock:
             self.log.clear()
+            self.clients.clear()
 
     def _take(self, attribute: str) -> bool:
         with self._lock:
@@ -183,6 +201,7 @@ class FaultProxy:
                 body = self._body()
                 with proxy._lock:
                     proxy.log.append((kind, self.path))
+                    proxy.clients.append(client_of(self.headers.get("User-Agent", "")))
                     logged = len(proxy.log)
                 proxy._scheduled(logged)
                 if proxy._take("slow_downs"):
@@ -285,6 +304,11 @@ class FaultControl:
 
     def counts(self) -> Counter[str]:
         counted = self._call("counts")
+        assert isinstance(counted, dict)
+        return Counter(counted)
+
+    def by_client(self) -> Counter[str]:
+        counted = self._call("by_client")
         assert isinstance(counted, dict)
         return Counter(counted)
 

@@ -43,8 +43,8 @@ def test_the_documented_defaults_and_what_each_client_is_told(tmp_path: Path) ->
     policy = policy_of(tmp_path, None)
     assert policy == RetryPolicy(attempts=5, base_backoff_ms=100, max_backoff_ms=5000,
                                  request_timeout_ms=20_000, deadline_ms=180_000)  # fmt: skip
-    # The bound, by hand: 5 tries of 20 s, and before the 4 retries the larger of s3a's
-    # 1.5 * 100 ms * 2**i and boto3's 1 s * 2**i: 1 + 2 + 4 + 8 s.
+    # The bound, by hand: 5 tries of 20 s, and before the 4 retries the larger of
+    # delta-rs's min(5 s, 100 ms * 2**i) and the AWS SDKs' 1 s * 2**i: 1 + 2 + 4 + 8 s.
     assert policy.worst_case_ms == 5 * 20_000 + 15_000
     settings = S3Settings(endpoint="http://127.0.0.1:9", retries=policy)
     delta = settings.delta_options()
@@ -53,10 +53,9 @@ def test_the_documented_defaults_and_what_each_client_is_told(tmp_path: Path) ->
     assert delta["backoff_config.init_backoff"] == "100ms"
     assert delta["backoff_config.max_backoff"] == "5000ms"
     conf = settings.spark_conf()
-    assert conf["spark.hadoop.fs.s3a.retry.limit"] == "4"
-    assert conf["spark.hadoop.fs.s3a.retry.throttle.limit"] == "4"
-    assert conf["spark.hadoop.fs.s3a.attempts.maximum"] == "0"
-    assert conf["spark.hadoop.fs.s3a.retry.interval"] == "100ms"
+    assert conf["spark.hadoop.fs.s3a.attempts.maximum"] == "4"
+    assert conf["spark.hadoop.fs.s3a.retry.limit"] == "0"
+    assert conf["spark.hadoop.fs.s3a.retry.throttle.limit"] == "0"
     assert conf["spark.hadoop.fs.s3a.connection.request.timeout"] == "20000ms"
 
 
