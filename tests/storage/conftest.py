@@ -9,10 +9,8 @@ could never answer it."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +22,14 @@ from pyspark.sql import SparkSession
 
 from cdc_core.spark import get_spark
 from cdc_core.storage import Location, S3Settings, settings
-from tests.storage.faults import FaultControl, Toxiproxy, fault_proxy, toxiproxy
+from tests.storage.faults import (
+    FaultControl,
+    Toxiproxy,
+    fault_proxy,
+    free_port,
+    toxiproxy,
+    wait_for_port,
+)
 
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1"}  # fmt: skip
@@ -32,23 +37,13 @@ KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
 
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the S3 server did not start") from None
-                time.sleep(0.1)
+        wait_for_port(port, server, "the S3 server")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
