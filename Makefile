@@ -8,6 +8,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test check typecheck docs bench ui chromium mermaid
 
+# The fault proxy the storage tests put between every client and the S3 test server
+# (tests/storage/faults.py), built from the Go module proxy into the venv.
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
+TOXIPROXY_VERSION := v2.5.0
+TOXIPROXY := $(VENV)/bin/toxiproxy-server
+
 $(STAMP): pyproject.toml pom.xml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
@@ -17,6 +23,12 @@ $(STAMP): pyproject.toml pom.xml
 		-DincludeScope=runtime -DoutputDirectory=$(VENV)/jars
 	$(VENV)/bin/reclock class-archive
 	touch $(STAMP)
+
+$(TOXIPROXY): | $(STAMP)
+	GOBIN=$(CURDIR)/$(VENV)/toxiproxy $(GO) install \
+		github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+	mv $(VENV)/toxiproxy/server $(TOXIPROXY)
+	rmdir $(VENV)/toxiproxy
 
 demo: $(STAMP)
 	$(VENV)/bin/reclock demo --workdir demo
@@ -36,7 +48,7 @@ ui: $(STAMP)
 # Two workers, one per core of the machine CI runs on; a file's tests stay on one worker
 # (its module fixtures are built once), and the session's lakes are built once per run
 # (tests/conftest.py). docs: development/index.md, "Shared fixtures".
-test: $(STAMP) chromium
+test: $(STAMP) chromium $(TOXIPROXY)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(MAKE) docs
@@ -44,7 +56,7 @@ test: $(STAMP) chromium
 
 # The quick tier, for working between full runs: ruff, the type checker and every test
 # that starts no JVM (tests/conftest.py marks the others `jvm`). docs: development/index.md.
-check: $(STAMP)
+check: $(STAMP) $(TOXIPROXY)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -m "not jvm"

@@ -2,8 +2,9 @@
 
 Each names something the user can mend (a config that drifted, a shard used wrongly, a
 rebuild refused or cut short, a Spark Connect server unreachable or exposed, a catalog
-that clashes, does not fit the session or does not answer): a front end
-prints its message and exits with a usage status instead of a traceback.
+that clashes, does not fit the session or does not answer, an object store that failed a
+request past its retries): a front end prints its message and exits with a usage status
+instead of a traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from cdc_core.shard.leases import LeaseUsageError
 from cdc_core.source import RebuildRefused, RebuildUnfinished
 from cdc_core.spark import ConnectRefused
 from cdc_core.spark_server import ExposedServer
+from cdc_core.storage import StorageFailure
 
 USAGE_ERRORS: tuple[type[Exception], ...] = (
     ShardUsageError,
@@ -31,4 +33,5 @@ USAGE_ERRORS: tuple[type[Exception], ...] = (
     CatalogClash,
     CatalogUnfit,
     CatalogUnreachable,
+    StorageFailure,
 )

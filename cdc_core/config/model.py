@@ -86,6 +86,7 @@ from cdc_core.schemas import reclocked_schema
 from cdc_core.spark import SparkConnectConflict, named_remote
 from cdc_core.storage import (
     InsecureEndpoint,
+    RetryPolicy,
     S3Settings,
 )
 from cdc_core.vocabulary import (
@@ -149,6 +150,43 @@ class SparkSettings(Section):
         return self
 
 
+class RetrySettings(Section):
+    """How requests to an object store are retried: one policy for Spark's s3a, delta-rs,
+    pyarrow and boto3 (docs: guides/object-storage.md, "Retries and the deadline")."""
+
+    attempts: Annotated[int, BeforeValidator(count_of("attempts"))] = RetryPolicy.attempts
+    """Tries per request, the first included (at least 1)."""
+    base_backoff: Duration = "100ms"
+    """The wait before the first retry; it doubles with each retry."""
+    max_backoff: Annotated[Duration, AfterValidator(positive)] = "5s"
+    """The longest wait between two tries (where the client lets it be set)."""
+    request_timeout: Annotated[Duration, AfterValidator(positive)] = "20s"
+    """How long one try may connect, or wait for the store's answer, before it fails."""
+    deadline: Annotated[Duration, AfterValidator(positive)] = "3m"
+    """How long the store may stay unreachable before the run fails: refused when the
+    tries and backoffs above could take longer."""
+
+    @model_validator(mode="after")
+    def _within_deadline(self) -> RetrySettings:
+        """Settings out of range, or tries that could outlast the deadline, are refused."""
+        try:
+            self.policy.check()
+        except ValueError as error:
+            raise refusal(str(error)) from None
+        return self
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """These settings for the storage layer."""
+        return RetryPolicy(
+            attempts=self.attempts,
+            base_backoff_ms=duration_ms(self.base_backoff),
+            max_backoff_ms=duration_ms(self.max_backoff),
+            request_timeout_ms=duration_ms(self.request_timeout),
+            deadline_ms=duration_ms(self.deadline),
+        )
+
+
 class StorageSettings(Section):
     """How ``s3://`` lakes and landing zones are reached; each setting unset here comes
     from the standard AWS environment (docs: guides/object-storage.md)."""
@@ -162,6 +200,8 @@ class StorageSettings(Section):
     """The access key id (default: AWS_ACCESS_KEY_ID)."""
     secret_access_key: Text | None = None
     """The secret access key (default: AWS_SECRET_ACCESS_KEY)."""
+    retries: RetrySettings = RetrySettings()
+    """How requests to the store are retried, and how long it may stay down."""
 
     @model_validator(mode="after")
     def _safe(self) -> StorageSettings:
@@ -181,6 +221,7 @@ class StorageSettings(Section):
             region=self.region,
             access_key_id=self.access_key_id,
             secret_access_key=self.secret_access_key,
+            retries=self.retries.policy,
         )
 
 

@@ -33,7 +33,8 @@ from pyspark.errors import PySparkException
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import check_table_features
-from cdc_core.storage import delta_options, files, is_remote
+from cdc_core.storage import StorageFailure, delta_options, files, is_remote, store_failure
+from cdc_core.storage.failures import on_store
 
 # Commit metadata keys (Delta commitInfo): what a commit did, the id that lets a writer
 # recognise its own commit after an ambiguous failure, and the CDCv2 progress statement.
@@ -57,6 +58,28 @@ class ShardStorageError(RuntimeError):
         self.definitely_not_written = definitely_not_written
 
 
+class ShardStoreFailure(ShardStorageError, StorageFailure):
+    """A ShardStorageError whose cause is the object store (down, throttling past the
+    retries, refusing): named like every StorageFailure (operation, bucket and key), and
+    caught where a shard cleans up after a failed storage step."""
+
+    def __init__(self, failure: StorageFailure, *, definitely_not_written: bool) -> None:
+        StorageFailure.__init__(self, failure.operation, failure.location, failure.cause)
+        self.definitely_not_written = definitely_not_written
+
+
+def storage_error(action: str, failure: BaseException, *, definitely_not_written: bool
+                  ) -> ShardStorageError:  # fmt: skip
+    """The error of a failed ``action`` on a shard's location: a ShardStoreFailure when
+    the object store failed, else a ShardStorageError quoting ``failure``."""
+    named = store_failure(failure, action)
+    if named is None:
+        return ShardStorageError(
+            f"{action} failed: {failure}", definitely_not_written=definitely_not_written
+        )
+    return ShardStoreFailure(named, definitely_not_written=definitely_not_written)
+
+
 @dataclass(frozen=True)
 class TableDescription:
     """What a table says of itself in its Delta log, from its creation: a description and
@@ -73,9 +96,7 @@ def location_failure(action: str) -> Iterator[None]:
     try:
         yield
     except LOCATION_FAILURES as failure:
-        raise ShardStorageError(f"{action} failed: {failure}", definitely_not_written=True) from (
-            failure
-        )
+        raise storage_error(action, failure, definitely_not_written=True) from failure
 
 
 def commit_metadata(
@@ -151,16 +172,15 @@ def commit_once(
         if _landed(table, path, read_version, metadata[COMMIT_ID_KEY], failure):
             return True
         if table.version() == read_version:
-            raise ShardStorageError(
-                f"commit to {path} failed: {failure}", definitely_not_written=True
+            raise storage_error(
+                f"commit to {path}", failure, definitely_not_written=True
             ) from failure
         return False
     try:
         table.update_incremental()
     except LOCATION_FAILURES as failure:
-        raise ShardStorageError(
-            f"committed to {path} but could not re-read the log: {failure}",
-            definitely_not_written=False,
+        raise storage_error(
+            f"re-reading the log of {path} after a commit", failure, definitely_not_written=False
         ) from failure
     return True
 
@@ -175,11 +195,10 @@ def _landed(
         newer = table.version() - read_version
         history = table.history(limit=newer) if newer > 0 else []
     except LOCATION_FAILURES as unreadable:
-        raise ShardStorageError(
-            f"commit to {path} failed ({failure}) and the log could not be re-read "
-            f"({unreadable}): the commit may or may not have happened",
-            definitely_not_written=False,
-        ) from unreadable
+        raise storage_error(
+            f"re-reading the log of {path} after a failed commit ({failure}), which may or "
+            "may not have happened,", unreadable, definitely_not_written=False,
+        ) from unreadable  # fmt: skip
     return any(entry.get(COMMIT_ID_KEY) == commit_id for entry in history)
 
 
@@ -240,9 +259,10 @@ def existing_table(location: str, version: int | None = None) -> DeltaTable | No
     """The Delta table at ``location`` (at ``version``, else its latest), opened with the
     storage settings; None where there is none. Creates nothing: a look changes nothing."""
     options = delta_options(location)
-    if not DeltaTable.is_deltatable(location, storage_options=options):
-        return None
-    return DeltaTable(location, version=version, storage_options=options)
+    with on_store(f"opening {location}", location):
+        if not DeltaTable.is_deltatable(location, storage_options=options):
+            return None
+        return DeltaTable(location, version=version, storage_options=options)
 
 
 def open_or_create(

@@ -2,11 +2,14 @@
 
 ``Location`` is where a lake or landing zone lives; ``S3Settings`` how object-store
 locations are reached (the same settings reach pyarrow, delta-rs and Spark's s3a);
-``files`` holds the driver's file operations on both.
+``RetryPolicy`` how every client retries a request to the store, ``StorageFailure`` the
+error when the store fails one all the same; ``files`` holds the driver's file operations
+on both.
 
 Public names: Location, LocationLike, located, is_remote, spark_path, from_spark_path,
-UnsupportedScheme, NotLocal, S3Settings, InsecureEndpoint, UnsafeCommits,
-LocationUnreachable, FileEntry, delta_options, on_workers, spark_conf.
+UnsupportedScheme, NotLocal, S3Settings, RetryPolicy, RetryPolicyTooSlow, InsecureEndpoint,
+UnsafeCommits, LocationUnreachable, StorageFailure, store_failure, FileEntry, delta_options,
+on_workers, spark_conf.
 """
 
 import functools
@@ -16,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 
 from cdc_core.storage import files, settings
+from cdc_core.storage.failures import StorageFailure, store_failure
 from cdc_core.storage.files import FileEntry, LocationUnreachable
 from cdc_core.storage.location import (
     Location,
@@ -27,6 +31,7 @@ from cdc_core.storage.location import (
     located,
     spark_path,
 )
+from cdc_core.storage.retries import RetryPolicy, RetryPolicyTooSlow
 from cdc_core.storage.settings import InsecureEndpoint, S3Settings, UnsafeCommits
 
 
@@ -70,7 +75,10 @@ __all__ = [
     "LocationLike",
     "LocationUnreachable",
     "NotLocal",
+    "RetryPolicy",
+    "RetryPolicyTooSlow",
     "S3Settings",
+    "StorageFailure",
     "UnsafeCommits",
     "UnsupportedScheme",
     "delta_options",
@@ -82,4 +90,5 @@ __all__ = [
     "settings",
     "spark_conf",
     "spark_path",
+    "store_failure",
 ]

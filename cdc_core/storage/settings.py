@@ -1,5 +1,6 @@
 """The endpoint and credentials of object-store locations, and what each component that
-reaches them is told: the driver's filesystem (pyarrow), delta-rs and Spark's s3a.
+reaches them is told: the driver's filesystem (pyarrow), delta-rs, Spark's s3a and boto3,
+each with the same retry policy (``cdc_core.storage.retries``).
 
 Every component reads the same ``S3Settings``: the config's ``storage`` block over the
 standard AWS environment (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``,
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from cdc_core.network import is_loopback
+from cdc_core.storage.retries import RetryPolicy
 
 DEFAULT_REGION = "us-east-1"
 # Settings of delta-rs (its object store reads them from the environment too) that trade
@@ -61,11 +63,12 @@ class S3Settings:
     access_key_id: str | None = None
     secret_access_key: str | None = None
     session_token: str | None = None
+    retries: RetryPolicy = RetryPolicy()
 
     def resolved(self, environ: Mapping[str, str] | None = None) -> S3Settings:
         """These settings, each unset one taken from the AWS environment; checked."""
         env = os.environ if environ is None else environ
-        filled = {
+        filled: dict[str, Any] = {
             field: getattr(self, field) or next((env[n] for n in names if env.get(n)), None)
             for field, names in _ENV.items()
         }
@@ -111,11 +114,13 @@ class S3Settings:
             "AWS_SESSION_TOKEN": self.session_token,
             "AWS_ALLOW_HTTP": "true" if self.allows_http else None,
         }
-        return {key: value for key, value in options.items() if value is not None}
+        present = {key: value for key, value in options.items() if value is not None}
+        return {**present, **self.retries.delta_options()}
 
     def spark_conf(self) -> dict[str, str]:
         """``spark.hadoop.fs.s3a.*`` settings: Spark reads and writes ``s3a://`` paths."""
-        conf = {"fs.s3a.endpoint.region": self.region or DEFAULT_REGION}
+        conf = {"fs.s3a.endpoint.region": self.region or DEFAULT_REGION,
+                **self.retries.s3a_conf()}  # fmt: skip
         if self.endpoint is not None:
             # A custom endpoint (a store other than AWS's) addresses buckets by path.
             conf["fs.s3a.endpoint"] = self.endpoint
@@ -143,6 +148,10 @@ class S3Settings:
             scheme=endpoint.scheme if endpoint else "https",
             allow_bucket_creation=False,
             allow_bucket_deletion=False,
+            # A file smaller than one part is then one PutObject on close, not a
+            # multipart upload's three requests (errors come at the first write instead).
+            allow_delayed_open=True,
+            **self.retries.pyarrow_options(),
         )
 
     def client(self) -> Any:
@@ -159,7 +168,10 @@ class S3Settings:
             aws_secret_access_key=self.secret_access_key if self.access_key_id else None,
             aws_session_token=self.session_token,
             # A custom endpoint (a store other than AWS's) addresses buckets by path.
-            config=BotoConfig(s3={"addressing_style": "path" if self.endpoint else "auto"}),
+            config=BotoConfig(
+                s3={"addressing_style": "path" if self.endpoint else "auto"},
+                **self.retries.botocore_options(),
+            ),
         )
 
 

@@ -69,7 +69,7 @@ def test_s3_locations_load_and_reach_delta_rs_and_spark_with_the_same_settings(
     assert delta_options(str(config.lake)) == {
         "AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_ALLOW_HTTP": "true",
+        "AWS_ALLOW_HTTP": "true", **config.storage.retries.policy.delta_options(),
     }  # fmt: skip
     conf = spark_conf(config.lake, config.landing)
     assert conf["spark.hadoop.fs.s3a.endpoint"] == s3_endpoint

@@ -1,0 +1,90 @@
+"""Count the requests a run makes of the object store, by kind, per window.
+
+    PYTHONPATH=. .venv/bin/python -m tests.storage.count_requests one
+    PYTHONPATH=. .venv/bin/python -m tests.storage.count_requests demo
+
+``one``: the reliability tests' config (one source, four one-minute windows); ``demo``:
+the bundled demo (six sources, eight windows). Each runs ``materialize`` in this process
+on a bucket of moto's S3 server, every request passing the HTTP fault proxy, which logs it
+(tests/storage/faults.py); nothing is faulted. Spark's s3a, delta-rs, pyarrow and boto3
+requests are all counted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import boto3
+import yaml
+
+from cdc_core.config import load_config
+from cdc_core.storage import files
+from pipelines.cli import materialize
+from pipelines.sample import write_sample
+from tests.source.test_reliability import EARLY, LATE, dump
+from tests.storage.faults import fault_proxy, free_port, wait_for_port
+from tests.upsert_config import write_upsert_config
+
+
+def _landed(workdir: Path, bucket: str, which: str) -> tuple[Path, int]:
+    """Write ``which``'s config with its landing zone and lake in ``bucket``; its windows."""
+    if which == "one":
+        files.write_bytes(f"s3://{bucket}/landing/users/early.json", dump(EARLY).encode())
+        files.write_bytes(f"s3://{bucket}/landing/users/late.json", dump(LATE).encode())
+        path = write_upsert_config(workdir, end="2026-01-01T00:04:00Z", source={"history": True},
+                                   lake=f"s3://{bucket}/lake",
+                                   landing=f"s3://{bucket}/landing")  # fmt: skip
+        return path, 4
+    path = write_sample(workdir)
+    landing = workdir / "landing"
+    for local in sorted(p for p in landing.rglob("*") if p.is_file()):
+        relative = local.relative_to(landing).as_posix()
+        files.write_bytes(f"s3://{bucket}/landing/{relative}", local.read_bytes())
+    shutil.rmtree(landing)
+    data = yaml.safe_load(path.read_text())
+    data.update(lake=f"s3://{bucket}/lake", landing=f"s3://{bucket}/landing")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path, 8
+
+
+def main(which: str) -> None:
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                               str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for_port(port, server, "the S3 server")
+        os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+                          AWS_REGION="us-east-1")  # fmt: skip
+        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket="runs")
+        with fault_proxy(port) as proxy:
+            os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"
+            workdir = Path(tempfile.mkdtemp(prefix="count-requests-"))
+            path, windows = _landed(workdir, "runs", which)
+            config = load_config(path)
+            proxy.clear()
+            began = time.monotonic()
+            assert materialize(config)
+            took = time.monotonic() - began
+            counts = proxy.counts()
+            clients = proxy.by_client()
+        total = sum(counts.values())
+        print(f"{which}: {len(config.sources)} source(s), {windows} windows, {took:.0f} s")
+        for kind, count in counts.most_common():
+            print(f"  {kind:28} {count:6}  {count / windows:8.1f} per window")
+        print(f"  {'total':28} {total:6}  {total / windows:8.1f} per window")
+        for kind, count in sorted(clients.items()):
+            print(f"  {kind:28} {count:6}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "one")

@@ -1,0 +1,160 @@
+"""A store that misbehaves (tests/storage/faults.py): every client reached through
+toxiproxy and the HTTP fault proxy, each fault provoked for real, none mocked.
+
+Which fault comes from where: the store down, latency and a reset in mid-upload from
+toxiproxy; ``503 SlowDown`` bursts and a listing cut short without saying so from the
+HTTP fault proxy (toxiproxy works on TCP and cannot answer HTTP)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+from deltalake import DeltaTable, write_deltalake
+
+from cdc_core.config import Config, load_config
+from cdc_core.storage import RetryPolicy, S3Settings, StorageFailure, files, settings
+from pipelines.cli import materialize
+from tests.storage.conftest import FaultyStore
+from tests.storage.test_runs_s3 import assert_tables_equal, reference, s3_config, start
+
+__all__ = ["reference"]  # the module fixture: every dump materialized in local folders
+
+QUICK = RetryPolicy(attempts=3, base_backoff_ms=10, max_backoff_ms=100,
+                    request_timeout_ms=2000, deadline_ms=30_000)  # fmt: skip
+
+
+def use_policy(monkeypatch: pytest.MonkeyPatch, policy: RetryPolicy) -> None:
+    monkeypatch.setattr(settings, "_configured", S3Settings(retries=policy))
+
+
+def test_each_client_rides_out_a_slow_down_burst_shorter_than_its_tries(
+    faulty_store: tuple[FaultyStore, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, bucket = faulty_store
+    use_policy(monkeypatch, QUICK)
+    table = f"s3://{bucket}/lake/t"
+    # Two 503 SlowDown answers before each client's request: 3 tries get through.
+    store.http.slow_down(2)
+    files.write_bytes(f"s3://{bucket}/lake/a.json", b"{}")
+    store.http.slow_down(2)
+    assert files.read_bytes(f"s3://{bucket}/lake/a.json") == b"{}"
+    store.http.slow_down(2)
+    assert [e.path for e in files.list_after(f"s3://{bucket}/lake", None)] == [
+        f"s3://{bucket}/lake/a.json"]  # fmt: skip
+    store.http.slow_down(2)
+    options = settings.current().delta_options()
+    write_deltalake(table, pa.table({"id": [1, 2]}), storage_options=options)
+    rows = DeltaTable(table, storage_options=options).to_pyarrow_table()
+    assert rows["id"].to_pylist() == [1, 2]
+    # Every burst was answered, and each client tried again after it.
+    assert store.http.counts()["503 SlowDown"] == 4 * 2
+
+
+def test_a_cut_listing_hides_no_dump_and_a_store_down_fails_named(
+    faulty_store: tuple[FaultyStore, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, bucket = faulty_store
+    use_policy(monkeypatch, QUICK)
+    names = [f"s3://{bucket}/landing/users/{n:02d}.json" for n in range(6)]
+    for name in names:
+        files.write_bytes(name, b"{}")
+    store.http.truncate(1)
+    assert len(files.list_files(f"s3://{bucket}/landing")) == 3  # the fault is real
+    # Whether a needed dump is still there (ingest.canonical.require_present) is asked of
+    # each object, never of a listing: with every listing cut, each dump is still found.
+    store.http.truncate(100)
+    store.http.clear()
+    assert all(files.exists(name) for name in names)
+    assert set(store.http.counts()) == {"HeadObject"}
+    store.tcp.down()
+    with pytest.raises(StorageFailure) as caught:
+        files.read_bytes(names[0])
+    assert (caught.value.operation, caught.value.location) == ("read", names[0])
+    assert "NETWORK_CONNECTION" in caught.value.cause
+
+
+# The runs below: the reliability tests' config and dumps (one source, four windows) on a
+# bucket behind the chain, against the same dumps materialized in local folders.
+DOWN_AFTER_REQUESTS = 1200  # of about 2,700 a clean run of this config makes
+SLOW_DOWN_EVERY = 40
+LATENCY_FROM, LATENCY_UNTIL = 20, 80
+QUICK_RETRIES = {"attempts": 2, "base_backoff": "100ms", "max_backoff": "1s",
+                 "request_timeout": "5s", "deadline": "31s"}  # fmt: skip
+
+
+def faulty_config(bucket: str, workdir: Path, retries: dict[str, str] | None) -> Path:
+    """The config of ``test_runs_s3`` on ``bucket``, with ``retries`` as its policy."""
+    path = s3_config(f"s3://{bucket}", workdir)
+    if retries is not None:
+        data = yaml.safe_load(path.read_text())
+        path.write_text(yaml.safe_dump({**data, "storage": {"retries": retries}}))
+    return path
+
+
+def test_a_store_down_past_the_deadline_fails_the_run_named_and_a_rerun_is_exact(
+    reference: Config, faulty_store: tuple[FaultyStore, str], tmp_path: Path
+) -> None:
+    store, bucket = faulty_store
+    config_path = faulty_config(bucket, tmp_path, QUICK_RETRIES)
+    store.http.clear()
+    store.http.schedule(actions={DOWN_AFTER_REQUESTS: "down"}, toxiproxy_api=store.tcp.api_port)
+    began = time.monotonic()
+    run = start("-m", "pipelines.cli", "materialize", "--config", str(config_path))
+    output = run.communicate(timeout=900)[0].decode(errors="replace")
+    print(f"run: {time.monotonic() - began:.1f} s; requests: {store.http.counts()}")
+    assert store.http.counts()["scheduled down"] == 1, "the run made too few requests"
+    assert run.returncode != 0, output[-3000:]
+    named = re.findall(rf"failed at the object store \(s3://{bucket}/[^)]*\)", output)
+    assert named, output[-3000:]
+
+    # The store back: nothing the failed run left is visible as a partial write, and a
+    # re-run ends where a run that never saw a fault ends, row for row.
+    store.tcp.up()
+    store.http.schedule()
+    config = load_config(config_path)
+    assert materialize(config)
+    assert_tables_equal(config, reference)
+
+
+def test_slow_downs_latency_and_a_reset_upload_leave_the_run_exact(
+    reference: Config, faulty_store: tuple[FaultyStore, str], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store, bucket = faulty_store
+    config = load_config(faulty_config(bucket, tmp_path, None))  # the default policy
+
+    store.http.reset_uploads(1)  # the first upload over 2 KiB cut halfway by a TCP reset
+    store.http.clear()
+    store.http.schedule(burst_every=SLOW_DOWN_EVERY,
+                        actions={LATENCY_FROM: "latency", LATENCY_UNTIL: "no latency"},
+                        toxiproxy_api=store.tcp.api_port)  # fmt: skip
+    completed = materialize(config)
+    counts = store.http.counts()
+    assert counts["503 SlowDown"] >= 2 and counts["reset upload"] == 1, counts
+    if not completed:  # allowed only as a named failure, and a re-run then ends exact
+        assert "failed at the object store" in capsys.readouterr().err
+        store.http.schedule()
+        assert materialize(config)
+    assert_tables_equal(config, reference)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a landing listing cut short without saying so is taken as complete: with the dumps "
+    "it hides unregistered, the run binds the config's closed windows (through its end) "
+    "without them, and the healthy re-run finds nothing left to bind"))
+def test_a_landing_listing_cut_short_binds_no_window_early(
+    reference: Config, faulty_store: tuple[FaultyStore, str], tmp_path: Path
+) -> None:
+    store, bucket = faulty_store
+    config = load_config(faulty_config(bucket, tmp_path, None))
+    # Every listing of the landing zone shows the first of its two dumps only.
+    store.http.truncate(10_000, under="landing/")
+    materialize(config)  # succeeds or not: what it binds must hold for the later dump
+    store.http.truncate(0)
+    assert materialize(config)
+    assert_tables_equal(config, reference)
