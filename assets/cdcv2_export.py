@@ -139,8 +139,11 @@ _Written = tuple[str, int, int]
 
 
 def _live_exports(shard: Shard) -> set[str]:
-    """The holders of the shard's live reader registrations."""
-    return {r.holder for r in read_leases(shard.path, existing_table(shard.path)).live()}
+    """The holders of the shard's live reader registrations (none while it has no table)."""
+    table = existing_table(shard.path)
+    if table is None:
+        return set()
+    return {r.holder for r in read_leases(shard.path, table).live()}
 
 
 def _export_renaming(

@@ -144,6 +144,8 @@ class CheckReports:
         if context.run.tags.get(PARTITION_NAME_TAG):
             yield result
             return
+        # Every result built here names its asset and check.
+        assert result.asset_key is not None and result.check_name is not None
         output, spec = self._outputs[AssetCheckKey(result.asset_key, result.check_name)]
         yield Output(None, output_name=output)
         yield AssetCheckEvaluation(

@@ -96,4 +96,6 @@ def _shape(versions: DataFrame, keys: list[str]) -> dict[str, int]:
         F.coalesce(F.sum("empty"), F.lit(0)).alias("empty_intervals"),
         F.coalesce(F.sum("overlap"), F.lit(0)).alias("overlapping_versions"),
     ).first()
+    # An aggregate without grouping columns yields exactly one row.
+    assert summary is not None
     return summary.asDict()

@@ -79,7 +79,8 @@ class ShardReader(ShardHandle):
         self._check_readable(as_of)
         if not self._files_holding(None, as_of):
             return 0
-        return self.updates_until(as_of).agg(F.sum(DIFF)).first()[0] or 0
+        total = self.updates_until(as_of).agg(F.sum(DIFF)).first()
+        return (total[0] if total is not None else None) or 0
 
     def listen(self, as_of: int, until: int | None = None) -> DataFrame:
         """Updates with as_of < time <= until (until defaults to upper - 1; to everything
@@ -87,7 +88,8 @@ class ShardReader(ShardHandle):
         and until < upper."""
         self._check_since(as_of, "as_of")
         if until is None:
-            until = None if self._upper.is_empty else self._upper.time - 1
+            upper_time = self._upper.time
+            until = None if upper_time is None else upper_time - 1
         else:
             self._check_complete(until, "until")
         if until is not None and until < as_of:

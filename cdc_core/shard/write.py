@@ -134,6 +134,8 @@ class ShardWriter(ShardHandle):
                 raise ShardUsageError(
                     f"batch [{lower}, {upper}) would leave a gap after the upper {current}"
                 )
+            # An empty (finished) upper covers every batch: returned above.
+            assert current.time is not None
             uncovered = updates if lower == current else _from_time(updates, current.time)
             staged = self.stage(uncovered, consolidated=consolidated)
             if self.commit(staged, current, upper) is None:
