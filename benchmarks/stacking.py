@@ -35,13 +35,14 @@ import argparse
 import io
 import json
 import shutil
-import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -98,10 +99,9 @@ def payload(source: int, record: int) -> str:
 
 @dataclass
 class Deployment:
-    """N sources' shards under ``root`` and the window being appended."""
+    """N sources' shards and the window being appended."""
 
     spark: SparkSession
-    root: Path
     shards: list[Shard]
     records: int
     time: int = -1  # the last window appended (a new shard's upper is 0)
@@ -111,7 +111,7 @@ class Deployment:
         """Fresh shards for ``n`` sources."""
         shutil.rmtree(root, ignore_errors=True)
         shards = [Shard.open(spark, str(root / f"s{i}"), source_schema(i)) for i in range(n)]
-        return cls(spark, root, shards, records)
+        return cls(spark, shards, records)
 
     def payloads(self) -> DataFrame:
         """Every source's payloads of the next window: ``source``, ``payload``."""
@@ -198,7 +198,7 @@ def _stager(
     folder; yields ``(_target, path)`` of every file written (path relative to the shard)."""
 
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for index, batch in enumerate(batches):
+        for batch in batches:
             table = pa.Table.from_batches([batch])
             sources, paths = [], []
             for source in pc.unique(table.column("source")).to_pylist():
@@ -214,7 +214,7 @@ def _stager(
                 typed = typed.append_column(
                     "time", pa.array([time_] * typed.num_rows, pa.int64())
                 ).append_column("diff", pa.array([1] * typed.num_rows, pa.int64()))
-                relative = f"{delta_io.DATA_DIR}/{batch_id}/part-{index}-{id(batch)}.parquet"
+                relative = f"{delta_io.DATA_DIR}/{batch_id}/part-{uuid.uuid4().hex}.parquet"
                 target = Path(path) / relative
                 target.parent.mkdir(parents=True, exist_ok=True)
                 layout = to_arrow_schema(delta_io.shard_schema(columns), timezone="UTC")
@@ -254,7 +254,7 @@ def measure(
 def report_body(results: dict[int, dict[str, list[float]]]) -> str:
     """The table of medians, per window and per source, and each contender's slope."""
     rows = [
-        [n, name, f"{statistics.median(samples):.2f}", f"{statistics.median(samples) / n:.3f}"]
+        [n, name, f"{median(samples):.2f}", f"{median(samples) / n:.3f}"]
         for n, seconds in results.items()
         for name, samples in seconds.items()
     ]
@@ -267,11 +267,6 @@ def report_body(results: dict[int, dict[str, list[float]]]) -> str:
             slopes.append(f"- {name}: {added * 1000:.0f} ms per source added")
         body += "\n\n" + "\n".join(slopes)
     return body
-
-
-def median(samples: list[float]) -> float:
-    """The median of a contender's windows."""
-    return statistics.median(samples)
 
 
 def page_report(results: dict[int, dict[str, list[float]]]) -> Report:
