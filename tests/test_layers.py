@@ -39,14 +39,6 @@ SHOWN_TYPES = frozenset(
 )
 # Today's reaches below the application layer, (file, module): none may be added.
 TODAY = {
-    ("assets/cdcv2_export.py", "cdc_core.cdcv2"),
-    ("assets/cdcv2_export.py", "cdc_core.cdcv2.export"),
-    ("assets/cdcv2_export.py", "cdc_core.cdcv2.export_folder"),
-    ("assets/cdcv2_export.py", "cdc_core.cdcv2.stream_files"),
-    ("assets/cdcv2_export.py", "cdc_core.shard"),
-    ("assets/cdcv2_export.py", "cdc_core.shard.leases"),
-    ("assets/cdcv2_export.py", "cdc_core.source"),
-    ("assets/cdcv2_export.py", "cdc_core.storage"),
     ("assets/checks.py", "cdc_core.checks"),
     ("assets/checks.py", "cdc_core.ingest.connect_files"),
     ("assets/checks.py", "cdc_core.reclock"),
