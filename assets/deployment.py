@@ -43,14 +43,7 @@ from dagster_pyspark import PySparkResource
 from pyspark.sql import SparkSession
 
 from assets.cdcv2_export import export_key, export_spec, export_windows_of, report_export
-from assets.checks import (
-    CheckReports,
-    JudgedChecks,
-    blocks_export,
-    check_specs,
-    judge_source,
-    report_judged,
-)
+from assets.checks import CheckReports, check_specs, judge_source, report_judged
 from assets.partitions import contiguous_windows
 from assets.reader_checks import READERS_CHECK, judge_readers, readers_spec
 from assets.source_assets import (
@@ -61,6 +54,7 @@ from assets.source_assets import (
     report_windows,
     table_specs,
 )
+from cdc_core.app.checks import JudgedChecks, blocks_export
 from cdc_core.app.export import SourceExport, export_changes, exportable
 from cdc_core.app.materialize import MaterializedWindows, materialize_windows, serve_together
 from cdc_core.config import Config, SourceConfig
