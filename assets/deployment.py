@@ -57,9 +57,9 @@ from assets.source_assets import (
 from cdc_core.app.checks import JudgedChecks, blocks_export
 from cdc_core.app.export import SourceExport, export_changes, exportable
 from cdc_core.app.materialize import MaterializedWindows, materialize_windows, serve_together
+from cdc_core.calendar import Windows
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import PhaseEvent, observing
-from cdc_core.reclock import Windows
 from resources.lake import LakeResource
 
 # The one op (and step) of every source's assets.

@@ -13,10 +13,10 @@ from pyspark.sql import DataFrame
 
 from cdc_core.app.session import config_spark
 from cdc_core.config import Config, SourceConfig
-from cdc_core.shard.leases import Hold, LeaseBook, LeaseUsageError, holds_under
+from cdc_core.shard.leases import READER, Hold, LeaseBook, LeaseUsageError, holds_under
 from cdc_core.source import SourceReader, SourceStatus
 from cdc_core.source.registration import catalog_tables
-from cdc_core.storage import files, located
+from cdc_core.storage import LocationLike, files, located
 from cdc_core.vocabulary import CatalogKind
 
 
@@ -47,6 +47,12 @@ def reader_holds(config: Config, only: str | None) -> dict[str, list[Hold]]:
         for source in config.sources
         if only in (None, source.name)
     }
+
+
+def live_readers(source_root: LocationLike) -> list[Hold]:
+    """The live reader registrations (writers left out) on the shards of the source kept
+    under ``source_root``, read from the logs alone."""
+    return [h for h in holds_under(str(source_root)) if h.live and h.registration.kind == READER]
 
 
 def lease_book(config: Config, source: str, table: str) -> LeaseBook:
