@@ -48,7 +48,6 @@ from assets.partitions import contiguous_windows
 from assets.reader_checks import READERS_CHECK, judge_readers, readers_spec
 from assets.source_assets import (
     ARRIVALS_TAG,
-    Backlog,
     log_phase,
     output_key,
     report_windows,
@@ -57,6 +56,7 @@ from assets.source_assets import (
 from cdc_core.app.checks import JudgedChecks, blocks_export
 from cdc_core.app.export import SourceExport, export_changes, exportable
 from cdc_core.app.materialize import MaterializedWindows, materialize_windows, serve_together
+from cdc_core.app.status import Backlog
 from cdc_core.calendar import Windows
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import PhaseEvent, observing
