@@ -1,22 +1,9 @@
-"""Per source, ``<source>/changes_cdcv2``: each window of the ``changes`` shard as a CDCv2
-stream in files, for downstream consumers that do not read Delta.
-
-Window ``[start, end)`` binds at ``end``, so its stream covers IntoTimes
-``[start + 1, end + 1)`` and lands in ``<lake>/<source>/cdcv2/<window key>/``. Streams of
-adjacent windows chain: read together from the first window's ``start + 1`` they are one
-stream, complete through the last window's ``end + 1``.
-
-The encoding is a constant (JSON lines) rather than a per-run choice: consumers read many
-window folders as one stream with one decoder, so every folder must share an encoding.
+"""Per source, ``<source>/changes_cdcv2``: the asset of the source's CDCv2 export
+(``cdc_core.app.export``), partitioned by window like ``changes``: its spec, and the
+figures a run reports of it, per window.
 """
 
-import contextlib
-import posixpath
-import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 from dagster import (
     AssetExecutionContext,
@@ -29,256 +16,14 @@ from dagster import (
 
 from assets.partitions import window_bounds
 from assets.source_assets import output_key, source_tags
+from cdc_core.app.export import EXPORT_ENCODING, SourceExport, Window, WindowExport
 from cdc_core.calendar import to_datetime
-from cdc_core.cdcv2 import Encoding, export_shard, write_parts
-from cdc_core.cdcv2.export import CdcStream
-from cdc_core.cdcv2.export_folder import EXPORT_FOLDER as EXPORT_FOLDER
-from cdc_core.cdcv2.export_folder import exportable as exportable
-from cdc_core.cdcv2.stream_files import (
-    file_owner,
-    is_progress_file,
-    write_progress,
-    write_updates,
-)
-from cdc_core.config import Config, SourceConfig
-from cdc_core.frontier import TimeFrontier, iso
-from cdc_core.phases import phase
-from cdc_core.shard import Shard, existing_table
-from cdc_core.shard.leases import read_leases, reading
-from cdc_core.source import SourcePipeline
-from cdc_core.storage import LocationLike, files, located
-
-EXPORT_ENCODING = Encoding.JSON
-# A hidden staging folder this old belongs to no live export (an export writes its
-# folder in seconds to minutes); a younger one may be a concurrent run's. A folder named
-# after an export's reader registration is judged by that registration's lease instead.
-ABANDONED_AFTER_S = 6 * 3600
-EXPORT_READER = "cdcv2-export-"
-PUBLISH_ATTEMPTS = 20
-
-
-def work_folder(root: Path) -> Path:
-    """Where exports into ``root`` stage their windows and retire replaced ones: a hidden
-    sibling of ``root`` (same filesystem, so publishing is a rename), so that ``root``
-    holds only window folders and finding a window's leftovers looks at the few there
-    are, not at the folder per window ever exported."""
-    return root.parent / f".{root.name}.work"
+from cdc_core.config import SourceConfig
 
 
 def export_key(source: str) -> AssetKey:
     """The asset key of a source's CDCv2 export of ``changes``."""
     return output_key(source, "changes_cdcv2")
-
-
-@dataclass(frozen=True)
-class WindowExport:
-    """What the export of one window wrote: its folder and the stream's size."""
-
-    key: str
-    start: int
-    end: int
-    folder: str
-    updates: int
-    progress_statements: int
-
-    def summary(self) -> str:
-        """One log line: the window, its counts, its times in ISO UTC and its folder."""
-        return (
-            f"window {self.key}: {self.updates} update(s), {self.progress_statements} "
-            f"progress statement(s), times [{iso(self.start + 1)}, {iso(self.end + 1)}) "
-            f"-> {self.folder}"
-        )
-
-
-class ExportConflict(RuntimeError):
-    """Other exports of the same window kept replacing its folder while this one tried to
-    publish: the window's folder holds one complete export, perhaps not this run's."""
-
-
-@dataclass(frozen=True)
-class Window:
-    """A window to export: its partition key and its bounds ``[start, end)``."""
-
-    key: str
-    start: int
-    end: int
-
-
-def export_windows(
-    shard: Shard, root: LocationLike, windows: Sequence[Window], holder: str | None = None
-) -> list[WindowExport]:
-    """Write the stream of each window ``[start, end)`` (times ``[start + 1, end + 1)``)
-    into ``root/<key>``, replacing any earlier export of it. The windows are read,
-    consolidated, counted and written together: one pass over the shard for the run,
-    however many windows it exports.
-
-    A reader never sees a half-written stream, nor a progress file beside updates of
-    another export of the window (``write_stream`` alone would add a second copy).
-    Concurrent exports of one window (two runs of one config) each leave a complete
-    stream; the stream is a function of the committed shard, and both hold a reader
-    registration on it, so both write the same updates. ``holder``, the export's
-    registration on ``shard``, marks what it writes: other exports leave it alone while
-    that registration is live, and remove it once it is not.
-    """
-    ordered = sorted(windows, key=lambda w: w.start)
-    upper = TimeFrontier.at(ordered[-1].end + 1)
-    stream = export_shard(shard.refresh(), ordered[0].start + 1, upper)
-    place = located(root)
-    if place.is_local:
-        written = _export_renaming(shard, stream, Path(place.path), ordered, holder)
-    else:
-        written = _export_in_place(shard, stream, str(place), ordered, holder)
-    return [
-        WindowExport(w.key, w.start, w.end, folder, updates, statements)
-        for w, (folder, updates, statements) in zip(ordered, written, strict=True)
-    ]
-
-
-# What one window's export wrote: its folder, how many updates and progress statements.
-_Written = tuple[str, int, int]
-
-
-def _live_exports(shard: Shard) -> set[str]:
-    """The holders of the shard's live reader registrations (none while it has no table)."""
-    table = existing_table(shard.path)
-    if table is None:
-        return set()
-    return {r.holder for r in read_leases(shard.path, table).live()}
-
-
-def _export_renaming(
-    shard: Shard, stream: CdcStream, root: Path, ordered: Sequence[Window], holder: str | None
-) -> list[_Written]:
-    """A local export: each window's stream is written into a hidden staging folder of
-    this export (named after ``holder``) and renamed into place as a whole folder."""
-    live = _live_exports(shard)
-    work = work_folder(root)
-    files.make_folder(str(root))
-    files.make_folder(str(work))
-    staging = {}
-    for window in ordered:
-        _discard_abandoned(work, window.key, live)
-        staging[window.key] = work / f".{window.key}.{holder or uuid.uuid4().hex}.staging"
-    try:
-        parts = [(w.start + 1, TimeFrontier.at(w.end + 1), staging[w.key]) for w in ordered]
-        streams = write_parts(stream, parts, EXPORT_ENCODING)
-        written = []
-        for window, stream_files in zip(ordered, streams, strict=True):
-            target = root / window.key
-            _publish(staging[window.key], target)
-            written.append((str(target), stream_files.updates, stream_files.progress_statements))
-        return written
-    finally:
-        for folder in staging.values():
-            files.delete_tree(str(folder))  # gone already once published
-
-
-def _export_in_place(
-    shard: Shard, stream: CdcStream, root: str, ordered: Sequence[Window], holder: str | None
-) -> list[_Written]:
-    """An export to an object store, which has no rename: files are written into the
-    window's folder itself, each named after its export (``holder``), and files of
-    exports no longer live are deleted in an order that keeps every state a reader can
-    list correct. Their progress files go first (the window then reads as not yet
-    complete), then the new updates are written, then the old updates are deleted, and
-    only then is this export's progress file written: a progress file is only ever
-    listed beside every update it counts and none of another stream's.
-
-    The folders are listed before the live registrations are read, so every file listed
-    belongs to an export registered by then: a live one is never taken for a dead one.
-    An upload not yet moved into place is stale as its export is (see ``_stale``)."""
-    owner = holder or f"unregistered-{uuid.uuid4().hex}"
-    folders = {w.key: files.join(root, w.key) for w in ordered}
-    listed = {key: files.list_files(folder, recursive=False) for key, folder in folders.items()}
-    live = _live_exports(shard) | {owner}
-    oldest_ms = (time.time() - ABANDONED_AFTER_S) * 1000
-    stale = {
-        key: [entry.path for entry in entries
-              if _stale(posixpath.basename(entry.path), entry.mtime_ms, live, oldest_ms)]
-        for key, entries in listed.items()
-    }  # fmt: skip
-    for path in (p for paths in stale.values() for p in paths):
-        if is_progress_file(posixpath.basename(path)):
-            files.delete_file(path)
-    parts = [(w.start + 1, TimeFrontier.at(w.end + 1), folders[w.key]) for w in ordered]
-    updates = write_updates(stream, parts, EXPORT_ENCODING, owner=owner)
-    written = []
-    for window, part, update_files in zip(ordered, parts, updates, strict=True):
-        folder = folders[window.key]
-        for path in stale[window.key]:
-            if not is_progress_file(posixpath.basename(path)):
-                files.delete_file(path)
-        _, statements = write_progress(stream, part, update_files, EXPORT_ENCODING, owner)
-        written.append((folder, update_files.updates, statements))
-    return written
-
-
-def _stale(name: str, mtime_ms: int, live: set[str], oldest_ms: float) -> bool:
-    """Whether a file in a window folder belongs to an export no longer live. A published
-    file by the export its name carries; an upload not yet in place (``published_output``'s
-    hidden temporary) by the export of the name it will take: a registered export's at
-    once (it registered before uploading), any other's once untouched since ``oldest_ms``
-    (younger, it may still be moving into place). Other hidden names are never stale."""
-    if not name.startswith("."):
-        return file_owner(name) not in live
-    published = files.published_name(name)
-    if published is None:
-        return False
-    owner = file_owner(published)
-    if owner in live:
-        return False
-    return (owner or "").startswith(EXPORT_READER) or mtime_ms < oldest_ms
-
-
-def _discard_abandoned(work: Path, key: str, live_holders: set[str]) -> None:
-    """Staging or retired folders of this window (in the export's ``work`` folder) that
-    an interrupted export left behind. A folder of a registered export goes once its
-    registration is no longer live (released, or its lease ran out); any other only when
-    untouched for ``ABANDONED_AFTER_S``: a younger one may be a concurrent export's live
-    staging."""
-    oldest_ms = (time.time() - ABANDONED_AFTER_S) * 1000
-    for name in files.list_folders(str(work)):
-        if not name.startswith(f".{key}."):
-            continue
-        leftover = str(work / name)
-        owner = name[len(key) + 2 :].rsplit(".", 1)[0]
-        if owner in live_holders:
-            continue
-        if owner.startswith(EXPORT_READER):
-            files.delete_tree(leftover)
-            continue
-        try:
-            abandoned = files.mtime_ms(leftover) < oldest_ms
-        except FileNotFoundError:  # another export removed it meanwhile
-            continue
-        if abandoned:
-            files.delete_tree(leftover)
-
-
-def _publish(staging: Path, target: Path) -> None:
-    """Move the complete ``staging`` folder to ``target``. An earlier export is renamed
-    away first: a reader listing at that instant finds no folder, i.e. a stream complete
-    through nothing new, which CDCv2 readers treat as not yet complete, never as wrong.
-
-    Another export of the window may rename the folder away, or publish its own, between
-    these steps: both are retried; ``ExportConflict`` after ``PUBLISH_ATTEMPTS`` tries."""
-    for _ in range(PUBLISH_ATTEMPTS):
-        retired = staging.parent / f".{target.name}.{uuid.uuid4().hex}.retired"
-        # No earlier export, or another export moved it away just now: nothing to move.
-        with contextlib.suppress(FileNotFoundError):
-            files.rename_folder(str(target), str(retired))
-        try:
-            files.rename_folder(str(staging), str(target))
-        except FileExistsError:
-            continue  # another export published in between: replace that one
-        finally:
-            files.delete_tree(str(retired))  # hidden; the next export retries
-        return
-    raise ExportConflict(
-        f"could not publish {target}: other exports of the window replaced it "
-        f"{PUBLISH_ATTEMPTS} times in a row; it holds one of their complete exports"
-    )
-
 
 def window_export_metadata(export: WindowExport) -> dict[str, object]:
     """One window's own export, under stable keys the Partitions view plots per window."""
@@ -312,55 +57,14 @@ def export_spec(source: SourceConfig) -> AssetSpec:
     )
 
 
-@dataclass(frozen=True)
-class SourceExport:
-    """A source's run exported: the windows written under ``root``."""
-
-    source: str
-    root: LocationLike
-    exports: list[WindowExport]
-
-
-def export_changes(
-    config: Config,
-    pipeline: SourcePipeline,
-    partitions: TimeWindowPartitionsDefinition,
-    keys: Sequence[str],
-    run_id: str,
-) -> SourceExport:
-    """Export the windows ``keys`` (a run's partition keys) of the source's ``changes``
-    as CDCv2 files, one folder per IntoTime window. It reports nothing itself
-    (``report_export`` does, from the step's own thread).
-
-    It is built only after the source's checks passed (the deployment's step leaves it out
-    when a blocking check failed): a consumer never receives a stream the lake itself
-    judged incomplete.
-
-    While it runs it is a registered reader of ``changes`` (from its first window on),
-    so no compaction or gc takes that history away mid-export: the lease is renewed
-    while the export runs, and released at the end, also on failure.
-    """
-    source = pipeline.source
-    root = pipeline.root / EXPORT_FOLDER
-    keys = sorted(keys)
-    windows = [window_bounds(partitions.time_window_for_partition_key(k)) for k in keys]
-    reader = f"{EXPORT_READER}{run_id}"
-    lease_ms = config.readers.lease_ms
-    since = TimeFrontier.at(windows[0][0]).join(pipeline.changes.refresh().since)
-    # From the shard's since, the export reads the snapshot there too: all of changes.
-    from_since = pipeline.changes.since == TimeFrontier.at(windows[0][0] + 1)
-    after = {} if from_since else {"changes": windows[0][0]}
-    planned = pipeline.planned_by_tables("changes", after=after)
-    with planned, phase(source.name, "export CDCv2"), reading(
-        pipeline.changes, reader, since.time or 0, lease_ms
-    ):
-        exports = export_windows(
-            pipeline.changes,
-            root,
-            [Window(key, start, end) for key, (start, end) in zip(keys, windows, strict=True)],
-            reader,
-        )
-    return SourceExport(source.name, root, exports)
+def export_windows_of(
+    partitions: TimeWindowPartitionsDefinition, keys: Sequence[str]
+) -> list[Window]:
+    """The windows a run's partition ``keys`` name, as the export writes them."""
+    return [
+        Window(key, *window_bounds(partitions.time_window_for_partition_key(key)))
+        for key in keys
+    ]
 
 
 def report_export(context: AssetExecutionContext, exported: SourceExport) -> MaterializeResult:

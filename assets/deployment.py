@@ -42,36 +42,24 @@ from dagster import (
 from dagster_pyspark import PySparkResource
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import (
-    SourceExport,
-    export_changes,
-    export_key,
-    export_spec,
-    exportable,
-    report_export,
-)
-from assets.checks import (
-    CheckReports,
-    JudgedChecks,
-    blocks_export,
-    check_specs,
-    judge_source,
-    report_judged,
-)
+from assets.cdcv2_export import export_key, export_spec, export_windows_of, report_export
+from assets.checks import CheckReports, check_specs, judge_source, report_judged
 from assets.partitions import contiguous_windows
 from assets.reader_checks import READERS_CHECK, judge_readers, readers_spec
 from assets.source_assets import (
     ARRIVALS_TAG,
-    Backlog,
     log_phase,
     output_key,
     report_windows,
     table_specs,
 )
+from cdc_core.app.checks import JudgedChecks, blocks_export
+from cdc_core.app.export import SourceExport, export_changes, exportable
 from cdc_core.app.materialize import MaterializedWindows, materialize_windows, serve_together
+from cdc_core.app.status import Backlog
+from cdc_core.calendar import Windows
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import PhaseEvent, observing
-from cdc_core.reclock import Windows
 from resources.lake import LakeResource
 
 # The one op (and step) of every source's assets.
@@ -241,9 +229,8 @@ class SourceStep:
         if self.picked.export and not served.blocking_failed():
             # The run's own handle when the source's windows ran (its tables are open).
             pipeline = self.pipeline or self.lake.open(self.spark, self.config, self.source)
-            served.export = export_changes(
-                self.config, pipeline, self.partitions, self.run.keys, self.run.run_id
-            )
+            windows = export_windows_of(self.partitions, self.run.keys)
+            served.export = export_changes(self.config, pipeline, windows, self.run.run_id)
         return served
 
 

@@ -6,8 +6,8 @@ hence a warning, never a blocking failure."""
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
 
 from assets.source_assets import output_key
+from cdc_core.app.status import live_readers
 from cdc_core.config import Config, SourceConfig
-from cdc_core.shard.leases import READER, holds_under
 from resources.lake import LakeResource
 
 READERS_CHECK = "readers"
@@ -29,8 +29,7 @@ def readers_spec(config: Config, source: SourceConfig) -> AssetCheckSpec:
 def judge_readers(config: Config, source: SourceConfig, lake: LakeResource) -> AssetCheckResult:
     """The readers check's result; it reads Delta logs only."""
     limit_ms = config.readers.warn_after_ms
-    holds = holds_under(str(lake.source_root(source)))
-    found = [h for h in holds if h.live and h.registration.kind == READER]
+    found = live_readers(lake.source_root(source))
     stale = [h for h in found if h.age_ms > limit_ms]
     description = (
         f"{len(stale)} reader(s) pin history older than {config.readers.warn_after}: "

@@ -7,9 +7,7 @@ it the run selected; the deployment's one multi-asset (``assets.deployment``) do
 each source it serves.
 """
 
-
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
 
 from dagster import (
     AssetExecutionContext,
@@ -25,10 +23,8 @@ from pyspark.sql.types import StructType
 
 from assets.partitions import to_datetime, window_key
 from cdc_core.app.materialize import MaterializedWindows
-from cdc_core.app.status import table_address
+from cdc_core.app.status import Backlog, table_address
 from cdc_core.config import Config, SourceConfig
-from cdc_core.frontier import OffsetFrontier
-from cdc_core.ingest import Registry
 from cdc_core.phases import PhaseEvent
 from cdc_core.source import DESCRIPTIONS, SourceStatus, WindowReport, published_tables
 
@@ -100,7 +96,7 @@ def report_windows(
     config: Config,
     source: SourceConfig,
     materialized: MaterializedWindows,
-    backlog: "Backlog",
+    backlog: Backlog,
     selected: Collection[str],
 ) -> Iterator[MaterializeResult]:
     """Report each of the source's tables named in ``selected`` after its part of a run
@@ -118,9 +114,7 @@ def report_windows(
                 asset_key=key,
                 partition_key=window_key(config, report.end),
             )
-        yield MaterializeResult(
-            asset_key=key, metadata=output_metadata(name, materialized.status)
-        )
+        yield MaterializeResult(asset_key=key, metadata=output_metadata(name, materialized.status))
 
 
 def log_phase(context: AssetExecutionContext, config: Config, event: PhaseEvent) -> None:
@@ -138,34 +132,6 @@ def log_phase(context: AssetExecutionContext, config: Config, event: PhaseEvent)
         context.log.info(
             f"{event.source}: {event.name}: window {window_key(config, end)}: {rows} row(s)"
         )
-
-
-@dataclass(frozen=True)
-class Backlog:
-    """What the landing zone has registered: the end offset per Kafka partition and the
-    newest record's Kafka timestamp; a window's lag is measured against it."""
-
-    ends: OffsetFrontier
-    newest_ms: int | None
-
-    @classmethod
-    def of(cls, registry: Registry) -> "Backlog":
-        """Registered end offsets and newest Kafka timestamp, read from the registry alone."""
-        return cls(registry.end_offsets(), registry.newest_ts())
-
-    def offsets_behind(self, frontier: OffsetFrontier) -> int:
-        """Registered offsets that ``frontier`` leaves for later windows."""
-        return sum(max(self.ends[p] - frontier[p], 0) for p in self.ends.partitions)
-
-    def seconds_behind(self, end_ms: int) -> float:
-        """How far the newest registered record lies beyond ``end_ms`` (0 when it does not)."""
-        return max((self.newest_ms or end_ms) - end_ms, 0) / 1000
-
-    def coverage(self, frontier: OffsetFrontier) -> float:
-        """The fraction of registered offsets that ``frontier`` has bound (1.0 when none)."""
-        registered = sum(self.ends[p] for p in self.ends.partitions)
-        bound = sum(min(frontier[p], self.ends[p]) for p in self.ends.partitions)
-        return bound / registered if registered else 1.0
 
 
 def window_metadata(report: WindowReport, backlog: Backlog) -> dict[str, object]:

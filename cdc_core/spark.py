@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -296,7 +296,8 @@ def _connect(remote: str) -> SparkSession:
     # What ``SparkSession.builder.remote(...).getOrCreate()`` would mark: this process is a
     # Connect client, so pyspark's functions build Connect expressions.
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    return ConnectSession.builder.channelBuilder(channel).getOrCreate()
+    # A Connect session stands in for a classic one (pyspark's stubs type them apart).
+    return cast(SparkSession, ConnectSession.builder.channelBuilder(channel).getOrCreate())
 
 
 def server_conf(master: str | None = None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -389,8 +390,11 @@ def planned_as(spark: SparkSession, small: bool, configured: Mapping[str, str]) 
     try:
         yield True
     finally:
-        for key, value in before.items():
-            spark.conf.set(key, value)
+        for key, was in before.items():
+            if was is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, was)
 
 
 def local_frame(spark: SparkSession, data: Any, schema: Any = None) -> DataFrame:
@@ -409,8 +413,11 @@ def path_frame(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     ``spark.default.parallelism`` setting, else the shuffle partitions."""
     paths = list(paths)
     frame = local_frame(spark, [(path,) for path in paths], "path string")
-    parallelism = int(spark.conf.get("spark.default.parallelism", None)
-                      or spark.conf.get("spark.sql.shuffle.partitions"))  # fmt: skip
+    parallelism = int(
+        spark.conf.get("spark.default.parallelism", None)
+        or spark.conf.get(SHUFFLE_PARTITIONS)
+        or "200"  # Spark's own default
+    )
     tasks = max(1, min(len(paths), parallelism))
     return frame if tasks == 1 else frame.repartition(tasks)
 

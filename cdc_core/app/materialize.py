@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import queue
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -41,6 +42,7 @@ SOURCE_WORKERS = 4
 IDLE_SECONDS = 0.25
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 @dataclass(frozen=True)
@@ -74,14 +76,14 @@ def materialize_windows(
     return MaterializedWindows(reports, pipeline.finish())
 
 
-class SourceWork(Protocol[T]):
+class SourceWork(Protocol[T_co]):
     """One source's part of a run, opened: what it reads, and serving it."""
 
     def input_bytes(self) -> int:
         """What serving it reads, in stored bytes (see ``SourcePipeline.input_bytes``)."""
         ...
 
-    def serve(self) -> T:
+    def serve(self) -> T_co:
         """Serve the source; what the caller reports of it."""
         ...
 
@@ -131,12 +133,12 @@ def serve_together(
     pool = ThreadPoolExecutor(max(1, min(workers, len(units))), "reclock-source")
     try:
         opened = _run_all(
-            pool, [lambda unit=unit: _open_unit(unit, open_work, together) for unit in units], idle
+            pool, [functools.partial(_open_unit, unit, open_work, together) for unit in units], idle
         )
         works = [ready for ready, _ in opened if ready]
         for _, failed in opened:
             yield from failed
-        jobs = [lambda unit=unit: _serve_unit(unit, done) for unit in works]
+        jobs = [functools.partial(_serve_unit, unit, done) for unit in works]
         if not together:
             yield from _drain_while(pool, jobs, idle, done)
             return
@@ -178,7 +180,7 @@ def _serve_unit(unit: Opened[T], done: queue.SimpleQueue[Served[T]]) -> None:
 
 
 def _run_all(
-    pool: ThreadPoolExecutor, jobs: list[Callable[[], T]], idle: Callable[[], None]
+    pool: ThreadPoolExecutor, jobs: Sequence[Callable[[], T]], idle: Callable[[], None]
 ) -> list[T]:
     """Run ``jobs`` on the pool, calling ``idle`` while they run; their results in order."""
     futures = [pool.submit(job) for job in jobs]
@@ -191,7 +193,7 @@ def _run_all(
 
 def _drain_while(
     pool: ThreadPoolExecutor,
-    jobs: list[Callable[[], None]],
+    jobs: Sequence[Callable[[], None]],
     idle: Callable[[], None],
     done: queue.SimpleQueue[Served[T]],
 ) -> Iterator[Served[T]]:

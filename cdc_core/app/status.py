@@ -13,10 +13,12 @@ from pyspark.sql import DataFrame
 
 from cdc_core.app.session import config_spark
 from cdc_core.config import Config, SourceConfig
-from cdc_core.shard.leases import Hold, LeaseBook, LeaseUsageError, holds_under
+from cdc_core.frontier import OffsetFrontier
+from cdc_core.ingest import Registry
+from cdc_core.shard.leases import READER, Hold, LeaseBook, LeaseUsageError, holds_under
 from cdc_core.source import SourceReader, SourceStatus
 from cdc_core.source.registration import catalog_tables
-from cdc_core.storage import files, located
+from cdc_core.storage import LocationLike, files, located
 from cdc_core.vocabulary import CatalogKind
 
 
@@ -49,6 +51,12 @@ def reader_holds(config: Config, only: str | None) -> dict[str, list[Hold]]:
     }
 
 
+def live_readers(source_root: LocationLike) -> list[Hold]:
+    """The live reader registrations (writers left out) on the shards of the source kept
+    under ``source_root``, read from the logs alone."""
+    return [h for h in holds_under(str(source_root)) if h.live and h.registration.kind == READER]
+
+
 def lease_book(config: Config, source: str, table: str) -> LeaseBook:
     """The reader registrations of one shard of ``source``; LeaseUsageError when the
     source has no such table yet."""
@@ -75,3 +83,31 @@ def table_address(config: Config, source: SourceConfig, table: str) -> TableAddr
         (located(config.lake) / source.name / table).uri,
         f"{config.catalog.database}.{name}" if name else None,
     )
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the landing zone has registered: the end offset per Kafka partition and the
+    newest record's Kafka timestamp; a window's lag is measured against it."""
+
+    ends: OffsetFrontier
+    newest_ms: int | None
+
+    @classmethod
+    def of(cls, registry: Registry) -> Backlog:
+        """Registered end offsets and newest Kafka timestamp, read from the registry alone."""
+        return cls(registry.end_offsets(), registry.newest_ts())
+
+    def offsets_behind(self, frontier: OffsetFrontier) -> int:
+        """Registered offsets that ``frontier`` leaves for later windows."""
+        return sum(max(self.ends[p] - frontier[p], 0) for p in self.ends.partitions)
+
+    def seconds_behind(self, end_ms: int) -> float:
+        """How far the newest registered record lies beyond ``end_ms`` (0 when it does not)."""
+        return max((self.newest_ms or end_ms) - end_ms, 0) / 1000
+
+    def coverage(self, frontier: OffsetFrontier) -> float:
+        """The fraction of registered offsets that ``frontier`` has bound (1.0 when none)."""
+        registered = sum(self.ends[p] for p in self.ends.partitions)
+        bound = sum(min(frontier[p], self.ends[p]) for p in self.ends.partitions)
+        return bound / registered if registered else 1.0

@@ -22,7 +22,6 @@ import os
 import posixpath
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,7 +41,7 @@ from cdc_core.ingest.dump_bytes import (
 )
 from cdc_core.schemas import DUMP_RECORD, ERROR, HEADERS
 from cdc_core.spark import lines_by_path, local_frame, path_frame
-from cdc_core.storage import FileEntry, Location, on_workers, spark_path
+from cdc_core.storage import FileEntry, LocationLike, on_workers, spark_path
 from cdc_core.storage import files as storage_files
 from cdc_core.vocabulary import DumpLayout
 
@@ -130,7 +129,7 @@ def is_dump_name(name: str) -> bool:
     return not name.startswith((".", "_")) and not name.endswith(IN_PROGRESS_SUFFIXES)
 
 
-def list_dump_files(landing: Path | Location, topic: str) -> list[DumpFile]:
+def list_dump_files(landing: LocationLike, topic: str) -> list[DumpFile]:
     """Every dump of ``topic`` under ``<landing>/<topic>/``, recursively, sorted by path.
 
     Hidden folders (``.x``, ``_x``) are skipped along with hidden files, so archives and

@@ -452,7 +452,7 @@ class RegisteredPaths:
         if table is None:
             self._mark, self._table_id, self._files = None, None, {}
             return
-        table_id = table.metadata().id
+        table_id = str(table.metadata().id)  # a UUID; the stub says int
         if table_id != self._table_id:
             self._files = {}  # a new table under the same path
         fragments = {f.path: f for f in table.to_pyarrow_dataset().get_fragments()}
@@ -519,7 +519,7 @@ _READS_LOCK = threading.Lock()
 def _version(table: DeltaTable | None) -> tuple[str, int]:
     """A Delta table's identity and version (("", -1) before it exists): a table deleted
     and created again at the same place counts as another table."""
-    return ("", -1) if table is None else (table.metadata().id, table.version())
+    return ("", -1) if table is None else (str(table.metadata().id), table.version())
 
 
 def _parts(table: DeltaTable | None, schema: pa.Schema) -> tuple[pa.Table, pa.dataset.Dataset]:

@@ -87,7 +87,7 @@ class Registration:
 
     def stored(self) -> dict[str, Any]:
         """The registration as stored in the commit info (holder and kind are its keys)."""
-        kept = {"lease_ms": self.lease_ms, "renewed": self.renewed_version}
+        kept: dict[str, Any] = {"lease_ms": self.lease_ms, "renewed": self.renewed_version}
         if self.kind == READER:
             kept |= {"since": self.since, "version": self.version}
         return kept
@@ -305,7 +305,7 @@ class LeaseBook:
                     f"{current.since}, not {since}"
                 )
             pin = current.version if version is None else version
-            if pin < (current.version or 0) or pin > leases.version:
+            if pin is None or pin < (current.version or 0) or pin > leases.version:
                 raise LeaseUsageError(
                     f"reader {reader!r} may pin only versions {current.version} .. "
                     f"{leases.version}, not {pin}"

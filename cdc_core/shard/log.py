@@ -114,7 +114,7 @@ def commit_metadata(
 
 def frontier_transactions(app_id: str, frontier: TimeFrontier) -> list[Transaction]:
     """The app transaction that stores ``frontier`` under ``app_id``."""
-    if frontier.is_empty:
+    if frontier.time is None:  # empty: finished
         return [Transaction(app_id + EMPTY_SUFFIX, 1)]
     return [Transaction(app_id, frontier.time)]
 
@@ -162,7 +162,9 @@ def commit_once(
     ``table`` is up to date with the log afterwards in every outcome but the last."""
     read_version = table.version()
     properties = CommitProperties(
-        max_commit_retries=0, app_transactions=list(app_transactions), custom_metadata=metadata
+        max_commit_retries=0,
+        app_transactions=list(app_transactions),
+        custom_metadata=dict(metadata),
     )
     try:
         table.create_write_transaction(
@@ -367,8 +369,10 @@ def rewrite_table(
         for batch_id, rows in parts.items()
         if rows.num_rows
     ]
-    actions = [*(delta_io.remove_action(f) for f in replaced),
-               *(delta_io.add_action(f, data_change=False) for f in written)]  # fmt: skip
+    actions: list[AddAction | RemoveAction] = [
+        *(delta_io.remove_action(f) for f in replaced),
+        *(delta_io.add_action(f, data_change=False) for f in written),
+    ]
     detail = f"{len(replaced)} file(s) -> {len(written)}, {detail}"
     return _commit_batch(
         table, path, actions, list(parts), commit_metadata("compact", detail), again=False

@@ -47,14 +47,20 @@ class ShardMaintainer(ShardHandle):
             target = since.meet(holds.hold())
             if not self._since < target:
                 return self._since
+            # The values of this turn of the loop, bound now (a closure would see later ones).
+            def still_valid(
+                pointer: int | None = holds.pointer, target: TimeFrontier = target
+            ) -> bool:
+                return (
+                    self._since < target
+                    and self._table.transaction_version(leases.LEASES_APP_ID) == pointer
+                )
+
             committed = self._commit(
                 [],
                 frontier_transactions(SINCE, target),
                 commit_metadata("downgrade_since", f"since {self._since} -> {target}"),
-                still_valid=lambda pointer=holds.pointer, target=target: (
-                    self._since < target
-                    and self._table.transaction_version(leases.LEASES_APP_ID) == pointer
-                ),
+                still_valid=still_valid,
             )
             if committed:
                 return self._since
@@ -69,7 +75,7 @@ class ShardMaintainer(ShardHandle):
             return
         batch_id = delta_io.new_batch_id(self.writer)
         outputs: tuple[WrittenFile, ...] = ()
-        if not since.is_empty:  # an empty since means nobody may ever read: keep nothing
+        if since.time is not None:  # an empty since means nobody may ever read: keep nothing
             outputs = self._rewrite(inputs, since.time, batch_id)
         replaced = {f.path for f in inputs}
         actions: list[AddAction | RemoveAction] = [delta_io.remove_action(f) for f in inputs]
@@ -156,7 +162,9 @@ def _compaction_inputs(files: Sequence[DataFile], since: TimeFrontier) -> list[D
     """Every file holding times before since, rewritten together so that updates cancelling
     once forwarded meet and vanish (files starting at since are left alone, or compacted
     output would be rewritten forever), plus small files when at least two can be merged."""
-    historical = [f for f in files if since.is_empty or f.may_hold_times(None, since.time - 1)]
+    historical = [
+        f for f in files if since.time is None or f.may_hold_times(None, since.time - 1)
+    ]
     taken = {f.path for f in historical}
     small = [f for f in files if f.size < COMPACTED_FILE_BYTES // 2 and f.path not in taken]
     if historical:

@@ -28,9 +28,10 @@ from dagster import (
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import Window, export_key, export_windows, work_folder
+from assets.cdcv2_export import export_key
 from assets.partitions import range_tags
 from assets.source_assets import output_key
+from cdc_core.app.export import Window, export_windows, work_folder
 from cdc_core.cdcv2 import DataColumns, codec_json
 from cdc_core.cdcv2.reference import read_all
 from cdc_core.config import Config, ReaderSettings, load_config

@@ -37,9 +37,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from assets.checks import CONCURRENT_CHECKS, SourceCheck, judge_concurrently
 from assets.partitions import range_tags, window_partitions
 from assets.source_assets import ARRIVALS_TAG
+from cdc_core.app.checks import CONCURRENT_CHECKS, SourceCheck, judge_concurrently
 from cdc_core.checks.invariants import CheckOutcome
 from cdc_core.config import Config, ConfigError, parse_config
 from cdc_core.frontier import iso

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from assets.cdcv2_export import EXPORT_FOLDER
+from cdc_core.app.export import EXPORT_FOLDER
 from cdc_core.config import Config, load_config
 from cdc_core.spark_server import listening
 from pipelines.cli import materialize

@@ -26,8 +26,8 @@ from dagster import DagsterInstance, ExecuteInProcessResult
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import ABANDONED_AFTER_S, Window, export_windows, work_folder
 from assets.partitions import range_tags
+from cdc_core.app.export import ABANDONED_AFTER_S, Window, export_windows, work_folder
 from cdc_core.cdcv2 import DataColumns, codec_json
 from cdc_core.cdcv2.reference import read_all
 from cdc_core.config import Config, load_config

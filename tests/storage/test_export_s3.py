@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from assets.cdcv2_export import Window, _stale, export_windows
+from cdc_core.app.export import Window, _stale, export_windows
 from cdc_core.cdcv2 import DataColumns, codec_json
 from cdc_core.cdcv2.export_folder import expire_exports
 from cdc_core.cdcv2.reference import read_all
