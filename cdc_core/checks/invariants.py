@@ -115,15 +115,15 @@ def remap_monotone(remap: Shard, window_end: int) -> CheckOutcome:
         history = remap_history(remap)
     except ValueError as malformed:
         return CheckOutcome(False, str(malformed))
-    regressions = []
+    regressions: list[tuple[int, dict[str, tuple[int, int]]]] = []
     for (_, before), (time, after) in zip(history, history[1:], strict=False):
         moved_back = {str(p): v for p, v in before.regressions(after).items()}
         if moved_back:
-            regressions.append({"time": time, "partitions": moved_back})
+            regressions.append((time, moved_back))
     covered = not remap.upper.less_equal(window_end)
     problems = []
     if regressions:
-        moved = ", ".join(iso(r["time"]) for r in regressions)
+        moved = ", ".join(iso(time) for time, _ in regressions)
         problems.append(f"frontier moved backwards at times {moved}")
     if not covered:
         problems.append(
@@ -132,7 +132,13 @@ def remap_monotone(remap: Shard, window_end: int) -> CheckOutcome:
     return CheckOutcome(
         passed=not problems,
         description="; ".join(problems) or f"{len(history)} binding(s), monotone",
-        figures={"bindings": len(history), "regressions": regressions[:MAX_EXAMPLES]},
+        figures={
+            "bindings": len(history),
+            "regressions": [
+                {"time": time, "partitions": moved_back}
+                for time, moved_back in regressions[:MAX_EXAMPLES]
+            ],
+        },
     )
 
 
@@ -171,9 +177,9 @@ def exactly_once(
     damaged: dict[int, int] = {}
     if errors is not None and not gaps_allowed and errors.holds_updates():
         # Positions of the range that only the errors hold: damaged lines bound there.
-        low = F.greatest(bound(before), bound(OffsetFrontier(dict(starts))))
+        first_placed = F.greatest(bound(before), bound(OffsetFrontier(dict(starts))))
         placed = _range_updates(errors, lower, upper).where(
-            (F.col("offset") >= low) & (F.col("offset") < bound(after))
+            (F.col("offset") >= first_placed) & (F.col("offset") < bound(after))
         )
         only = placed.select("partition", "offset").distinct().join(
             per_record.select("partition", "offset"), ["partition", "offset"], "left_anti"
@@ -386,6 +392,8 @@ def state_counts(changes: Shard, key_columns: Sequence[str], as_of: int) -> Chec
         F.min("min_diff").alias("min_diff"),
         F.count(F.when(F.col("count") != 1, 1)).alias("bad_keys"),
     ).first()
+    # An aggregate without grouping columns yields exactly one row.
+    assert summary is not None
     bad_rows = summary["bad_rows"]
     bad_keys = summary["bad_keys"] if keyed else 0
     problems = []
