@@ -12,7 +12,7 @@ objects. Invariant: a memoized builder's result depends on its arguments alone.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import ParamSpec, TypeVar
 
 from pyspark.sql.utils import is_remote
@@ -22,14 +22,18 @@ T = TypeVar("T")
 
 
 def built_once(build: Callable[P, T]) -> Callable[P, T]:
-    """``build`` memoized per process and session kind (see the module docstring)."""
+    """``build`` memoized per process and session kind (see the module docstring).
 
-    @functools.cache
-    def cached(remote: bool, *args: object, **kwargs: object) -> T:
-        return build(*args, **kwargs)  # type: ignore[arg-type]
+    The key is the session kind, the positional arguments and the keyword arguments in
+    their call order (as ``functools.cache`` keys them), so a keyword call is a key of
+    its own; an unhashable argument raises ``TypeError``."""
+    built: dict[Hashable, T] = {}
 
     @functools.wraps(build)
     def once(*args: P.args, **kwargs: P.kwargs) -> T:
-        return cached(is_remote(), *args, **kwargs)
+        key = (is_remote(), args, tuple(kwargs.items()))
+        if key not in built:
+            built[key] = build(*args, **kwargs)
+        return built[key]
 
     return once
