@@ -99,7 +99,7 @@ def _avro_to_json(schema: AvroSchema, columns: Sequence[str]) -> Callable[[Colum
 
     def convert(texts: pa.Array) -> pa.Array:
         parsed = fastavro.parse_schema(writer)
-        rows = []
+        rows: list[dict[str, str | None]] = []
         for text in texts.to_pylist():
             if text is None:
                 rows.append({"text": None, "error": None})
@@ -113,7 +113,9 @@ def _avro_to_json(schema: AvroSchema, columns: Sequence[str]) -> Callable[[Colum
                                             default=json_value), "error": None})  # fmt: skip
         return pa.array(rows, type=pa.struct([("text", pa.string()), ("error", pa.string())]))
 
-    return F.arrow_udf(convert, _CONVERTED)
+    # pyspark's stub has no overload without functionType, which the runtime infers from
+    # convert's type hints (and warns when it is given).
+    return F.arrow_udf(convert, _CONVERTED)  # type: ignore[call-overload]
 
 
 class AvroRecordError(ValueError):
@@ -160,10 +162,10 @@ def _read_avro(text: str, parsed: Any, writer: Any, schema_id: int, origin: str)
     try:
         value = fastavro.schemaless_reader(body, parsed, parsed)
     except _UNREADABLE as error:
-        field, at, error = _failing_field(payload[_CONFLUENT_HEADER.size :], writer, error)
+        field, at, failure = _failing_field(payload[_CONFLUENT_HEADER.size :], writer, error)
         raise AvroRecordError(
             f"does not match Avro schema {origin}: {field}at byte "
-            f"{_CONFLUENT_HEADER.size + at} of the record: {error!r}"
+            f"{_CONFLUENT_HEADER.size + at} of the record: {failure!r}"
         ) from None
     left = len(payload) - _CONFLUENT_HEADER.size - body.tell()
     if left:
