@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -32,6 +33,8 @@ from cdc_core.schemas import ERROR
 
 # The columns a raw message DataFrame carries besides ``payload``.
 POSITION_COLUMNS = ["topic", "partition", "offset", "key", "file"]
+
+_Payload = TypeVar("_Payload", str, bytes)
 
 
 class Packing(Enum):
@@ -117,22 +120,26 @@ def _rows(
 
 def _unpacker(packing: Packing, columns: DataColumns) -> Callable[[object], list[Message]]:
     if packing is Packing.JSON:
-        return lambda payload: [codec_json.decode(_present(payload), columns)]
+        return lambda payload: [codec_json.decode(_present(payload, str), columns)]
     codec = AvroCodec(columns.schema)
     if packing is Packing.AVRO_CONTAINER:
-        return lambda payload: list(codec.read_container(io.BytesIO(_present(payload))))
+        return lambda payload: list(codec.read_container(io.BytesIO(_present(payload, bytes))))
     confluent = packing is Packing.AVRO_CONFLUENT_BASE64
-    return lambda payload: [codec.decode(_base64(_present(payload)), confluent)]
+    return lambda payload: [codec.decode(_base64(_present(payload, str)), confluent)]
 
 
-def _present(payload: object) -> object:
+def _present(payload: object, kind: type[_Payload]) -> _Payload:
+    """``payload`` as the ``kind`` its packing's column holds (text, or a file's bytes);
+    a null payload, or one of another kind, is a ``MalformedMessage``."""
     if payload is None:
         raise MalformedMessage("null payload")
+    if not isinstance(payload, kind):
+        raise MalformedMessage(f"payload is {type(payload).__name__}, not {kind.__name__}")
     return payload
 
 
-def _base64(text: object) -> bytes:
+def _base64(text: str) -> bytes:
     try:
-        return base64.b64decode(str(text), validate=True)
+        return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as error:
         raise MalformedMessage(f"payload is not base64: {error}") from None
