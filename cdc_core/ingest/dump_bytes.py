@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,6 +74,11 @@ class _Counted:
         data = self._raw.read(size)
         self.count += len(data)
         return data
+
+    def seek(self, offset: int, /) -> int:
+        """Refused: the stream reads forward only (``gzip`` seeks its source only to
+        rewind, which no reader asks of it)."""
+        raise io.UnsupportedOperation("a dump's stream reads forward only")
 
 
 class Inflated:
