@@ -199,15 +199,23 @@ def _misaligned(stored: Stored, field: str, count: str) -> str:
     return f"its {kind} file {stored[kind]} holds {count}"
 
 
+def _sink_name(path: str) -> ConnectName:
+    """The name of ``path``, a sink file by construction: a value file, or a file stored
+    beside one and paired with it by its name."""
+    name = connect_name(path)
+    assert name is not None, path
+    return name
+
+
 def _records(path: str) -> Iterator[Any]:
     """Each record of a sink file: the text of a JSON line, or an Avro record's value,
     read within the input limits: a line over the line limit or a gzip bomb is damage
     (``InputLimitExceeded``)."""
-    name = connect_name(path)
-    assert name is not None
+    name = _sink_name(path)
     with opened(path, gzipped=name.gzip) as stream:
         if name.avro:
-            yield from fastavro.reader(stream)
+            # fastavro types its source as IO, yet reads records with read() alone.
+            yield from fastavro.reader(stream)  # type: ignore[arg-type]
             return
         for line in bounded_lines(stream):
             if isinstance(line, LongLine):
@@ -219,7 +227,7 @@ def _records(path: str) -> Iterator[Any]:
 
 def _texts(path: str) -> Iterator[str | None]:
     """Each record's value (or key) as JSON text (None for a null one)."""
-    avro = connect_name(path).avro  # type: ignore[union-attr]
+    avro = _sink_name(path).avro
     for record in _records(path):
         if avro:
             yield None if record is None else json.dumps(record, default=json_value)
@@ -231,7 +239,7 @@ def _headers(path: str) -> Iterator[list[str | None]]:
     """Each record's headers as kcat writes them: names and values alternating. The sink
     writes a JSON line as ``{"headers": [{"key", "value"}, ...]}`` and an Avro record as
     the list itself; values are text or null."""
-    avro = connect_name(path).avro  # type: ignore[union-attr]
+    avro = _sink_name(path).avro
     for record in _records(path):
         listed = record if avro else json.loads(record)
         if isinstance(listed, dict):
