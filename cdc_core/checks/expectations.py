@@ -133,14 +133,18 @@ def validate(df: DataFrame, specs: Sequence[ExpectationSpec], *, name: str) -> V
     expectations = [_build_expectation(index, spec) for index, spec in enumerate(specs)]
     with _cached(df):
         gx_results = _run_suite(df, expectations, name)
-    by_index = {
-        (result.expectation_config.meta or {}).get(_SPEC_INDEX_META): result
-        for result in gx_results
-    }
+    by_index = {_spec_index(result): result for result in gx_results}
     outcomes = tuple(_outcome(spec, by_index.get(index)) for index, spec in enumerate(specs))
     return ValidationReport(
         name=name, success=all(outcome.success for outcome in outcomes), results=outcomes
     )
+
+
+def _spec_index(result: ExpectationValidationResult) -> object:
+    """The index of the spec ``result`` answers, as ``_build_expectation`` tagged it (None
+    when GX returns it without its expectation)."""
+    config = result.expectation_config
+    return None if config is None else (config.meta or {}).get(_SPEC_INDEX_META)
 
 
 def _spec_from_entry(index: int, entry: object) -> ExpectationSpec:
@@ -174,7 +178,9 @@ def _build_expectation(index: int, spec: ExpectationSpec) -> Expectation:
         raise ExpectationConfigError(index, f"{spec.type}: kwargs {reserved} are set by GX")
     expectation_class = _expectation_class(index, spec.type)
     try:
-        expectation = expectation_class(**spec.kwargs)
+        # The config's values are untyped: pydantic's parse_obj takes them as they are
+        # and calls the class with them, which validates each one.
+        expectation = expectation_class.parse_obj(dict(spec.kwargs))
     except (TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
         raise ExpectationConfigError(index, f"{spec.type}: invalid kwargs: {error}") from error
     expectation.meta = {**(expectation.meta or {}), _SPEC_INDEX_META: index}
@@ -254,9 +260,15 @@ def _outcome(
         type=spec.type,
         kwargs=spec.kwargs,
         success=bool(result.success) and not messages,
-        observed=result.to_json_dict().get("result") or {},
+        observed=_observed(result),
         error="; ".join(messages) if messages else None,
     )
+
+
+def _observed(result: ExpectationValidationResult) -> Mapping[str, object]:
+    """The figures GX observed (its ``result`` object; empty when it has none)."""
+    observed = result.to_json_dict().get("result")
+    return observed if isinstance(observed, dict) else {}
 
 
 def _exception_messages(exception_info: Mapping[str, object] | None) -> list[str]:
