@@ -28,6 +28,9 @@ from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import PhaseEvent
 from cdc_core.source import DESCRIPTIONS, SourceStatus, WindowReport, published_tables
 
+# A table's metadata: Dagster's own values and the plain ones it takes as they are.
+Metadata = dict[str, MetadataValue | TableSchema | int | float | str]
+
 # Run tag: JSON ``{path: arrival_ms}`` of dump files a sensor saw land before the run.
 ARRIVALS_TAG = "reclock/arrivals"
 
@@ -134,9 +137,9 @@ def log_phase(context: AssetExecutionContext, config: Config, event: PhaseEvent)
         )
 
 
-def window_metadata(report: WindowReport, backlog: Backlog) -> dict[str, object]:
+def window_metadata(report: WindowReport, backlog: Backlog) -> Metadata:
     """One window's own figures, under stable keys the Partitions view plots per window."""
-    metadata: dict[str, object] = {
+    metadata: Metadata = {
         "window_start": MetadataValue.timestamp(to_datetime(report.start)),
         "window_end": MetadataValue.timestamp(to_datetime(report.end)),
         "bound_here": report.minted,
@@ -166,10 +169,10 @@ def window_metadata(report: WindowReport, backlog: Backlog) -> dict[str, object]
     return metadata
 
 
-def output_metadata(output: str, status: SourceStatus) -> dict[str, object]:
+def output_metadata(output: str, status: SourceStatus) -> Metadata:
     """The table as it stands after the run (the same for every window of the run)."""
     table = status.tables[output]
-    metadata: dict[str, object] = {
+    metadata: Metadata = {
         "dagster/row_count": table.rows,
         "dagster/column_schema": column_schema(
             table.schema, shard=output not in ("state", "history")
