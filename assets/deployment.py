@@ -54,6 +54,7 @@ from assets.source_assets import (
     table_specs,
 )
 from cdc_core.app.checks import JudgedChecks, blocks_export
+from cdc_core.app.errors import STATED_ERRORS
 from cdc_core.app.export import SourceExport, export_changes, exportable
 from cdc_core.app.materialize import MaterializedWindows, materialize_windows, serve_together
 from cdc_core.app.status import Backlog
@@ -158,8 +159,11 @@ def deployment_assets(
                     assert served.result is not None
                     failed += yield from served.result.report(context, reports)
                 except Exception as failure:
-                    trace = "".join(traceback.format_exception(failure))
-                    context.log.error(f"{served.source} failed:\n{trace}")
+                    if isinstance(failure, STATED_ERRORS):  # its message says what and where
+                        context.log.error(f"{served.source} failed: {failure}")
+                    else:
+                        trace = "".join(traceback.format_exception(failure))
+                        context.log.error(f"{served.source} failed:\n{trace}")
                     failed.append(f"{served.source}: {type(failure).__name__}: {failure}")
         if failed:
             raise SourcesFailed(

@@ -18,11 +18,11 @@ Contenders, each timed over ``--repeat`` windows, in turn on the same shards:
 - ``union of typed plans``: one frame that unions every source's typed plan (as
   ``to_json`` text, the one shape they share), counted in one job; nothing is written
   (a union cannot carry N schemas into N tables), so it is the floor of that design;
-- ``one generic job``: one ``mapInArrow`` job over all sources' payloads; each task
-  decodes every source's rows with that source's Arrow schema and writes them as Parquet
-  into the shard's own staging folder (driver: footers only); then every shard commits
-  its staged files (``ShardWriter.commit``: the same compare-and-set as an append), from
-  4 threads.
+- ``one generic job``: ``cdc_core.shard.together.append_together``: one ``mapInArrow``
+  job over all sources' payloads; each task decodes every source's rows with that
+  source's Arrow schema and writes them as Parquet into the shard's own staging folder
+  (driver: footers only); then every shard commits its staged files (the same
+  compare-and-set as an append), from 4 threads.
 
 Reports the wall seconds per window of each, per source, and the slope per source added
 between the smallest and the largest N. Local disk only. ``--page DIR`` writes a report
@@ -37,17 +37,13 @@ import json
 import shutil
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pa_json
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -63,8 +59,8 @@ from pyspark.sql.types import (
 )
 
 from benchmarks.report_page import Report, add_page_option, figure, line_chart, publish, table
-from cdc_core.frontier import TimeFrontier
-from cdc_core.shard import Shard, StagedBatch, delta_io
+from cdc_core.shard import Shard
+from cdc_core.shard.together import TARGET, Batch, append_together
 from cdc_core.spark import get_spark
 
 COLUMNS = 6
@@ -72,7 +68,6 @@ KINDS: tuple[DataType, ...] = (
     LongType(), StringType(), DoubleType(), BooleanType(), TimestampType(),
 )  # fmt: skip
 COMMIT_THREADS = 4
-WRITTEN = "_target int, path string"
 
 
 def source_schema(source: int) -> StructType:
@@ -166,66 +161,25 @@ def union_of_typed_plans(deployment: Deployment) -> None:
 
 
 def one_generic_job(deployment: Deployment) -> None:
-    """All sources' rows typed and staged by one job; every shard commits its own files."""
+    """All sources' rows typed and staged by one job; every shard commits its own files
+    (``cdc_core.shard.together.append_together``)."""
     time_ = deployment.next_window()
-    shards = deployment.shards
-    batches = {source: delta_io.new_batch_id(None) for source in range(len(shards))}
-    targets = {source: (shard.path, batches[source]) for source, shard in enumerate(shards)}
-    stage = _stager(targets, time_)
-    written = deployment.payloads().mapInArrow(stage, WRITTEN).collect()
-    files: dict[int, list[str]] = {}
-    for row in written:
-        files.setdefault(row["_target"], []).append(row["path"])
-
-    def commit(source: int) -> None:
-        shard = shards[source]
-        described = tuple(delta_io.describe_file(shard.path, p) for p in files.get(source, []))
-        rows = sum(f.num_records for f in described)
-        staged = StagedBatch(batches[source], described, ((time_, rows),) if rows else ())
-        lower, upper = TimeFrontier.at(time_), TimeFrontier.at(time_ + 1)
-        if shard.commit(staged, lower, upper) is not None:
-            raise RuntimeError(f"shard {shard.path} moved under the benchmark")
-
-    with ThreadPoolExecutor(COMMIT_THREADS) as pool:
-        list(pool.map(commit, range(len(shards))))
+    rows = deployment.payloads().select(
+        F.col("source").cast("string").alias(TARGET), "payload",
+        F.lit(time_).alias("time"), F.lit(1).cast("long").alias("diff"),
+    )  # fmt: skip
+    batches = {str(i): Batch(shard, time_, time_ + 1) for i, shard in enumerate(deployment.shards)}
+    append_together(rows, batches, _decode, threads=COMMIT_THREADS)
 
 
-def _stager(
-    targets: dict[int, tuple[str, str]], time_: int
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The task function of the generic job: per source in each batch, decode its payloads
-    with its Arrow schema and write them as one Parquet file into its shard's staging
-    folder; yields ``(_target, path)`` of every file written (path relative to the shard)."""
-
-    def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            table = pa.Table.from_batches([batch])
-            sources, paths = [], []
-            for source in pc.unique(table.column("source")).to_pylist():
-                path, batch_id = targets[source]
-                columns = source_schema(source)
-                texts = table.filter(pc.equal(table.column("source"), source)).column("payload")
-                data = "\n".join(texts.to_pylist()).encode() + b"\n"
-                options = pa_json.ParseOptions(
-                    explicit_schema=to_arrow_schema(columns, timezone="UTC"),
-                    unexpected_field_behavior="ignore",
-                )
-                typed = pa_json.read_json(io.BytesIO(data), parse_options=options)
-                typed = typed.append_column(
-                    "time", pa.array([time_] * typed.num_rows, pa.int64())
-                ).append_column("diff", pa.array([1] * typed.num_rows, pa.int64()))
-                relative = f"{delta_io.DATA_DIR}/{batch_id}/part-{uuid.uuid4().hex}.parquet"
-                target = Path(path) / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                layout = to_arrow_schema(delta_io.shard_schema(columns), timezone="UTC")
-                pq.write_table(typed.cast(layout), target)
-                sources.append(source)
-                paths.append(relative)
-            yield pa.RecordBatch.from_pydict(
-                {"_target": pa.array(sources, pa.int32()), "path": pa.array(paths, pa.string())}
-            )
-
-    return stage
+def _decode(target: str, rows: pa.Table) -> pa.Table:
+    """A source's payloads read with its Arrow schema; ``time`` and ``diff`` kept."""
+    layout = to_arrow_schema(source_schema(int(target)), timezone="UTC")
+    data = "\n".join(rows.column("payload").to_pylist()).encode() + b"\n"
+    options = pa_json.ParseOptions(explicit_schema=layout, unexpected_field_behavior="ignore")
+    typed = pa_json.read_json(io.BytesIO(data), parse_options=options)
+    return typed.append_column("time", rows.column("time")).append_column(
+        "diff", rows.column("diff"))
 
 
 CONTENDERS: dict[str, Callable[[Deployment], None]] = {

@@ -4,7 +4,7 @@ Each names something the user can mend (a config that drifted, a shard used wron
 rebuild refused or cut short, a Spark Connect server unreachable or exposed, a catalog
 that clashes, does not fit the session or does not answer, an object store that failed a
 request past its retries): a front end prints its message and exits with a usage status
-instead of a traceback.
+instead of a traceback. A run logs each of them, ``STATED_ERRORS``, as one line.
 """
 
 from __future__ import annotations
@@ -35,3 +35,8 @@ USAGE_ERRORS: tuple[type[Exception], ...] = (
     CatalogUnreachable,
     StorageFailure,
 )
+
+# The usage errors whose message alone says what failed and where (the operation and
+# object, the table, the source): a run states them in one line, without a trace. A bare
+# KeyError is left out: in a run it is more likely a fault than an unknown name.
+STATED_ERRORS: tuple[type[Exception], ...] = tuple(e for e in USAGE_ERRORS if e is not KeyError)

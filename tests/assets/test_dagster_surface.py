@@ -9,6 +9,7 @@ the records below, never produced by the code under test.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import threading
 from collections.abc import Sequence
@@ -382,8 +383,9 @@ def test_a_source_that_fails_leaves_the_others_exact_and_the_run_names_it(
     marker.parent.mkdir(parents=True)
     marker.write_text(json.dumps({"step": "move old tables aside", "kept": None}))
     job = build_definitions(config).resolve_job_def(ALL_WINDOWS_JOB)
+    instance = DagsterInstance.ephemeral()
     result = job.execute_in_process(
-        partition_key=KEYS[0], instance=DagsterInstance.ephemeral(), raise_on_error=False
+        partition_key=KEYS[0], instance=instance, raise_on_error=False
     )
 
     assert not result.success
@@ -398,6 +400,11 @@ def test_a_source_that_fails_leaves_the_others_exact_and_the_run_names_it(
     message = failure.step_failure_data.error.cause.message  # under Dagster's own wrapper
     assert message.startswith("assets.deployment.SourcesFailed: 1 of 2 source(s) failed")
     assert f"{SOURCE}: RebuildUnfinished" in message and MIRROR not in message
+    # A named error is logged as one line that says what failed, never as a trace.
+    errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.ERROR]
+    (logged,) = [message for message in errors if message.startswith(SOURCE)]
+    assert logged.startswith(f"{SOURCE} failed: source {SOURCE!r} is being rebuilt"), logged
+    assert "\n" not in logged and "Traceback" not in logged, logged
 
 
 def test_sensor_looks_without_writing_and_asks_only_for_windows_a_dump_can_change(
