@@ -45,8 +45,7 @@ from cdc_core.reclock.transactions import (
     transaction_registry,
 )
 from cdc_core.schemas import ERROR, REMAP
-from cdc_core.shard import Shard, existing_table
-from cdc_core.shard.delta_io import live_files
+from cdc_core.shard import Shard
 from cdc_core.shard.leases import unique_reader_id, writing
 from cdc_core.shard.write import Updates
 from cdc_core.source.evolution import settle_schema
@@ -56,6 +55,12 @@ from cdc_core.source.layout import (
     output_tables,
     source_registry,
     transaction_binder,
+)
+from cdc_core.source.planning import (
+    is_small_step,
+    prior_outputs,
+    rows_to_read,
+    run_input_bytes,
 )
 from cdc_core.source.reader import SourceReader, SourceStatus
 from cdc_core.source.registration import Registration, described
@@ -69,13 +74,10 @@ from cdc_core.source.state import (
 )
 from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.spark import planned_as, planned_for_input
-from cdc_core.storage import LocationLike, located
+from cdc_core.storage import Location, LocationLike, located
 from cdc_core.vocabulary import Envelope
 
-# A step after the run that reads at most this many rows plans small (``planned_by_tables``):
-# a scheduled window's checks and publishing, a small source's; a backfill's checks over a
-# million records keep adaptive plans and generated code.
-SMALL_STEP_ROWS = 250_000
+
 def unregistered_dumps(
     config: Config,
     lake: LocationLike,
@@ -329,39 +331,25 @@ class SourcePipeline:
         return self._with_pending(reports)
 
     def _input_bytes(self, lower: int) -> int:
-        """What a run from ``lower`` reads, in stored bytes (it decides how the run's
-        queries are planned): the registered dumps holding offsets the outputs have not
-        reached, and the prior outputs its envelope joins (the published state, else the
-        changes; a classic DEBEZIUM source's dedup state; a CDCv2 stream's records)."""
-        reached = frontier_at(self.remap, lower - 1).offsets
-        dumps = sum(f.size for f in self.registry.files(reaching=reached))
-        state = existing_table(str(self.root / "state"))
-        prior = live_files(state) if state is not None else self.changes.live_files()
-        for shard in (self.dedup, self.reclocked if self.source.format.cdcv2 else None):
-            prior += shard.live_files() if shard is not None else []
-        return dumps + sum(f.size for f in prior)
+        """What a run from ``lower`` reads, in stored bytes (``planning.run_input_bytes``)."""
+        joined = (self.dedup, self.reclocked if self.source.format.cdcv2 else None)
+        prior = prior_outputs(self.root / "state", self.changes, joined)
+        return run_input_bytes(self.registry, self.remap, lower, prior)
 
     def planned_by_tables(
         self, *tables: str, after: Mapping[str, int] | None = None
     ) -> AbstractContextManager[bool]:
-        """Plan the block's queries as a small run's are (``planned_as``) when the
-        source's ``tables`` hold at most ``SMALL_STEP_ROWS`` rows, counted from their logs
-        (of a shard named in ``after``, only the files that may hold times after its
-        time): a step after the run (publishing, the checks, the export) reads no more.
-        Rows, not bytes, because a step evaluates every row it reads: interpreted, a check
-        over a million records costs more than it saves. Counting more than is read errs
-        towards large plans only, which change no result."""
-        after = after or {}
-        rows = 0
-        for name in tables:
-            shard = getattr(self, name, None)
-            if isinstance(shard, Shard):
-                low = after[name] + 1 if name in after else None
-                files = [f for f in shard.live_files() if f.may_hold_times(low, None)]
-                rows += sum(f.num_records for f in files)
-            elif (table := existing_table(str(self.root / name))) is not None:
-                rows += sum(f.num_records for f in live_files(table))  # state, history
-        return planned_as(self.spark, rows <= SMALL_STEP_ROWS, self.config.spark.conf)
+        """Plan the block's queries as a small run's are when the source's ``tables`` hold
+        few rows (``planning.rows_to_read``; of a shard named in ``after``, only those
+        after its time): a step after the run (publishing, the checks, the export)."""
+        read = {name: self._table(name) for name in tables}
+        return planned_as(self.spark, is_small_step(rows_to_read(read, after or {})),
+                          self.config.spark.conf)  # fmt: skip
+
+    def _table(self, name: str) -> Shard | Location:
+        """The source's shard named ``name``, else where its published table ``name`` is."""
+        shard = getattr(self, name, None)
+        return shard if isinstance(shard, Shard) else self.root / name
 
     @property
     def imposed_bindings(self) -> ImposedBindings | None:

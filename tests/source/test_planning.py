@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-import cdc_core.source.pipeline
+import cdc_core.source.planning
 import cdc_core.spark
 from cdc_core.config import Config, load_config
 from cdc_core.ingest import Registry, list_dump_files
@@ -272,7 +272,7 @@ def test_the_rows_publishing_reads_decide_its_plan(
         pipeline.run_windows(second)
     read = sum(rows_after(config, "users", t, as_of) for t in ("changes", "reclocked"))
     read += sum(rows_after(config, "users", t, None) for t in ("state", "history"))
-    monkeypatch.setattr(cdc_core.source.pipeline, "SMALL_STEP_ROWS", read - below)
+    monkeypatch.setattr(cdc_core.source.planning, "SMALL_STEP_ROWS", read - below)
     before = settings(spark)
     seen: dict[str, dict[str, str]] = {}
 
