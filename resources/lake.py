@@ -6,15 +6,11 @@ deployment uses are configured in one place and nothing in the Dagster layer bui
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from dagster import ConfigurableResource
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig
-from cdc_core.frontier import TimeFrontier
-from cdc_core.ingest.landing_watch import LandingWatch
-from cdc_core.source import SourcePipeline, stored_outputs_upper, unregistered_dumps
+from cdc_core.source import SourcePipeline
 from cdc_core.storage import Location, located
 
 
@@ -40,14 +36,3 @@ class LakeResource(ConfigurableResource):
     def open(self, spark: SparkSession, config: Config, source: SourceConfig) -> SourcePipeline:
         """The source's pipeline on this lake: its shards opened (created when missing)."""
         return SourcePipeline(spark, config, source, self._lake, self._landing)
-
-    def outputs_upper(self, source: SourceConfig) -> TimeFrontier:
-        """Where the source's outputs stand, from the Delta logs alone (no Spark)."""
-        return stored_outputs_upper(self._lake, source)
-
-    def unregistered(
-        self, config: Config, watch: LandingWatch, pending: Iterable[str]
-    ) -> list[str]:
-        """Paths of dump files landed but not registered yet: every source's, and every
-        transaction group's transaction topic's (listed as ``watch`` lists)."""
-        return unregistered_dumps(config, self._lake, self._landing, watch, pending)
