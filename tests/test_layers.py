@@ -44,8 +44,6 @@ TODAY = {
     ("assets/source_assets.py", "cdc_core.source"),
     ("pipelines/cli.py", "cdc_core.spark"),
     ("pipelines/cli.py", "cdc_core.spark_server"),
-    ("resources/lake.py", "cdc_core.source"),
-    ("resources/lake.py", "cdc_core.storage"),
     ("resources/spark.py", "cdc_core.spark"),
 }
 

@@ -51,10 +51,11 @@ def reader_holds(config: Config, only: str | None) -> dict[str, list[Hold]]:
     }
 
 
-def live_readers(source_root: LocationLike) -> list[Hold]:
-    """The live reader registrations (writers left out) on the shards of the source kept
-    under ``source_root``, read from the logs alone."""
-    return [h for h in holds_under(str(source_root)) if h.live and h.registration.kind == READER]
+def live_readers(lake: LocationLike, source: SourceConfig) -> list[Hold]:
+    """The live reader registrations (writers left out) on the shards of ``source`` in
+    ``lake``, read from the logs alone."""
+    root = located(lake) / source.name
+    return [h for h in holds_under(str(root)) if h.live and h.registration.kind == READER]
 
 
 def lease_book(config: Config, source: str, table: str) -> LeaseBook:
