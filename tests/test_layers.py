@@ -43,7 +43,6 @@ SHOWN_TYPES = frozenset(
 TODAY = {
     ("pipelines/cli.py", "cdc_core.spark"),
     ("pipelines/cli.py", "cdc_core.spark_server"),
-    ("resources/spark.py", "cdc_core.spark"),
 }
 
 
