@@ -32,6 +32,7 @@ from cdc_core.app.checks import (
     judge_checks,
     source_checks,
 )
+from cdc_core.app.materialize import open_source
 from cdc_core.calendar import to_datetime
 from cdc_core.checks.invariants import CheckOutcome
 from cdc_core.config import Config, SourceConfig
@@ -168,8 +169,8 @@ def judge_source(
             for c in source_checks(config, source)}  # fmt: skip
     chosen = [keys[key] for key in sorted(selected, key=str) if key in keys]
     return judge_checks(
-        config, source, lambda: lake.open(spark, config, source), tagged_range(context, config),
-        chosen,
+        config, source, lambda: open_source(spark, config, source, lake.root, lake.landing),
+        tagged_range(context, config), chosen,
     )  # fmt: skip
 
 

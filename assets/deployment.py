@@ -19,6 +19,7 @@ left out when one of its blocking checks failed: a consumer never receives a str
 lake itself judged incomplete.
 """
 
+import functools
 import json
 import queue
 import time
@@ -56,7 +57,12 @@ from assets.source_assets import (
 from cdc_core.app.checks import JudgedChecks, blocks_export
 from cdc_core.app.errors import STATED_ERRORS
 from cdc_core.app.export import SourceExport, export_changes, exportable
-from cdc_core.app.materialize import MaterializedWindows, materialize_windows, serve_together
+from cdc_core.app.materialize import (
+    MaterializedWindows,
+    materialize_windows,
+    open_source,
+    serve_together,
+)
 from cdc_core.app.status import Backlog
 from cdc_core.calendar import Windows
 from cdc_core.config import Config, SourceConfig
@@ -208,7 +214,10 @@ class SourceStep:
     ) -> None:
         self.context, self.config, self.source, self.picked = context, config, source, picked
         self.spark, self.lake, self.partitions, self.run = spark, lake, partitions, run
-        self.pipeline = lake.open(spark, config, source) if picked.tables else None
+        # The source opened on the run's lake, to be written: for its windows when any of its
+        # tables is picked (the export then uses the same handle), else for its export.
+        self.open = functools.partial(open_source, spark, config, source, lake.root, lake.landing)
+        self.pipeline = self.open() if picked.tables else None
 
     def input_bytes(self) -> int:
         """What its windows read (nothing when only its checks or export are picked)."""
@@ -232,7 +241,7 @@ class SourceStep:
             )  # fmt: skip
         if self.picked.export and not served.blocking_failed():
             # The run's own handle when the source's windows ran (its tables are open).
-            pipeline = self.pipeline or self.lake.open(self.spark, self.config, self.source)
+            pipeline = self.pipeline or self.open()
             windows = export_windows_of(self.partitions, self.run.keys)
             served.export = export_changes(self.config, pipeline, windows, self.run.run_id)
         return served

@@ -29,7 +29,7 @@ def readers_spec(config: Config, source: SourceConfig) -> AssetCheckSpec:
 def judge_readers(config: Config, source: SourceConfig, lake: LakeResource) -> AssetCheckResult:
     """The readers check's result; it reads Delta logs only."""
     limit_ms = config.readers.warn_after_ms
-    found = live_readers(lake.source_root(source))
+    found = live_readers(lake.root, source)
     stale = [h for h in found if h.age_ms > limit_ms]
     description = (
         f"{len(stale)} reader(s) pin history older than {config.readers.warn_after}: "

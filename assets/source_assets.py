@@ -23,10 +23,10 @@ from pyspark.sql.types import StructType
 
 from assets.partitions import to_datetime, window_key
 from cdc_core.app.materialize import MaterializedWindows
-from cdc_core.app.status import Backlog, table_address
+from cdc_core.app.status import Backlog, SourceTable, source_tables
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import PhaseEvent
-from cdc_core.source import DESCRIPTIONS, SourceStatus, WindowReport, published_tables
+from cdc_core.source import SourceStatus, WindowReport
 
 # A table's metadata: Dagster's own values and the plain ones it takes as they are.
 Metadata = dict[str, MetadataValue | TableSchema | int | float | str]
@@ -43,9 +43,9 @@ def output_key(source: str, output: str) -> AssetKey:
 def source_output_keys(config: Config) -> list[AssetKey]:
     """The assets the sources' window runs materialize (no exports)."""
     return [
-        output_key(source.name, name)
+        output_key(source.name, table.name)
         for source in config.sources
-        for name in published_tables(source)
+        for table in source_tables(config, source)
     ]
 
 
@@ -54,13 +54,12 @@ def source_tags(source: SourceConfig) -> dict[str, str]:
     return {"reclock/envelope": source.envelope.value, "reclock/policy": source.reclock.value}
 
 
-def table_identity(config: Config, source: SourceConfig, table: str) -> dict[str, str]:
+def table_identity(config: Config, table: SourceTable) -> dict[str, str]:
     """Dagster's standard keys for where a table lives: its URI, and for a table the
     config's catalog registers, its name there (the UI links tables to assets by it)."""
-    address = table_address(config, source, table)
-    identity = {"dagster/uri": address.uri}
-    if address.name is not None:
-        identity["dagster/table_name"] = address.name
+    identity = {"dagster/uri": table.uri}
+    if table.catalog_name is not None:
+        identity["dagster/table_name"] = table.catalog_name
         identity["dagster/storage_kind"] = str(config.catalog.kind)
     return identity
 
@@ -77,9 +76,9 @@ def table_specs(config: Config, source: SourceConfig) -> list[AssetSpec]:
     }
     return [
         AssetSpec(
-            output_key(source.name, name),
-            description=DESCRIPTIONS[name],
-            deps=[output_key(source.name, upstream[name])] if name in upstream else [],
+            output_key(source.name, table.name),
+            description=table.description,
+            deps=[output_key(source.name, upstream[table.name])] if table.name in upstream else [],
             group_name=source.name,
             kinds={"spark", "delta"},
             owners=list(source.owners),
@@ -87,10 +86,10 @@ def table_specs(config: Config, source: SourceConfig) -> list[AssetSpec]:
             metadata={
                 "topic": source.topic,
                 "envelope": source.envelope.value,
-                **table_identity(config, source, name),
+                **table_identity(config, table),
             },
         )
-        for name in published_tables(source)
+        for table in source_tables(config, source)
     ]
 
 
@@ -109,7 +108,7 @@ def report_windows(
     reports = materialized.reports
     for index, report in enumerate(reports, 1):
         context.log.info(f"[{index}/{len(reports)}] {report.summary()}")
-    for name in (name for name in published_tables(source) if name in selected):
+    for name in (t.name for t in source_tables(config, source) if t.name in selected):
         key = output_key(source.name, name)
         for report in reports:  # each partition its own window's figures
             context.add_asset_metadata(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -13,13 +12,13 @@ from datetime import datetime
 from pathlib import Path
 
 from dagster import DagsterInstance
-from pyspark import SparkContext
 
 from assets.partitions import range_tags
 from assets.source_assets import source_output_keys
 from cdc_core.app import status, upkeep
 from cdc_core.app.errors import USAGE_ERRORS
 from cdc_core.app.plan import plan_run
+from cdc_core.app.session import recording_class_archive, serve_spark
 from cdc_core.app.upkeep import RetireReport
 from cdc_core.calendar import duration_ms, to_ms
 from cdc_core.config import (
@@ -30,13 +29,8 @@ from cdc_core.config import (
 )
 from cdc_core.frontier import iso
 from cdc_core.shard.leases import LeaseUsageError
-from cdc_core.spark import (
-    CLASS_ARCHIVE,
-    DRIVER_JAVA_OPTIONS,
-    SPARK_REMOTE,
-    get_spark,
-)
-from cdc_core.spark_server import DEFAULT_PORT, config_server_conf, serve
+from cdc_core.spark import CLASS_ARCHIVE
+from cdc_core.spark_server import DEFAULT_PORT
 from pipelines import json_output
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.run_output import (
@@ -103,43 +97,17 @@ def materialize(
 CLASS_ARCHIVE_WINDOWS = 2
 
 
-def write_class_archive(archive: Path = CLASS_ARCHIVE) -> None:
-    """Write the class archive later sessions map (``cdc_core.spark.CLASS_ARCHIVE``): the
-    sample's first windows, every source, check and export, run in process by a JVM that
-    records the classes it loaded when it exits. It writes beside ``archive`` and the
-    result is moved into place, so no JVM ever maps a half-written archive."""
-    for variable in (SPARK_REMOTE, "DAGSTER_HOME"):  # in process, on an ephemeral instance
-        os.environ.pop(variable, None)
-    partial = archive.with_name(f".{archive.name}.{os.getpid()}")
-    recording = f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds=off"  # skipped classes: quiet
-    spark = get_spark(conf={DRIVER_JAVA_OPTIONS: recording})
-    with tempfile.TemporaryDirectory() as workdir:
+def write_class_archive() -> Path:
+    """Write the class archive later sessions map (``cdc_core.spark.CLASS_ARCHIVE``), and
+    return where: the sample's first windows, every source, check and export, run in
+    process on an ephemeral instance while the JVM records the classes it loads
+    (``cdc_core.app.session.recording_class_archive``)."""
+    os.environ.pop("DAGSTER_HOME", None)
+    with recording_class_archive() as archive, tempfile.TemporaryDirectory() as workdir:
         config = load_config(write_sample(Path(workdir)))
         if not materialize(config, config.start_ms + CLASS_ARCHIVE_WINDOWS * config.window_ms):
             raise RuntimeError("the sample's run failed: no class archive written")
-    spark.stop()
-    # The JVM writes the archive as it exits, which it does when its stdin closes.
-    gateway = SparkContext._gateway
-    if gateway is None:
-        raise RuntimeError("the sample's run left no JVM to write the class archive")
-    jvm = gateway.proc
-    jvm.stdin.close()
-    jvm.wait()
-    if not partial.is_file():
-        raise RuntimeError(f"the JVM wrote no class archive at {partial} (Java 17 or later?)")
-    if not maps_cleanly(partial):
-        partial.unlink()
-        raise RuntimeError("the class archive written is damaged: none installed")
-    partial.replace(archive)
-
-
-def maps_cleanly(archive: Path) -> bool:
-    """Whether a plain JVM starts with ``archive`` mapped: a damaged archive (a truncated
-    write) crashes every JVM that maps it, so none is installed before one has."""
-    java = Path(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else "java"
-    check = [str(java), f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off", "-version"]
-    with tempfile.TemporaryDirectory() as crash_reports:  # where a crashing JVM writes one
-        return subprocess.run(check, capture_output=True, cwd=crash_reports).returncode == 0
+    return archive
 
 
 def _instance() -> DagsterInstance:
@@ -385,11 +353,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Sample written; config: {write_sample(args.workdir)}")
             return 0
         if args.command == "spark-server":
-            fit = {} if args.config is None else config_server_conf(load_config(args.config))
-            return serve(args.port, args.master, {**fit, **dict(args.conf)})
+            config = None if args.config is None else load_config(args.config)
+            return serve_spark(config, args.port, args.master, dict(args.conf))
         if args.command == "class-archive":
-            write_class_archive()
-            print(f"Class archive written: {CLASS_ARCHIVE}")
+            print(f"Class archive written: {write_class_archive()}")
             return 0
         if args.command == "config" and args.action == "schema":
             print(config_schema_json(), end="")

@@ -34,6 +34,7 @@ from dagster_graphql import (
 from dagster_pyspark import PySparkResource
 
 from cdc_core.app import upkeep
+from cdc_core.app.materialize import open_source
 from cdc_core.calendar import to_datetime
 from cdc_core.config import Config
 from resources.lake import LakeResource
@@ -95,7 +96,7 @@ def maintenance_job(config: Config) -> JobDefinition:
     ) -> None:
         now_ms = int(time.time() * 1000)
         for source in config.sources:
-            pipeline = lake.open(pyspark.spark_session, config, source)
+            pipeline = open_source(pyspark.spark_session, config, source, lake.root, lake.landing)
             context.log.info(upkeep.maintain(pipeline, now_ms).describe())
         horizon = config.calendar.retention_start(now_ms)
         if horizon > config.start_ms:  # some window left the retention of every source

@@ -8,7 +8,7 @@ The sensor only looks: it lists dump files not registered yet (transaction group
 transaction topics included) and reads where each source's outputs stand from the Delta
 logs, writing nothing, so a preview or a dry run changes nothing durable. On an object
 store it lists incrementally: the cursor keeps where each folder's listing stands (see
-``cdc_core.ingest.landing_watch``). Each new
+``cdc_core.app.landing``). Each new
 file's first sighting (its arrival time, which the ``arrival`` reclock policy binds by)
 is kept in the cursor and handed to the run in a tag; the run registers the files with
 those times. A new file asks only for windows it can still change: the closed windows
@@ -35,11 +35,11 @@ from dagster import (
 
 from assets.partitions import range_tags
 from assets.source_assets import ARRIVALS_TAG
+from cdc_core.app.landing import look_at_landing
 from cdc_core.app.plan import windows_to_ask
 from cdc_core.calendar import to_ms
 from cdc_core.config import Config
 from cdc_core.frontier import TimeFrontier, iso
-from cdc_core.ingest.landing_watch import LandingWatch
 from resources.lake import LakeResource
 
 
@@ -68,13 +68,13 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
         cursor = json.loads(context.cursor) if context.cursor else {}
         requested_through = int(cursor.get("requested_through_ms", config.start_ms))
         seen: dict[str, int] = cursor.get("seen", {})
-        watch = LandingWatch(cursor.get("listing"), now_ms)
-        waiting = lake.unregistered(config, watch, seen)
-        arrivals = {path: seen.get(path, now_ms) for path in waiting}
-        new_files = [path for path in waiting if path not in seen]
-        upper = TimeFrontier.empty()
-        for source in config.sources:
-            upper = upper.meet(lake.outputs_upper(source))
+        look = look_at_landing(
+            config, lake.root, lake.landing,
+            listing=cursor.get("listing"), pending=seen, now_ms=now_ms,
+        )  # fmt: skip
+        arrivals = {path: seen.get(path, now_ms) for path in look.waiting}
+        new_files = [path for path in look.waiting if path not in seen]
+        upper = look.upper
         wanted = windows_to_ask(
             config, upper, now_ms, new_files=bool(new_files), asked_through=requested_through
         )
@@ -82,7 +82,7 @@ def dump_sensor(config: Config, job_name: str) -> SensorDefinition:
             {
                 "requested_through_ms": max(requested_through, wanted[1][1] if wanted else 0),
                 "seen": arrivals,  # registered files drop out: the run stamped them
-                "listing": watch.state(),
+                "listing": look.listing,
             }
         )
         if wanted is None:

@@ -1,21 +1,13 @@
 """The lake resource: where each source's Delta tables live and where its dumps land.
 
-Every asset, check and sensor opens a source through this one resource, so the paths a
-deployment uses are configured in one place and nothing in the Dagster layer builds them.
+Every asset, check and sensor finds a source's tables and dumps at this one resource's
+paths (the application layer opens them there), so the paths a deployment uses are
+configured in one place and nothing in the Dagster layer builds them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from dagster import ConfigurableResource
-from pyspark.sql import SparkSession
-
-from cdc_core.config import Config, SourceConfig
-from cdc_core.frontier import TimeFrontier
-from cdc_core.ingest.landing_watch import LandingWatch
-from cdc_core.source import SourcePipeline, stored_outputs_upper, unregistered_dumps
-from cdc_core.storage import Location, located
 
 
 class LakeResource(ConfigurableResource):
@@ -24,30 +16,3 @@ class LakeResource(ConfigurableResource):
 
     root: str
     landing: str
-
-    @property
-    def _lake(self) -> Location:
-        return located(self.root)
-
-    @property
-    def _landing(self) -> Location:
-        return located(self.landing)
-
-    def source_root(self, source: SourceConfig) -> Location:
-        """The folder (or object-store prefix) holding the source's tables."""
-        return self._lake / source.name
-
-    def open(self, spark: SparkSession, config: Config, source: SourceConfig) -> SourcePipeline:
-        """The source's pipeline on this lake: its shards opened (created when missing)."""
-        return SourcePipeline(spark, config, source, self._lake, self._landing)
-
-    def outputs_upper(self, source: SourceConfig) -> TimeFrontier:
-        """Where the source's outputs stand, from the Delta logs alone (no Spark)."""
-        return stored_outputs_upper(self._lake, source)
-
-    def unregistered(
-        self, config: Config, watch: LandingWatch, pending: Iterable[str]
-    ) -> list[str]:
-        """Paths of dump files landed but not registered yet: every source's, and every
-        transaction group's transaction topic's (listed as ``watch`` lists)."""
-        return unregistered_dumps(config, self._lake, self._landing, watch, pending)

@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from dagster import InitResourceContext
 from dagster_pyspark import PySparkResource
 
-from cdc_core.spark import get_spark
+from cdc_core.app.session import run_spark
 from resources.run_tags import ASSET_PARTITION_RANGE_START_TAG, PARTITION_NAME_TAG
 
 
 class ReclockSparkResource(PySparkResource):
-    """dagster-pyspark's resource with its session from ``cdc_core.spark.get_spark``: in
+    """dagster-pyspark's resource with its session from ``cdc_core.app.session.run_spark``: in
     process by default, or attached to a Spark Connect server (the config's remote, or
     ``SPARK_REMOTE`` in the code location's environment, as ``make ui`` sets it), with the
     same settings and checks as the command line. ``spark_config`` holds the config's own
@@ -32,8 +32,8 @@ class ReclockSparkResource(PySparkResource):
         """Start (or attach) the run's one session; a run of one partition (a scheduled
         or sensed window, one picked in the UI) is a short job: its driver starts quick."""
         tags = context.dagster_run.tags if context.dagster_run is not None else {}
-        self._spark_session = get_spark(
-            conf=self.spark_config, places=self.places, quick_start=is_one_partition(tags)
+        self._spark_session = run_spark(
+            self.spark_config, self.places, quick_start=is_one_partition(tags)
         )
 
 

@@ -29,10 +29,11 @@ from typing import Generic, Protocol, TypeVar
 
 from pyspark.sql import SparkSession
 
-from cdc_core.config import Config
+from cdc_core.config import Config, SourceConfig
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline, SourceStatus, WindowReport
 from cdc_core.spark import planned_together
+from cdc_core.storage import LocationLike
 
 # Sources served at once. Spark runs their jobs side by side on one session; more than a
 # few only queue on the JVM's cores (a 2-core machine served 16 sources' windows 1.5x to
@@ -51,6 +52,20 @@ class MaterializedWindows:
 
     reports: list[WindowReport]
     status: SourceStatus
+
+
+def open_source(
+    spark: SparkSession,
+    config: Config,
+    source: SourceConfig,
+    lake: LocationLike,
+    landing: LocationLike,
+) -> SourcePipeline:
+    """The source opened to be written: its tables under ``lake``, its dumps under
+    ``landing``, its shards opened and created when missing. A run, its checks, its
+    export and maintenance work on it; what only reads opens a read handle instead
+    (``cdc_core.app.status``), which creates nothing."""
+    return SourcePipeline(spark, config, source, lake, landing)
 
 
 def materialize_windows(

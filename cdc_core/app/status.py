@@ -16,7 +16,7 @@ from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest import Registry
 from cdc_core.shard.leases import READER, Hold, LeaseBook, LeaseUsageError, holds_under
-from cdc_core.source import SourceReader, SourceStatus
+from cdc_core.source import DESCRIPTIONS, SourceReader, SourceStatus, published_tables
 from cdc_core.source.registration import catalog_tables
 from cdc_core.storage import LocationLike, files, located
 from cdc_core.vocabulary import CatalogKind
@@ -51,10 +51,11 @@ def reader_holds(config: Config, only: str | None) -> dict[str, list[Hold]]:
     }
 
 
-def live_readers(source_root: LocationLike) -> list[Hold]:
-    """The live reader registrations (writers left out) on the shards of the source kept
-    under ``source_root``, read from the logs alone."""
-    return [h for h in holds_under(str(source_root)) if h.live and h.registration.kind == READER]
+def live_readers(lake: LocationLike, source: SourceConfig) -> list[Hold]:
+    """The live reader registrations (writers left out) on the shards of ``source`` in
+    ``lake``, read from the logs alone."""
+    root = located(lake) / source.name
+    return [h for h in holds_under(str(root)) if h.live and h.registration.kind == READER]
 
 
 def lease_book(config: Config, source: str, table: str) -> LeaseBook:
@@ -67,22 +68,29 @@ def lease_book(config: Config, source: str, table: str) -> LeaseBook:
 
 
 @dataclass(frozen=True)
-class TableAddress:
-    """Where a table of a source lives: its URI, and its name in the config's catalog
-    (``database.table``; None for a table no catalog registers)."""
+class SourceTable:
+    """A table a run of a source writes, as a front end shows it: its name, what it
+    holds, its URI, and its name in the config's catalog (``database.table``; None for a
+    table no catalog registers)."""
 
+    name: str
+    description: str
     uri: str
-    name: str | None
+    catalog_name: str | None
 
 
-def table_address(config: Config, source: SourceConfig, table: str) -> TableAddress:
-    """The address of ``source``'s ``table``, from the config alone (nothing is read)."""
-    registered = config.catalog.kind is not CatalogKind.NONE and table in catalog_tables(source)
-    name = config.catalog.table_name(source.name, table) if registered else None
-    return TableAddress(
-        (located(config.lake) / source.name / table).uri,
-        f"{config.catalog.database}.{name}" if name else None,
-    )
+def source_tables(config: Config, source: SourceConfig) -> list[SourceTable]:
+    """Every table a run of ``source`` writes, in commit order (``history`` last, when
+    it keeps one), from the config alone: nothing is read."""
+    catalogued = catalog_tables(source) if config.catalog.kind is not CatalogKind.NONE else ()
+    found = []
+    for table in published_tables(source):
+        name = config.catalog.table_name(source.name, table) if table in catalogued else None
+        found.append(SourceTable(
+            table, DESCRIPTIONS[table], (located(config.lake) / source.name / table).uri,
+            f"{config.catalog.database}.{name}" if name else None,
+        ))  # fmt: skip
+    return found
 
 
 @dataclass(frozen=True)

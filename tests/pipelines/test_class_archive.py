@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cdc_core.app.session import maps_cleanly
 from cdc_core.spark import CLASS_ARCHIVE, DRIVER_JAVA_OPTIONS, session_conf, with_class_archive
-from pipelines.cli import maps_cleanly
 
 # A fresh process whose session logs where its JVM loaded each class from.
 SESSION = """
