@@ -32,7 +32,6 @@ from cdc_core.app.checks import (
     judge_checks,
     source_checks,
 )
-from cdc_core.app.materialize import open_source
 from cdc_core.calendar import to_datetime
 from cdc_core.checks.invariants import CheckOutcome
 from cdc_core.config import Config, SourceConfig
@@ -168,10 +167,7 @@ def judge_source(
     keys = {AssetCheckKey(output_key(source.name, c.asset), c.name): c
             for c in source_checks(config, source)}  # fmt: skip
     chosen = [keys[key] for key in sorted(selected, key=str) if key in keys]
-    return judge_checks(
-        config, source, lambda: open_source(spark, config, source, lake.root, lake.landing),
-        tagged_range(context, config), chosen,
-    )  # fmt: skip
+    return judge_checks(spark, config, source, lake.root, tagged_range(context, config), chosen)
 
 
 def report_judged(

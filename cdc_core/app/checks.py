@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 
+from pyspark.sql import SparkSession
+
 from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
@@ -26,7 +28,8 @@ from cdc_core.ingest.connect_files import sink_gaps
 from cdc_core.phases import phase
 from cdc_core.reclock import frontier_at, held_partitions, overdue, remap_updates
 from cdc_core.reclock.remap import frontier_in
-from cdc_core.source import SourcePipeline
+from cdc_core.source import SourceReader
+from cdc_core.storage import LocationLike
 from cdc_core.vocabulary import Envelope
 
 
@@ -43,7 +46,7 @@ class SourceCheck:
 
     asset: str
     name: str
-    judge: Callable[[SourcePipeline, int, int], checks.CheckOutcome]
+    judge: Callable[[SourceReader, int, int], checks.CheckOutcome]
     description: str
     blocking: bool = True
     severity: Severity | None = None  # None: error when blocking, else warning
@@ -98,41 +101,46 @@ class JudgedChecks:
     judged: list[tuple[SourceCheck, checks.CheckOutcome | Exception | None]]
 
 
-def newest_window(config: Config, pipeline: SourcePipeline) -> tuple[int, int] | None:
+def newest_window(config: Config, reader: SourceReader) -> tuple[int, int] | None:
     """``(start, end)`` of the source's newest complete window; None when nothing is
     complete yet, or the source is finished (it has no newest window)."""
-    upper = pipeline.outputs_upper().time
+    upper = reader.outputs_upper().time
     if upper is None or upper <= config.start_ms + 1:
         return None
     return upper - 1 - config.window_ms, upper - 1
 
 
 def judge_checks(
+    spark: SparkSession,
     config: Config,
     source: SourceConfig,
-    open_source: Callable[[], SourcePipeline],
+    lake: LocationLike,
     window: tuple[int, int] | None,
     chosen: Sequence[SourceCheck],
 ) -> JudgedChecks:
-    """The ``chosen`` checks of ``source`` judged over ``window`` (a run's windows; None:
-    the newest complete window), all at once (``judge_concurrently``): the source is
-    opened (``open_source``) once per checking thread, not once per check."""
-    # Opened here first: an open settles the tables' schema (it may commit), which the
-    # checking threads' own opens below must find done, not race on.
-    pipeline = open_source()
-    judged_window = window or newest_window(config, pipeline)
+    """The ``chosen`` checks of ``source`` (its tables under ``lake``) judged over
+    ``window`` (a run's windows; None: the newest complete window), all at once
+    (``judge_concurrently``), through the source's read handle: judging writes nothing,
+    so it works on a lake it may not write. The handle is opened once per checking
+    thread, not once per check: its table handles are its own."""
+
+    def open_reader() -> SourceReader:
+        return SourceReader.open(spark, config, source, lake)
+
+    reader = open_reader()
+    judged_window = window or newest_window(config, reader)
     if judged_window is None:
         return JudgedChecks(source, None, [(check, None) for check in chosen])
-    opened = threading.local()  # a pipeline per thread: its table handles are its own
+    opened = threading.local()
 
     def judge(check: SourceCheck) -> checks.CheckOutcome:
-        if not hasattr(opened, "pipeline"):
-            opened.pipeline = open_source()
-        return check.judge(opened.pipeline, *judged_window)
+        if not hasattr(opened, "reader"):
+            opened.reader = open_reader()
+        return check.judge(opened.reader, *judged_window)
 
     # Planned once for every checking thread (the plan settings are the session's).
     judged_from = {"reclocked": judged_window[0], "errors": judged_window[0]}
-    with pipeline.planned_by_tables(*CHECKED_TABLES, after=judged_from):
+    with reader.planned_by_tables(*CHECKED_TABLES, after=judged_from):
         judged = judge_concurrently(source.name, chosen, judge)
     return JudgedChecks(source, judged_window, list(zip(chosen, judged, strict=True)))
 
@@ -152,45 +160,45 @@ def source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
     expectations)."""
     name = source.name
 
-    def completeness_of(output: str) -> Callable[[SourcePipeline, int, int], checks.CheckOutcome]:
-        def judge(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
-            shard = getattr(pipeline, output)
+    def completeness_of(output: str) -> Callable[[SourceReader, int, int], checks.CheckOutcome]:
+        def judge(reader: SourceReader, start: int, end: int) -> checks.CheckOutcome:
+            shard = reader.shards[output]
             # The remap is metadata: a few bindings per window, recounted on the driver.
             return checks.completeness(shard, start + 1, end + 1, on_driver=output == "remap")
 
         return judge
 
-    def exactly_once(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
+    def exactly_once(reader: SourceReader, start: int, end: int) -> checks.CheckOutcome:
         # Bindings before the remap's since are compacted (retired): those windows were
         # judged when they ran, so the range judged starts at the since.
-        start = max(start, pipeline.remap.refresh().since.time or 0)
+        start = max(start, reader.remap.refresh().since.time or 0)
         if start >= end:
             return checks.CheckOutcome(True, "the range is compacted: judged when it ran")
-        before, after = frontier_at(pipeline.remap, start), frontier_at(pipeline.remap, end)
+        before, after = frontier_at(reader.remap, start), frontier_at(reader.remap, end)
         starts = dict(source.start_offsets.offsets)
         return checks.exactly_once(
-            pipeline.reclocked,
+            reader.reclocked,
             before,
             after,
             starts,
             start + 1,
             end + 1,
             gaps_allowed=source.allow_offset_gaps,
-            errors=pipeline.errors,
-            holes=sink_gaps(pipeline.registry.files(reaching=before.offsets)),
+            errors=reader.errors,
+            holes=sink_gaps(reader.registry.files(reaching=before.offsets)),
         )
 
-    def accounted(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
+    def accounted(reader: SourceReader, start: int, end: int) -> checks.CheckOutcome:
         # As exactly_once: windows before the remap's since were judged when they ran.
-        start = max(start, pipeline.remap.refresh().since.time or 0)
-        updates = remap_updates(pipeline.remap, end)
+        start = max(start, reader.remap.refresh().since.time or 0)
+        updates = remap_updates(reader.remap, end)
         checked, frontier = frontier_in(updates, start), frontier_in(updates, end)
-        files = pipeline.registry.files(reaching=checked.offsets)
-        held = held_partitions(source, files, frontier, group=pipeline.reader.group_name)
+        files = reader.registry.files(reaching=checked.offsets)
+        held = held_partitions(source, files, frontier, group=reader.group_name)
         bindings = [(p, o, t) for p, o, t, d in updates if d > 0]
         return checks.accounted(
-            pipeline.reclocked,
-            pipeline.errors,
+            reader.reclocked,
+            reader.errors,
             files,
             frontier,
             dict(source.start_offsets.offsets),
@@ -200,12 +208,12 @@ def source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
             bindings=bindings,
         )
 
-    def state_counts(pipeline: SourcePipeline, _start: int, end: int) -> checks.CheckOutcome:
+    def state_counts(reader: SourceReader, _start: int, end: int) -> checks.CheckOutcome:
         key_columns = list(source.key_schema.fieldNames()) if source.envelope.keyed else []
-        return checks.state_counts(pipeline.changes, key_columns, end)
+        return checks.state_counts(reader.changes, key_columns, end)
 
-    def expectations(pipeline: SourcePipeline, start: int, end: int) -> checks.CheckOutcome:
-        rows = checks.window_rows(pipeline.changes, start + 1, end + 1).where("diff > 0")
+    def expectations(reader: SourceReader, start: int, end: int) -> checks.CheckOutcome:
+        rows = checks.window_rows(reader.changes, start + 1, end + 1).where("diff > 0")
         report = validate(rows, source.expectations, name=f"{name}_changes")
         return checks.CheckOutcome(
             report.success,
@@ -299,7 +307,7 @@ def source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
                 "remap",
                 "transactions",
                 lambda p, _s, end: transactions_settled(
-                    p.reader.pending_transactions([end]).get(end), group.name, group.timeout
+                    p.pending_transactions([end]).get(end), group.name, group.timeout
                 ),
                 f"No transaction of group {group.name} stays incomplete longer than "
                 f"{group.timeout} (the bindings hold it back until it completes).",

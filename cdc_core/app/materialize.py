@@ -62,9 +62,9 @@ def open_source(
     landing: LocationLike,
 ) -> SourcePipeline:
     """The source opened to be written: its tables under ``lake``, its dumps under
-    ``landing``, its shards opened and created when missing. A run, its checks, its
-    export and maintenance work on it; what only reads opens a read handle instead
-    (``cdc_core.app.status``), which creates nothing."""
+    ``landing``, its shards opened and created when missing. A run, its export and
+    maintenance work on it; what only reads (status, snapshots, the checks) opens a read
+    handle instead, which creates nothing."""
     return SourcePipeline(spark, config, source, lake, landing)
 
 

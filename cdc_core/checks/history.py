@@ -17,16 +17,17 @@ from pyspark.sql.types import StructType
 from cdc_core.checks.invariants import CheckOutcome, fingerprint
 from cdc_core.frontier import iso
 from cdc_core.schemas import VALID_FROM, VALID_TO, history_schema
-from cdc_core.shard import Shard, existing_table
+from cdc_core.shard import existing_table
 from cdc_core.shard.delta_io import live_files, read_files
 from cdc_core.shard.handle import UPPER
 from cdc_core.shard.log import read_frontier
+from cdc_core.shard.read import ShardReader
 
 MALFORMED = ("keys_with_several_open_versions", "empty_intervals", "overlapping_versions")
 
 
 def history_versions(
-    path: str, changes: Shard, output: StructType, key_columns: Sequence[str], through: int
+    path: str, changes: ShardReader, output: StructType, key_columns: Sequence[str], through: int
 ) -> CheckOutcome:
     """The history at ``path`` holds well-formed versions, is published through ``through``
     (its upper is beyond it), and its open versions are the rows of ``changes`` then."""

@@ -22,7 +22,7 @@ from cdc_core.ingest import RegisteredFile
 from cdc_core.reclock import HeldPartition, frontier_of, remap_updates
 from cdc_core.reclock.reclocking import first_covering
 from cdc_core.reclock.transactions import PendingTransactions
-from cdc_core.shard import Shard
+from cdc_core.shard.read import ShardReader
 from cdc_core.spark import local_frame
 
 MAX_EXAMPLES = 10
@@ -47,7 +47,9 @@ def fingerprint(columns: Sequence[str]) -> Column:
     return F.xxhash64(*values, *[value.isNull() for value in values])
 
 
-def completeness(shard: Shard, lower: int, upper: int, *, on_driver: bool = False) -> CheckOutcome:
+def completeness(
+    shard: ShardReader, lower: int, upper: int, *, on_driver: bool = False
+) -> CheckOutcome:
     """Distinct ``(data, time)`` updates per time in ``[lower, upper)`` equal the counts
     announced by the progress statements committed with them. ``listen`` returns the
     stored rows unconsolidated, so a double write shows up too (``lower`` >= 1). Rows are
@@ -91,7 +93,7 @@ def completeness(shard: Shard, lower: int, upper: int, *, on_driver: bool = Fals
     )
 
 
-def remap_history(remap: Shard) -> list[tuple[int, OffsetFrontier]]:
+def remap_history(remap: ShardReader) -> list[tuple[int, OffsetFrontier]]:
     """The bound frontier at every binding time from the remap's since on (tiny)."""
     remap.refresh()
     since, upper = remap.since.time, remap.upper.time
@@ -109,7 +111,7 @@ def remap_history(remap: Shard) -> list[tuple[int, OffsetFrontier]]:
     return history
 
 
-def remap_monotone(remap: Shard, window_end: int) -> CheckOutcome:
+def remap_monotone(remap: ShardReader, window_end: int) -> CheckOutcome:
     """Every binding is at or beyond the previous one, and the remap covers the window."""
     try:
         history = remap_history(remap)
@@ -143,7 +145,7 @@ def remap_monotone(remap: Shard, window_end: int) -> CheckOutcome:
 
 
 def exactly_once(
-    reclocked: Shard,
+    reclocked: ShardReader,
     before: OffsetFrontier,
     after: OffsetFrontier,
     starts: Mapping[int, int],
@@ -151,7 +153,7 @@ def exactly_once(
     upper: int,
     *,
     gaps_allowed: bool,
-    errors: Shard | None = None,
+    errors: ShardReader | None = None,
     holes: Mapping[int, Sequence[tuple[int, int]]] | None = None,
 ) -> CheckOutcome:
     """The records reclocked at times in ``[lower, upper)`` are exactly the offsets from
@@ -219,7 +221,7 @@ def exactly_once(
     return CheckOutcome(not problems, "; ".join(problems) or "exactly once", figures)
 
 
-def _range_updates(shard: Shard, lower: int, upper: int) -> DataFrame:
+def _range_updates(shard: ShardReader, lower: int, upper: int) -> DataFrame:
     """The shard's updates at times ``[lower, upper)``; from its ``since`` on as a snapshot
     when the range starts below it (earlier times are compacted into the since)."""
     since = shard.since.time or 0
@@ -229,8 +231,8 @@ def _range_updates(shard: Shard, lower: int, upper: int) -> DataFrame:
 
 
 def accounted(
-    reclocked: Shard,
-    errors: Shard,
+    reclocked: ShardReader,
+    errors: ShardReader,
     files: Sequence[RegisteredFile],
     frontier: OffsetFrontier,
     starts: Mapping[int, int],
@@ -347,7 +349,7 @@ def accounted(
     )
 
 
-def _updates_from(shard: Shard, times: Sequence[int], as_of: int) -> DataFrame:
+def _updates_from(shard: ShardReader, times: Sequence[int], as_of: int) -> DataFrame:
     """The shard's updates at times ``<= as_of`` from the earliest of ``times`` on (all of
     them when a time is unknown, -1, or before the shard's since)."""
     since = shard.since.time or 0
@@ -357,7 +359,7 @@ def _updates_from(shard: Shard, times: Sequence[int], as_of: int) -> DataFrame:
     return shard.listen(earliest - 1, as_of)
 
 
-def state_counts(changes: Shard, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
+def state_counts(changes: ShardReader, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
     """The published state (``changes`` consolidated at ``as_of``) holds each row as often
     as its envelope allows. Keyed (``key_columns``: upsert, debezium-upsert, debezium):
     every row's count is 1 and every key holds one row. A bag (no key columns: none,
@@ -410,7 +412,7 @@ def state_counts(changes: Shard, key_columns: Sequence[str], as_of: int) -> Chec
     )
 
 
-def constraints_hold(errors: Shard, as_of: int) -> CheckOutcome:
+def constraints_hold(errors: ShardReader, as_of: int) -> CheckOutcome:
     """No error of the ``constraint violated`` category (the classic DEBEZIUM envelope's:
     a partial or mismatched before image, a missing source position, a broken re-send)
     stands in ``errors`` at ``as_of``: such an event changed nothing, so the table lacks
@@ -433,7 +435,7 @@ def constraints_hold(errors: Shard, as_of: int) -> CheckOutcome:
     )
 
 
-def window_rows(shard: Shard, lower: int, upper: int) -> DataFrame:
+def window_rows(shard: ShardReader, lower: int, upper: int) -> DataFrame:
     """The updates at times in ``[lower, upper)`` (what data expectations judge)."""
     return shard.listen(lower - 1, upper - 1) if lower > 0 else shard.snapshot(upper - 1)
 

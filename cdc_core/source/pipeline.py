@@ -57,9 +57,7 @@ from cdc_core.source.layout import (
     transaction_binder,
 )
 from cdc_core.source.planning import (
-    is_small_step,
     prior_outputs,
-    rows_to_read,
     run_input_bytes,
 )
 from cdc_core.source.reader import SourceReader, SourceStatus
@@ -73,8 +71,8 @@ from cdc_core.source.state import (
     refresh_state,
 )
 from cdc_core.source.swap import check_not_mid_swap
-from cdc_core.spark import planned_as, planned_for_input
-from cdc_core.storage import Location, LocationLike, located
+from cdc_core.spark import planned_for_input
+from cdc_core.storage import LocationLike, located
 from cdc_core.vocabulary import Envelope
 
 
@@ -264,10 +262,7 @@ class SourcePipeline:
 
     def outputs_upper(self) -> TimeFrontier:
         """Where all outputs stand: the meet of their uppers ([0] before the first window)."""
-        meet = TimeFrontier.empty()
-        for shard in self.outputs:
-            meet = meet.meet(shard.refresh().upper)
-        return meet
+        return self.reader.outputs_upper()
 
     def run_windows(self, windows: Windows) -> list[WindowReport]:
         """Process ``windows`` (a report per window); windows already done write nothing.
@@ -339,17 +334,9 @@ class SourcePipeline:
     def planned_by_tables(
         self, *tables: str, after: Mapping[str, int] | None = None
     ) -> AbstractContextManager[bool]:
-        """Plan the block's queries as a small run's are when the source's ``tables`` hold
-        few rows (``planning.rows_to_read``; of a shard named in ``after``, only those
-        after its time): a step after the run (publishing, the checks, the export)."""
-        read = {name: self._table(name) for name in tables}
-        return planned_as(self.spark, is_small_step(rows_to_read(read, after or {})),
-                          self.config.spark.conf)  # fmt: skip
-
-    def _table(self, name: str) -> Shard | Location:
-        """The source's shard named ``name``, else where its published table ``name`` is."""
-        shard = getattr(self, name, None)
-        return shard if isinstance(shard, Shard) else self.root / name
+        """Plan the block's queries by what the source's ``tables`` hold, as its read
+        handle plans them (``SourceReader.planned_by_tables``)."""
+        return self.reader.planned_by_tables(*tables, after=after)
 
     @property
     def imposed_bindings(self) -> ImposedBindings | None:

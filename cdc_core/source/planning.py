@@ -18,6 +18,7 @@ from cdc_core.ingest import Registry
 from cdc_core.reclock import frontier_at
 from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.delta_io import DataFile, live_files
+from cdc_core.shard.read import ShardReader
 from cdc_core.storage import Location
 
 # A step after the run that reads at most this many rows plans small (``rows_to_read``):
@@ -50,13 +51,15 @@ def prior_outputs(
     return prior
 
 
-def rows_to_read(tables: Mapping[str, Shard | Location], after: Mapping[str, int]) -> int:
+def rows_to_read(
+    tables: Mapping[str, ShardReader | Location], after: Mapping[str, int]
+) -> int:
     """The rows a step reads from ``tables`` (a shard, or the location of a published
     table read whole), counted from their logs: of a shard named in ``after``, only the
     files that may hold times after its time. A missing table counts nothing."""
     rows = 0
     for name, table in tables.items():
-        if isinstance(table, Shard):
+        if isinstance(table, ShardReader):
             low = after[name] + 1 if name in after else None
             rows += sum(f.num_records for f in table.live_files() if f.may_hold_times(low, None))
         elif (published := existing_table(str(table))) is not None:

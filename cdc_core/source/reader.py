@@ -12,6 +12,7 @@ shards it holds open, so its report reads what it wrote.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -28,10 +29,11 @@ from cdc_core.shard import ShardUsageError, existing_table
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.read import ShardReader
 from cdc_core.source.layout import output_tables, source_registry, transaction_binder
+from cdc_core.source.planning import is_small_step, rows_to_read
 from cdc_core.source.resumption import SourceInspection, UpstreamCommit, inspect_source
 from cdc_core.source.state import current_rows
 from cdc_core.source.swap import check_not_mid_swap
-from cdc_core.spark import planned_for_input
+from cdc_core.spark import planned_as, planned_for_input
 from cdc_core.storage import Location, LocationLike, located
 
 
@@ -139,6 +141,44 @@ class SourceReader:
     def outputs(self) -> list[ShardReader]:
         """The shards written from reclocked data (remap excluded), in commit order."""
         return [self.shards[name] for name in output_tables(self.source)]
+
+    @property
+    def remap(self) -> ShardReader:
+        """The source's bindings."""
+        return self.shards["remap"]
+
+    @property
+    def reclocked(self) -> ShardReader:
+        """The source's records at their binding times."""
+        return self.shards["reclocked"]
+
+    @property
+    def changes(self) -> ShardReader:
+        """The envelope's output: the source's changes."""
+        return self.shards["changes"]
+
+    @property
+    def errors(self) -> ShardReader:
+        """The source's error rows."""
+        return self.shards["errors"]
+
+    def outputs_upper(self) -> TimeFrontier:
+        """Where all outputs stand: the meet of their uppers ([0] before the first window)."""
+        meet = TimeFrontier.empty()
+        for shard in self.outputs:
+            meet = meet.meet(shard.refresh().upper)
+        return meet
+
+    def planned_by_tables(
+        self, *tables: str, after: Mapping[str, int] | None = None
+    ) -> AbstractContextManager[bool]:
+        """Plan the block's queries as a small run's are when the source's ``tables`` (a
+        shard's name, or a published table's: ``state``, ``history``) hold few rows
+        (``planning.rows_to_read``; of a shard named in ``after``, only those after its
+        time): a step after the run (publishing, the checks, the export) reads no more."""
+        read = {name: self.shards.get(name) or self.root / name for name in tables}
+        small = is_small_step(rows_to_read(read, after or {}))
+        return planned_as(self.spark, small, self.config.spark.conf)
 
     @property
     def group_name(self) -> str | None:

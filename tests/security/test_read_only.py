@@ -1,12 +1,13 @@
 """The read-only commands write nothing: on a lake they may not write they succeed, and
 afterwards every file of the lake is as it was.
 
-``reclock inspect``, ``snapshot``, ``readers`` (listing) and ``config check`` open sources
-through the read handle (``cdc_core.source.SourceReader``). The lake is the shared sample
-lake, seen through a read-only bind mount (the test runs as root, as CI does; elsewhere a
-copy whose files have no write permission), and a copy of it on the S3-protocol test
-server read with keys whose IAM policy allows reads alone. The config also names a source
-no run has created yet, whose tables a write handle would create.
+``reclock inspect``, ``snapshot``, ``readers`` (listing), ``config check`` and every
+source's checks open sources through the read handle (``cdc_core.source.SourceReader``).
+The lake is the shared sample lake, seen through a read-only bind mount (the test runs
+as root, as CI does; elsewhere a copy whose files have no write permission), and a copy
+of it on the S3-protocol test server read with keys whose IAM policy allows reads alone.
+The config also names a source no run has created yet, whose tables a write handle would
+create.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ import yaml
 from botocore.exceptions import ClientError
 from pyspark.sql import SparkSession
 
+from cdc_core.app.checks import judge_checks, source_checks
+from cdc_core.checks.invariants import CheckOutcome
+from cdc_core.config import load_config
 from cdc_core.frontier import iso
 from cdc_core.spark_server import free_port, listening
 from pipelines.cli import main
@@ -106,6 +110,18 @@ def test_inspect_snapshot_readers_and_config_check_change_nothing(
         for args in runs:
             assert main(args) == 0, args
         shown = capsys.readouterr().out
+        # Every check of every source, judged through the read handle: the sample's
+        # newest window passes all of them; the source no run created has none to judge.
+        readable = load_config(config_file)
+        for source in readable.sources:
+            chosen = source_checks(readable, source)
+            judged = judge_checks(spark, readable, source, lake, None, chosen)
+            outcomes = [outcome for _, outcome in judged.judged]
+            if source.name == "fresh":
+                assert judged.window is None and outcomes == [None] * len(chosen)
+            else:
+                assert judged.window is not None and len(outcomes) == len(chosen) >= 7
+                assert all(isinstance(o, CheckOutcome) and o.passed for o in outcomes), outcomes
         assert fingerprint(lake) == before
     assert fingerprint(config.lake) == before
     assert "source fresh: remap upper" in shown
