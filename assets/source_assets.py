@@ -67,18 +67,11 @@ def table_identity(config: Config, table: SourceTable) -> dict[str, str]:
 def table_specs(config: Config, source: SourceConfig) -> list[AssetSpec]:
     """The source's tables as assets, each with its description, its upstream table, the
     source's group, owners, catalog tags, and its URI and name (``table_identity``)."""
-    upstream = {
-        "reclocked": "remap",
-        "changes": "reclocked",
-        "state": "changes",
-        "errors": "reclocked",
-        "history": "changes",
-    }
     return [
         AssetSpec(
             output_key(source.name, table.name),
             description=table.description,
-            deps=[output_key(source.name, upstream[table.name])] if table.name in upstream else [],
+            deps=[output_key(source.name, table.upstream)] if table.upstream else [],
             group_name=source.name,
             kinds={"spark", "delta"},
             owners=list(source.owners),

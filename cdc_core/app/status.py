@@ -16,7 +16,8 @@ from cdc_core.config import Config, SourceConfig
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest import Registry
 from cdc_core.shard.leases import READER, Hold, LeaseBook, LeaseUsageError, holds_under
-from cdc_core.source import DESCRIPTIONS, SourceReader, SourceStatus, published_tables
+from cdc_core.source import SourceReader, SourceStatus
+from cdc_core.source.layout import tables_of
 from cdc_core.source.registration import catalog_tables
 from cdc_core.storage import LocationLike, files, located
 from cdc_core.vocabulary import CatalogKind
@@ -69,25 +70,28 @@ def lease_book(config: Config, source: str, table: str) -> LeaseBook:
 
 @dataclass(frozen=True)
 class SourceTable:
-    """A table a run of a source writes, as a front end shows it: its name, what it
-    holds, its URI, and its name in the config's catalog (``database.table``; None for a
-    table no catalog registers)."""
+    """A table users query, as a front end shows it: its name, what it holds, the table its
+    rows come from (None: the dumps), its URI, and its name in the config's catalog
+    (``database.table``; None for a table no catalog registers)."""
 
     name: str
     description: str
+    upstream: str | None
     uri: str
     catalog_name: str | None
 
 
 def source_tables(config: Config, source: SourceConfig) -> list[SourceTable]:
-    """Every table a run of ``source`` writes, in commit order (``history`` last, when
-    it keeps one), from the config alone: nothing is read."""
+    """Every table of ``source`` users query, in commit order (``history`` last, when it
+    keeps one), from the config alone: nothing is read."""
     catalogued = catalog_tables(source) if config.catalog.kind is not CatalogKind.NONE else ()
     found = []
-    for table in published_tables(source):
-        name = config.catalog.table_name(source.name, table) if table in catalogued else None
+    for kind in (kind for kind in tables_of(source) if kind.published):
+        catalogue = kind.name in catalogued
+        name = config.catalog.table_name(source.name, kind.name) if catalogue else None
         found.append(SourceTable(
-            table, DESCRIPTIONS[table], (located(config.lake) / source.name / table).uri,
+            kind.name, kind.description, kind.upstream,
+            (located(config.lake) / source.name / kind.name).uri,
             f"{config.catalog.database}.{name}" if name else None,
         ))  # fmt: skip
     return found

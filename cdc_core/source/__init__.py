@@ -13,7 +13,7 @@ columns; other drift refused), ``rebuild`` and ``swap`` (new tables beside the o
 """
 
 from cdc_core.source.history import history_upper
-from cdc_core.source.layout import DESCRIPTIONS, OUTPUTS, published_tables, stored_outputs_upper
+from cdc_core.source.layout import published_tables, stored_outputs_upper
 from cdc_core.source.pipeline import SourcePipeline, WindowReport, unregistered_dumps
 from cdc_core.source.reader import SourceReader, SourceStatus
 from cdc_core.source.rebuild import RebuildRefused, RebuildReport, rebuild
@@ -22,11 +22,9 @@ from cdc_core.source.state import published_as_of
 from cdc_core.source.swap import RebuildUnfinished
 
 __all__ = [
-    "DESCRIPTIONS",
     "RebuildRefused",
     "RebuildReport",
     "RebuildUnfinished",
-    "OUTPUTS",
     "RetireReport",
     "SourcePipeline",
     "SourceReader",

@@ -7,6 +7,8 @@ Nothing here opens or writes a table except ``transaction_binder``'s group shard
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig, TransactionGroup
@@ -17,30 +19,72 @@ from cdc_core.shard import existing_table, stored_upper
 from cdc_core.storage import Location, LocationLike, located
 from cdc_core.vocabulary import Envelope
 
-OUTPUTS = ("remap", "reclocked", "changes", "state", "errors")
-# What each table a run writes holds: its description in its Delta log, Dagster and catalogs.
-DESCRIPTIONS = {
-    "remap": "Durable bindings: at each window end, the Kafka offset frontier per partition.",
-    "reclocked": "Each Kafka record exactly once, at the first window whose binding covers it.",
-    "changes": "Differential changes (data, time, diff) after the source's envelope.",
-    "state": "Current rows: the snapshot of `changes` at the newest complete time.",
-    "errors": "Definite errors of the source, with topic/partition/offset and a reason.",
-    "history": "Every version of every key (SCD type 2): valid_from, valid_to (null while "
-    "current) and the Kafka partition/offset of the record that wrote it.",
-}
+
+@dataclass(frozen=True)
+class TableKind:
+    """A table a source can have: its name, what it holds, the table its rows come from
+    (None: the dumps), and how it is written.
+
+    ``shard``: updates with ``time`` and ``diff``, appended (else a table rewritten whole,
+    as of a time). ``output``: written from the reclocked records, so where the source's
+    outputs stand is the meet of these tables' uppers. ``published``: a table users query,
+    shown as an asset, registered in a catalog and described in its own log."""
+
+    name: str
+    description: str
+    upstream: str | None
+    shard: bool
+    output: bool
+    published: bool
+
+
+# Every kind of table, in the order a run commits them.
+TABLE_KINDS = (
+    TableKind("remap", "Durable bindings: at each window end, the Kafka offset frontier per "
+              "partition.", None, shard=True, output=False, published=True),
+    TableKind("reclocked", "Each Kafka record exactly once, at the first window whose binding "
+              "covers it.", "remap", shard=True, output=True, published=True),
+    TableKind("changes", "Differential changes (data, time, diff) after the source's envelope.",
+              "reclocked", shard=True, output=True, published=True),
+    TableKind("state", "Current rows: the snapshot of `changes` at the newest complete time.",
+              "changes", shard=False, output=False, published=True),
+    TableKind("errors", "Definite errors of the source, with topic/partition/offset and a "
+              "reason.", "reclocked", shard=True, output=True, published=True),
+    TableKind("dedup", "The classic DEBEZIUM envelope's dedup state: the newest source "
+              "position per key, read back at the previous time.", "reclocked",
+              shard=True, output=True, published=False),
+    TableKind("history", "Every version of every key (SCD type 2): valid_from, valid_to (null "
+              "while current) and the Kafka partition/offset of the record that wrote it.",
+              "changes", shard=False, output=False, published=True),
+)  # fmt: skip
+KIND_OF = {kind.name: kind for kind in TABLE_KINDS}
 # Under the lake: one folder per transaction group (its bindings and transaction dumps).
 TRANSACTIONS_FOLDER = "_transactions"
 
 
+def tables_of(source: SourceConfig) -> tuple[TableKind, ...]:
+    """Every table ``source`` has, in commit order: ``dedup`` for the classic DEBEZIUM
+    envelope, ``history`` when it keeps one."""
+    return tuple(
+        kind for kind in TABLE_KINDS
+        if (kind.name != "dedup" or source.envelope == Envelope.DEBEZIUM)
+        and (kind.name != "history" or source.history)
+    )  # fmt: skip
+
+
 def published_tables(source: SourceConfig) -> tuple[str, ...]:
-    """Every table a run of ``source`` writes: OUTPUTS, then ``history`` when it keeps one."""
-    return OUTPUTS + (("history",) if source.history else ())
+    """The names of the tables of ``source`` users query, in commit order."""
+    return tuple(kind.name for kind in tables_of(source) if kind.published)
+
+
+def shard_tables(source: SourceConfig) -> list[str]:
+    """The names of the shards of ``source`` (the remap and its outputs), in commit order."""
+    return [kind.name for kind in tables_of(source) if kind.shard]
 
 
 def output_tables(source: SourceConfig) -> list[str]:
-    """The shards written from reclocked data (remap excluded), in commit order."""
-    tables = ["reclocked", "changes", "errors"]
-    return tables + (["dedup"] if source.envelope == Envelope.DEBEZIUM else [])
+    """The names of the shards of ``source`` written from reclocked data, in commit order."""
+    return [kind.name for kind in tables_of(source) if kind.output]
 
 
 def stored_outputs_upper(lake: LocationLike, source: SourceConfig) -> TimeFrontier:

@@ -53,6 +53,7 @@ from cdc_core.source.history import refresh_history
 from cdc_core.source.layout import (
     group_root,
     output_tables,
+    shard_tables,
     source_registry,
     transaction_binder,
 )
@@ -170,7 +171,7 @@ class SourcePipeline:
         # The landing zone as ``input_bytes`` listed it, for the next registration.
         self._sized: list[list[DumpFile]] | None = None
         self.group = transaction_binder(spark, config, group_lake or lake, source.name)
-        shards = {name: getattr(self, name) for name in ("remap", *output_tables(source))}
+        shards = {name: getattr(self, name) for name in shard_tables(source)}
         self.reader = SourceReader(spark, config, source, self.root, shards, self.group)
         self.encodings = {
             part: PartEncoding(

@@ -28,7 +28,7 @@ from cdc_core.schemas import ERROR, REMAP, history_schema
 from cdc_core.shard import ShardUsageError, existing_table
 from cdc_core.shard.delta_io import live_files
 from cdc_core.shard.read import ShardReader
-from cdc_core.source.layout import output_tables, source_registry, transaction_binder
+from cdc_core.source.layout import output_tables, shard_tables, source_registry, transaction_binder
 from cdc_core.source.planning import is_small_step, rows_to_read
 from cdc_core.source.resumption import SourceInspection, UpstreamCommit, inspect_source
 from cdc_core.source.state import current_rows
@@ -132,7 +132,7 @@ class SourceReader:
                     "changes": source.output_schema, "errors": ERROR, "dedup": DEDUP_STATE}
         shards = {
             name: ShardReader.open_to_read(spark, str(root / name), expected[name])
-            for name in ("remap", *output_tables(source))
+            for name in shard_tables(source)
         }  # fmt: skip
         group = transaction_binder(spark, config, lake, source.name, to_read=True)
         return cls(spark, config, source, root, shards, group)

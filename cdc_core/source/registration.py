@@ -28,7 +28,7 @@ from cdc_core.catalog.model import hive_columns, same_location
 from cdc_core.config import CatalogSettings, Config, SourceConfig
 from cdc_core.shard.handle import UPPER
 from cdc_core.shard.log import TableDescription, commit_metadata, existing_table, location_failure
-from cdc_core.source.layout import DESCRIPTIONS, published_tables
+from cdc_core.source.layout import KIND_OF, published_tables
 from cdc_core.source.state import STATE_AS_OF
 from cdc_core.storage import Location
 
@@ -47,7 +47,8 @@ def described(source: SourceConfig, table: str) -> TableDescription:
     """What ``source``'s ``table`` says of itself: its description and reclock's
     properties."""
     return TableDescription(
-        DESCRIPTIONS.get(table, f"reclock's {table} of source {source.name}."),
+        KIND_OF[table].description if table in KIND_OF
+        else f"reclock's {table} of source {source.name}.",
         {
             "reclock.source": source.name,
             "reclock.table": table,
