@@ -18,17 +18,15 @@ from cdc_core.envelopes.classic import DEDUP_STATE
 from cdc_core.ingest.registry import FILES_SCHEMA, RETIRED_SCHEMA
 from cdc_core.reclock.transactions import ADMITTED, GROUP_BINDING
 from cdc_core.schemas import ERROR, REMAP, history_schema
-from cdc_core.source.layout import DESCRIPTIONS, TRANSACTIONS_FOLDER
+from cdc_core.source.layout import KIND_OF, TRANSACTIONS_FOLDER
 from cdc_core.source.resumption import COMMIT_SCHEMA
 from cdc_core.updates import DIFF, TIME
 from cdc_core.vocabulary import Envelope
 from pipelines.sample import sample_config_yaml, write_payment_schemas
 
-# The tables reclock keeps for its own bookkeeping (the user-facing ones are described by
-# the Dagster assets' descriptions, as the UI shows them).
+# The tables reclock keeps for its own bookkeeping besides a source's (those are described
+# by their kinds, as the Dagster assets show them).
 BOOKKEEPING = {
-    "dedup": "The classic `debezium` envelope's deduplication state per partition: "
-    "source positions seen, binlog files, snapshot keys.",
     "dumps/files": "The dump registry: each registered dump file once, with its size, "
     "arrival time and per Kafka partition the offsets and Kafka timestamps it holds.",
     "dumps/retired": "Dump files retired (archived or deleted) below the resumption "
@@ -129,7 +127,7 @@ def _when(kind: str) -> str:
 
 
 def _table(path: str, kind: str, columns: list[tuple[str, str]], *, shard: bool) -> Table:
-    description = DESCRIPTIONS.get(kind) or BOOKKEEPING[kind]
+    description = KIND_OF[kind].description if kind in KIND_OF else BOOKKEEPING[kind]
     stored = [*columns, (TIME, "bigint"), (DIFF, "bigint")] if shard else columns
     return Table(path, kind, description, tuple(stored), shard)
 

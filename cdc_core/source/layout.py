@@ -50,8 +50,8 @@ TABLE_KINDS = (
               "changes", shard=False, output=False, published=True),
     TableKind("errors", "Definite errors of the source, with topic/partition/offset and a "
               "reason.", "reclocked", shard=True, output=True, published=True),
-    TableKind("dedup", "The classic DEBEZIUM envelope's dedup state: the newest source "
-              "position per key, read back at the previous time.", "reclocked",
+    TableKind("dedup", "The classic `debezium` envelope's deduplication state per partition: "
+              "source positions seen, binlog files, snapshot keys.", "reclocked",
               shard=True, output=True, published=False),
     TableKind("history", "Every version of every key (SCD type 2): valid_from, valid_to (null "
               "while current) and the Kafka partition/offset of the record that wrote it.",
