@@ -19,7 +19,7 @@ Contenders, all in one process on one Spark session, run in a rotating order per
   is prepared by Spark (and collected as Arrow) or by Polars;
 * MERGE (delta-spark): the same per-window merge as a Spark user writes it, with Delta's
   own Spark connector (``delta.tables.DeltaTable.forPath(...).merge``);
-* RECLOCK (Dagster): the full backfill, ``pipelines.cli.materialize`` (assets + checks,
+* RECLOCK (Dagster): the full backfill, ``pipelines.run.materialize`` (assets + checks,
   without the CDCv2 export, which no other contender produces), one run that reclocks
   every window in one pass, timed per engine phase (as the engine announces them through
   ``cdc_core.phases``; the checks and Dagster itself are the rest);
@@ -80,7 +80,7 @@ from cdc_core.source import SourcePipeline
 from cdc_core.spark import DEFAULT_CONF, SPARK_REMOTE, get_spark, is_connect
 from cdc_core.storage import Location, delta_options
 from cdc_core.storage import files as storage_files
-from pipelines.cli import materialize
+from pipelines.run import materialize
 from pipelines.sample import UPSERT_KEY_SCHEMA, UPSERT_VALUE_SCHEMA, generate_dumps
 
 TOPIC = "users"

@@ -56,7 +56,7 @@ def timed_run(config_file: Path, through: str, out: Path) -> None:
     imports were done and its run ended."""
     from cdc_core.phases import PhaseEvent, observing
     from cdc_core.spark import get_spark
-    from pipelines.cli import materialize
+    from pipelines.run import materialize
 
     imported = time.time()
     steps: dict[str, float] = defaultdict(float)

@@ -11,13 +11,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from dagster import DagsterInstance
-
-from assets.partitions import range_tags
-from assets.source_assets import source_output_keys
 from cdc_core.app import status, upkeep
 from cdc_core.app.errors import USAGE_ERRORS
-from cdc_core.app.plan import plan_run
 from cdc_core.app.session import recording_class_archive, serve_spark
 from cdc_core.app.upkeep import RetireReport
 from cdc_core.calendar import duration_ms, to_ms
@@ -32,66 +27,11 @@ from cdc_core.shard.leases import LeaseUsageError
 from cdc_core.spark import CLASS_ARCHIVE
 from cdc_core.spark_server import DEFAULT_PORT
 from pipelines import json_output
-from pipelines.build import ALL_WINDOWS_JOB, build_definitions
+from pipelines.run import materialize
 from pipelines.run_output import (
-    dagster_run_config,
-    print_problems,
-    progress_bar,
     quiet_instance,
-    quiet_warnings,
 )
 from pipelines.sample import write_sample
-
-
-def materialize(
-    config: Config, through_ms: int | None = None, *, exports: bool = True, verbose: bool = False
-) -> bool:
-    """Every closed window of every source, in order, in one in-process Dagster run, with
-    the asset checks; ``exports=False`` leaves out the CDCv2 export of each source. It
-    shows its progress and what went wrong (``pipelines.run_output``); Dagster's event log
-    goes to the terminal only when ``verbose``.
-
-    The run starts at the first window some source still needs (its outputs do not hold
-    it, or its export is missing), never earlier: a deployment that has run for months
-    adds one window, not every window since the horizon. When no source needs any, it
-    says so in one line and runs nothing; that look reads the Delta logs only, without
-    starting Spark. Windows before the partitions' start (the launchable span, never
-    before the retention horizon) are no partitions: asking only for them is refused.
-    One window runs as that partition (its checks' results attach to it), more as a
-    range.
-    """
-    now_ms = int(time.time() * 1000)
-    plan = plan_run(config, through_ms, now_ms, exports=exports)
-    if plan.before_partitions:
-        print(f"reclock: the windows through {iso(plan.through)} are no partitions any more: "
-              f"the first window Dagster still lists starts at {iso(plan.first_start)} (see "
-              "the config's launchable and retention)", file=sys.stderr)  # fmt: skip
-        return False
-    if not plan.closed:
-        print("Nothing to materialize: no window has closed yet.")
-        return True
-    keys = plan.keys
-    if not keys:
-        last_end = plan.closed[-1][1]
-        print(f"Nothing to materialize: every source is complete through {iso(last_end)}.")
-        return True
-    one = len(keys) == 1
-    with quiet_warnings(verbose):
-        job = build_definitions(config, now_ms).resolve_job_def(ALL_WINDOWS_JOB)
-        with _instance() as instance, progress_bar(config, len(keys)):
-            result = job.execute_in_process(
-                instance=instance,
-                partition_key=keys[0] if one else None,
-                tags=None if one else range_tags(keys[0], keys[-1]),
-                raise_on_error=False,
-                asset_selection=None if exports else source_output_keys(config),
-                run_config=dagster_run_config(verbose),
-            )
-    print_problems(result)
-    print(f"Materialized windows {keys[0]} .. {keys[-1]} ({len(keys)} windows): "
-          f"{'success' if result.success else 'FAILED'}")
-    return result.success
-
 
 # Of the sample's eight windows: every source, check and export runs in the first two.
 CLASS_ARCHIVE_WINDOWS = 2
@@ -108,11 +48,6 @@ def write_class_archive() -> Path:
         if not materialize(config, config.start_ms + CLASS_ARCHIVE_WINDOWS * config.window_ms):
             raise RuntimeError("the sample's run failed: no class archive written")
     return archive
-
-
-def _instance() -> DagsterInstance:
-    """The instance of DAGSTER_HOME when set (runs show in the UI), else an ephemeral one."""
-    return DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
 
 
 def print_summary(config: Config) -> None:

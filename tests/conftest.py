@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from cdc_core.config import Config, load_config
 from cdc_core.source import published_tables
 from cdc_core.spark import get_spark
-from pipelines.cli import materialize
+from pipelines.run import materialize
 from pipelines.sample import write_sample
 from tests.connect_server import SHARED_SERVER, running_server, shared_server, stop_shared_server
 from tests.lake_rows import SampleLake

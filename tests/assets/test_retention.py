@@ -44,8 +44,8 @@ from benchmarks.screenshot import graphql, running_webserver
 from cdc_core.calendar import MS_PER_DAY
 from cdc_core.config import MAX_PARTITIONS, Config, load_config
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
-from pipelines.cli import materialize
 from pipelines.maintenance import MAINTENANCE_JOB
+from pipelines.run import materialize
 from pipelines.run_output import quiet_instance
 from resources.lake import LakeResource
 from resources.run_tags import ASSET_PARTITION_RANGE_START_TAG

@@ -30,7 +30,8 @@ from pyspark.sql import SparkSession
 from benchmarks.screenshot import find_chromium, rendered_text, running_webserver
 from cdc_core.config import Config, SourceConfig, load_config
 from cdc_core.source import published_tables
-from pipelines.cli import main, materialize
+from pipelines.cli import main
+from pipelines.run import materialize
 from tests.connect_server import client_env
 
 SINK_NAME = re.compile(r"(.+)\+(\d+)\+(\d+)\.(json|avro)(\.gz)?")

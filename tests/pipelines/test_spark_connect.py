@@ -26,7 +26,7 @@ import yaml
 from cdc_core.app.export import EXPORT_FOLDER
 from cdc_core.config import Config, load_config
 from cdc_core.spark_server import listening
-from pipelines.cli import materialize
+from pipelines.run import materialize
 from pipelines.sample import write_sample
 from tests.connect_server import REPO, attached, client_env
 from tests.lake_rows import table_rows

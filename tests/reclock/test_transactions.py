@@ -29,7 +29,8 @@ from deltalake import DeltaTable
 
 from cdc_core.config import load_config
 from pipelines.build import build_definitions
-from pipelines.cli import main, materialize
+from pipelines.cli import main
+from pipelines.run import materialize
 from resources.lake import LakeResource
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

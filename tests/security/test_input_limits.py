@@ -34,7 +34,7 @@ from cdc_core.ingest.dump_bytes import (
     bounded_lines,
     dump_damage,
 )
-from pipelines.cli import materialize
+from pipelines.run import materialize
 from tests.source.test_bad_inputs import TS, kcat, user
 
 MIB = 2**20

@@ -33,7 +33,7 @@ from cdc_core.source.resumption import RetireReport, retire_files
 from cdc_core.source.upkeep import retire_source
 from cdc_core.storage import Location
 from cdc_core.storage.files import LEADS_OUT, OutsideFolder
-from pipelines.cli import materialize
+from pipelines.run import materialize
 from tests.security.outside import tree_state
 from tests.source.test_bad_inputs import T0, click, kcat, user
 

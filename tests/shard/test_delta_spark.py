@@ -30,7 +30,8 @@ from cdc_core.shard.handle import UPPER
 from cdc_core.source import SourcePipeline
 from cdc_core.source.state import STATE_AS_OF, refresh_state
 from cdc_core.spark import planned_as
-from pipelines.cli import main, materialize
+from pipelines.cli import main
+from pipelines.run import materialize
 from pipelines.sample import write_sample
 from tests.lake_rows import SampleLake, table_rows
 

@@ -15,7 +15,7 @@ import sys
 
 from cdc_core.config import load_config
 from cdc_core.phases import PhaseEvent, observing
-from pipelines.cli import materialize
+from pipelines.run import materialize
 
 
 def main(config_file: str, source: str, phase: str) -> int:

@@ -25,7 +25,7 @@ from cdc_core.app.status import statuses
 from cdc_core.config import Config, load_config
 from cdc_core.source import SourcePipeline
 from cdc_core.spark import planned_as
-from pipelines.cli import materialize
+from pipelines.run import materialize
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the config's start
 TS = T0 + 1_000  # inside the first window

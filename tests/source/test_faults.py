@@ -24,7 +24,7 @@ from cdc_core.config import Config, load_config
 from cdc_core.reclock import Windows
 from cdc_core.shard import ShardStorageError
 from cdc_core.source import SourcePipeline, published_tables
-from pipelines.cli import materialize
+from pipelines.run import materialize
 from pipelines.sample import write_sample
 from tests.connect_server import REPO, attached, client_env
 from tests.lake_rows import SampleLake, table_rows

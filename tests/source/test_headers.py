@@ -22,7 +22,7 @@ from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
 from cdc_core.source.rebuild import rebuild
 from pipelines.build import build_definitions
-from pipelines.cli import materialize
+from pipelines.run import materialize
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 WINDOW = 60_000

@@ -30,8 +30,9 @@ from cdc_core.shard.leases import LeaseBook
 from cdc_core.source import SourcePipeline
 from cdc_core.source.upkeep import maintain_source
 from pipelines.build import build_definitions
-from pipelines.cli import main, materialize
+from pipelines.cli import main
 from pipelines.maintenance import MAINTENANCE_JOB
+from pipelines.run import materialize
 from tests.upsert_config import write_upsert_config
 
 START = 1_767_311_520_000  # 2026-01-01T23:52:00Z

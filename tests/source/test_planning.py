@@ -32,7 +32,7 @@ from cdc_core.spark import (
     planned_for_input,
     planned_together,
 )
-from pipelines.cli import materialize
+from pipelines.run import materialize
 from pipelines.sample import write_sample
 from tests.lake_rows import SampleLake, run_through, table_rows
 

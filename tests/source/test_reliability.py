@@ -35,7 +35,8 @@ from cdc_core.frontier import TimeFrontier
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
-from pipelines.cli import main, materialize
+from pipelines.cli import main
+from pipelines.run import materialize
 from tests.connect_server import REPO, attached, client_env
 from tests.upsert_config import write_upsert_config
 

@@ -29,7 +29,7 @@ from cdc_core.reclock import Windows
 from cdc_core.reclock.remap import UnexpectedStartOffset
 from cdc_core.source import SourcePipeline
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
-from pipelines.cli import materialize
+from pipelines.run import materialize
 from tests.spark_examples import SPARK_EXAMPLES
 from tests.upsert_config import write_upsert_config
 

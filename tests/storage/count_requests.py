@@ -25,7 +25,7 @@ import yaml
 
 from cdc_core.config import load_config
 from cdc_core.storage import files
-from pipelines.cli import materialize
+from pipelines.run import materialize
 from pipelines.sample import write_sample
 from tests.source.test_reliability import EARLY, LATE, dump
 from tests.storage.faults import fault_proxy, free_port, wait_for_port

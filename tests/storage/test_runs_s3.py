@@ -21,7 +21,8 @@ from cdc_core.cdcv2.stream_files import is_progress_file
 from cdc_core.config import Config, load_config
 from cdc_core.frontier import TimeFrontier
 from cdc_core.storage import delta_options, files
-from pipelines.cli import main, materialize
+from pipelines.cli import main
+from pipelines.run import materialize
 from tests.connect_server import REPO, client_env
 from tests.source.test_reliability import (
     EARLY,

@@ -18,7 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.config import Config, load_config
 from cdc_core.storage import RetryPolicy, S3Settings, StorageFailure, files, settings
-from pipelines.cli import materialize
+from pipelines.run import materialize
 from tests.storage.conftest import FaultyStore
 from tests.storage.test_runs_s3 import assert_tables_equal, reference, s3_config, start
 
