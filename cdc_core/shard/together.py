@@ -132,11 +132,10 @@ def _stage(
     }
     # One row per file and time: tiny metadata, the only thing that reaches the driver.
     written = rows.mapInArrow(_stager(targets, decode), _WRITTEN).toArrow().to_pylist()
-    paths: dict[str, list[str]] = {key: [] for key in targets}
+    paths: dict[str, set[str]] = {key: set() for key in targets}
     counts: dict[str, Counter[int]] = {key: Counter() for key in targets}
     for row in written:
-        if row["path"] not in paths[row["target"]]:
-            paths[row["target"]].append(row["path"])
+        paths[row["target"]].add(row["path"])  # a file holding several times: one row each
         counts[row["target"]][row["time"]] += row["rows"]
     return {
         key: StagedBatch(
