@@ -58,6 +58,7 @@ from cdc_core.app.checks import JudgedChecks, blocks_export
 from cdc_core.app.errors import STATED_ERRORS
 from cdc_core.app.export import SourceExport, export_changes, exportable
 from cdc_core.app.materialize import (
+    LandedDumps,
     MaterializedWindows,
     materialize_windows,
     open_source,
@@ -222,6 +223,13 @@ class SourceStep:
     def input_bytes(self) -> int:
         """What its windows read (nothing when only its checks or export are picked)."""
         return 0 if self.pipeline is None else self.pipeline.input_bytes()
+
+    def landed_dumps(self) -> list[LandedDumps]:
+        """What its windows register first (nothing when only its checks or export are
+        picked)."""
+        if self.pipeline is None:
+            return []
+        return self.pipeline.landed_dumps(self.run.now_ms, self.run.arrived)
 
     def serve(self) -> "SourceServed":
         """Run the source's windows, judge its checks, build its export."""

@@ -23,7 +23,12 @@ from pathlib import Path
 from benchmarks.age_instance import MINUTE_MS
 from benchmarks.report_page import Report, add_page_option, figure, line_chart, publish, table
 from benchmarks.sources import Case
-from cdc_core.app.materialize import SOURCE_WORKERS, materialize_windows, serve_together
+from cdc_core.app.materialize import (
+    SOURCE_WORKERS,
+    LandedDumps,
+    materialize_windows,
+    serve_together,
+)
 from cdc_core.app.session import config_spark
 from cdc_core.config import Config, load_config
 from cdc_core.reclock import Windows
@@ -41,6 +46,10 @@ class Window:
     def input_bytes(self) -> int:
         """What the window reads."""
         return self.pipeline.input_bytes()
+
+    def landed_dumps(self) -> list[LandedDumps]:
+        """What the window registers first."""
+        return self.pipeline.landed_dumps(arrival_ms=int(time.time() * 1000))
 
     def serve(self) -> int:
         """Materialize the window; how many windows it reported."""

@@ -13,6 +13,8 @@ Invariants:
   reported as that source's failure while the others go on.
 - The members of a transaction group are served one after another by one worker: they
   register each other's dumps and bind from the group's shards.
+- Work of the same kind for every source runs once for all of them: a run's new dumps
+  are registered in one scan, each registry with its own commit.
 - The plan settings are the session's, so sources served together are planned once,
   from what they read together (``planned_together``); a single unit keeps its own
   per-phase plans.
@@ -30,6 +32,8 @@ from typing import Generic, Protocol, TypeVar
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig
+from cdc_core.ingest.registering import LandedDumps, register_landed
+from cdc_core.phases import phase
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline, SourceStatus, WindowReport
 from cdc_core.spark import planned_together
@@ -39,6 +43,8 @@ from cdc_core.storage import LocationLike
 # few only queue on the JVM's cores (a 2-core machine served 16 sources' windows 1.5x to
 # 1.7x faster with 4 at once than one by one, and no faster with 8).
 SOURCE_WORKERS = 4
+# The phase events of what a run does for all its sources at once carry this source name.
+ALL_SOURCES = "all sources"
 # How often the calling thread wakes while sources are served, to pass on their progress.
 IDLE_SECONDS = 0.25
 
@@ -98,6 +104,10 @@ class SourceWork(Protocol[T_co]):
         """What serving it reads, in stored bytes (see ``SourcePipeline.input_bytes``)."""
         ...
 
+    def landed_dumps(self) -> Sequence[LandedDumps]:
+        """What serving it registers first (see ``SourcePipeline.landed_dumps``)."""
+        ...
+
     def serve(self) -> T_co:
         """Serve the source; what the caller reports of it."""
         ...
@@ -138,8 +148,9 @@ def serve_together(
     it finishes (in the calling thread, which calls ``idle`` while it waits: the place to
     pass on progress, since only the calling thread may talk to the orchestrator).
 
-    Two stages: every source is opened and sized, then, planned once from their sizes
-    together (when several units share the session), served."""
+    Stages: every source is opened and sized; then, when several units share the
+    session, planned once from their sizes together, their new dumps are registered in
+    one scan (``register_together``); then they are served."""
     units = serving_units(config, names)
     if not units:
         return
@@ -159,6 +170,8 @@ def serve_together(
             return
         sizes = sum(size for unit in works for _, _, size in unit)
         with planned_together(spark, sizes, config.spark.conf):
+            sized = [work for unit in works for _, work, _ in unit]
+            _run_all(pool, [functools.partial(register_together, spark, sized)], idle)
             yield from _drain_while(pool, jobs, idle, done)
     finally:
         # A run stopped early (terminated, or its caller failed) starts no further source;
@@ -167,6 +180,28 @@ def serve_together(
 
 
 Opened = list[tuple[str, SourceWork[T], int]]
+
+
+def register_together(spark: SparkSession, works: Sequence[SourceWork[object]]) -> None:
+    """Register the new dumps of every source of a run in one scan (each registry once:
+    a transaction group's members list the same ones), before any source is served.
+
+    Only a shortcut: each source registers its own dumps again as it is served, which
+    finds them registered and costs no job. So what fails here (a registry that cannot be
+    read or refuses a changed dump, a scan that cannot read a dump) is left for the
+    sources concerned to meet, and report as their own failure, when they register."""
+    with phase(ALL_SOURCES, "register dumps") as figures:
+        landed: dict[str, LandedDumps] = {}
+        for work in works:
+            try:
+                landed.update((e.registry.files_path, e) for e in work.landed_dumps())
+            except Exception:  # noqa: BLE001, S112 - the source meets it when it registers
+                continue
+        try:
+            registered = register_landed(spark, list(landed.values()))
+        except Exception:  # noqa: BLE001 - each source meets it again when it registers
+            registered = []
+        figures["files"] = sum(outcome.files for outcome in registered)
 
 
 def _open_unit(

@@ -232,7 +232,7 @@ class DumpScan:
 
 
 def scan_dump_files(
-    spark: SparkSession, files: Sequence[str], *, topic: str | None = None
+    spark: SparkSession, files: Sequence[str], *, topic: str | Mapping[str, str] | None = None
 ) -> DumpScan:
     """Per (file, partition): offset and timestamp ranges of the lines with a position
     (records and positioned damaged lines), the record count and the damaged count; per
@@ -240,9 +240,13 @@ def scan_dump_files(
 
     Tiny metadata for a registry of dumps, so a window reads only the files that can
     hold its offsets (a damaged line's offset too: it is bound like a record), and knows
-    which files have errors to report. Aggregated in Spark (one job); only the summary
-    reaches the driver. A line counts as a record, or as positioned, exactly when
-    ``read_dumps`` would judge it so: the lines are parsed by the same ``_parse``.
+    which files have errors to report. Aggregated in Spark (one job, whatever the number
+    of topics: ``topic`` is every file's topic, or each file's by path, so a run scans
+    the new dumps of all its sources at once); only the summary reaches the driver. A
+    line counts as a record, or as positioned, exactly when ``read_dumps`` would judge it
+    so: the lines are parsed by the same ``_parse``, and a line naming another topic than
+    its file's is judged on the driver, from the per-topic counts, as ``read_dumps``
+    judges it (no record, no position).
     """
     readable, damaged = _readable(spark, files)
     reasons = {path: d.reason for path, d in damaged.items()}
@@ -252,18 +256,20 @@ def scan_dump_files(
     frames = []
     if others or any(damage.salvaged for damage in damaged.values()):
         lines = _read_lines(spark, others, damaged)
-        frames.append(_position_stats(_parse(lines, _SCAN_LINE, topic)))
+        frames.append(_position_stats(_parse(lines, _SCAN_LINE, None)))
     if kcat:
         uri = F.col("_metadata.file_path").alias("file")
         text = _nonblank(spark.read.text([spark_path(p) for p in kcat]).select("value", uri))
         # Paths decoded once per group, not once per line.
-        by_uri = _position_stats(_parse(text, _SCAN_LINE, topic))
+        by_uri = _position_stats(_parse(text, _SCAN_LINE, None))
         frames.append(by_uri.withColumn("file", _dump_path(F.col("file"))))
     if not frames:
         return DumpScan(SCAN_SCHEMA.empty_table(), {}, reasons)
-    stats = functools.reduce(DataFrame.unionByName, frames)
+    stats = functools.reduce(DataFrame.unionByName, frames).toArrow()
     # Sorted on the driver: a Spark sort would cost a sampling job for a few rows.
-    grouped = stats.toArrow().sort_by([("file", "ascending"), ("partition", "ascending")])
+    grouped = _of_their_topic(stats, topic).sort_by(
+        [("file", "ascending"), ("partition", "ascending")]
+    )
     placed = grouped.filter(pc.is_valid(grouped.column("partition")))
     summary = placed.select(SCAN_SCHEMA.names).cast(SCAN_SCHEMA)
     bad_lines: dict[str, int] = {}
@@ -273,12 +279,45 @@ def scan_dump_files(
     return DumpScan(summary, bad_lines, reasons)
 
 
+def _of_their_topic(stats: pa.Table, topic: str | Mapping[str, str] | None) -> pa.Table:
+    """Per (file, partition) statistics from per (file, partition, named topic) ones, with
+    the lines that name another topic than their file's (``topic``: every file's, or each
+    file's by path; None: any topic goes) counted as damaged lines without a position,
+    as ``_problem`` and ``_positioned`` judge such a line when given the file's topic."""
+    files = stats.column("file").to_pylist()
+    expected = [topic if topic is None or isinstance(topic, str) else topic.get(f) for f in files]
+    named = stats.column("topic")
+    foreign = pc.fill_null(
+        pc.not_equal(named, pa.array(expected, pa.string())), False
+    )  # a line naming no topic, or a file of no known topic, is judged as it parsed
+    no_position = pa.nulls(len(stats), pa.int64())
+    judged = pa.table({
+        "file": stats.column("file"),
+        "partition": pc.if_else(foreign, pa.nulls(len(stats), pa.int32()), stats["partition"]),
+        **{name: pc.if_else(foreign, no_position, stats[name])
+           for name in ("min_offset", "max_offset", "min_ts", "max_ts")},
+        "records": pc.if_else(foreign, 0, stats["records"]),
+        "damaged_lines": pc.if_else(
+            foreign, pc.add(stats["records"], stats["damaged_lines"]), stats["damaged_lines"]
+        ),
+    })  # fmt: skip
+    folded = judged.group_by(["file", "partition"]).aggregate([
+        ("min_offset", "min"), ("max_offset", "max"), ("min_ts", "min"), ("max_ts", "max"),
+        ("records", "sum"), ("damaged_lines", "sum"),
+    ])  # fmt: skip
+    return folded.rename_columns(
+        [name.rsplit("_", 1)[0] if name.endswith(("_min", "_max", "_sum")) else name
+         for name in folded.column_names]
+    )  # fmt: skip
+
+
 def _position_stats(lines: DataFrame) -> DataFrame:
-    """Per (``file``, partition): offset and ts ranges, records and damaged lines; lines
-    without a position count as damaged under a null partition."""
+    """Per (``file``, partition, the ``topic`` the lines name): offset and ts ranges,
+    records and damaged lines; lines without a position count as damaged under a null
+    partition."""
     good = F.col("reason").isNull()
     partition = F.when(good | F.col("positioned"), F.col("partition")).alias("partition")
-    return lines.groupBy("file", partition).agg(
+    return lines.groupBy("file", partition, "topic").agg(
         F.min("offset").alias("min_offset"),
         F.max("offset").alias("max_offset"),
         F.min("ts").alias("min_ts"),

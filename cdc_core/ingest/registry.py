@@ -32,6 +32,7 @@ from cdc_core.ingest.connect_files import Stored, connect_name, stem, stored_kin
 from cdc_core.ingest.dumps import (
     SCAN_SCHEMA,
     DumpFile,
+    DumpScan,
     scan_dump_files,
 )
 from cdc_core.shard import delta_io
@@ -256,6 +257,14 @@ class Registry:
         leading out of the topic's folder (swapped in after registration: reads would
         follow it), raises ``DumpFileChanged``.
         """
+        new = self.new_files(files)
+        if not new:
+            return []
+        return self.record(new, scan_new_dumps(spark, [(self.topic, new)]), arrival_ms)
+
+    def new_files(self, files: Iterable[DumpFile]) -> list[DumpFile]:
+        """Those of ``files`` not registered yet (``DumpFileChanged`` for a registered
+        one that changed: see ``register``)."""
         files = list(files)
         self._refuse_links_over_live_files(files)
         known = {f.path: f for f in self._named({str(d.path) for d in files})}
@@ -278,9 +287,15 @@ class Registry:
                     f"(size {seen.size} -> {dump.size}, mtime {seen.mtime_ms} -> {dump.mtime_ms});"
                     " dumps must be immutable: land new data as a new file"
                 )
-        if not new:
-            return []
-        rows = _registration_rows(spark, new, arrival_ms, self.topic)
+        return new
+
+    def record(
+        self, new: Sequence[DumpFile], scan: DumpScan, arrival_ms: int
+    ) -> list[RegisteredFile]:
+        """Register ``new`` (files ``new_files`` found new) with what ``scan`` found in
+        them (a scan of them, maybe with other topics' files), stamped ``arrival_ms``, in
+        one commit; returns them registered."""
+        rows = _registration_rows(new, scan, arrival_ms)
         _append(self.files_path, rows, FILES_SCHEMA, "register", f"{len(new)} dump file(s)")
         return self._named({str(d.path) for d in new})
 
@@ -709,14 +724,25 @@ def _registered(rows: pa.Table, retired: pa.Table) -> list[RegisteredFile]:
     ]
 
 
-def _registration_rows(
-    spark: SparkSession, new: Sequence[DumpFile], arrival_ms: int, topic: str
-) -> pa.Table:
+def scan_new_dumps(
+    spark: SparkSession, new: Iterable[tuple[str, Sequence[DumpFile]]]
+) -> DumpScan:
+    """One scan of the new dumps of any number of topics (``new``: topic and its dumps):
+    what each registry's ``record`` registers them with. Files with a problem found while
+    listing, and a sink's key and header files, are not read."""
+    topics = {
+        str(dump.path): topic
+        for topic, dumps in new
+        for dump in dumps
+        if dump.problem is None and stored_kind(dump.path) is None
+    }
+    return scan_dump_files(spark, list(topics), topic=topics)
+
+
+def _registration_rows(new: Sequence[DumpFile], scan: DumpScan, arrival_ms: int) -> pa.Table:
     """One row per (file, partition) from the scan, plus one partition-less row per file
     whose scan found no valid record, so that such files are registered too; each row
     carries the file's problem (unreadable path, damaged gzip stream) and bad lines."""
-    dumps = [d.path for d in new if d.problem is None and stored_kind(d.path) is None]
-    scan = scan_dump_files(spark, dumps, topic=topic)
     by_path: dict[str, list[dict]] = {}
     for row in scan.summary.to_pylist():
         by_path.setdefault(str(row["file"]), []).append(row)

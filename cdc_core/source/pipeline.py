@@ -36,6 +36,7 @@ from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.ingest.landing_watch import LandingWatch
+from cdc_core.ingest.registering import LandedDumps, register_landed
 from cdc_core.phases import phase
 from cdc_core.reclock import HeldPartition, Windows, frontier_at, held_partitions, reclock_windows
 from cdc_core.reclock.reclocking import ReclockedRange
@@ -206,19 +207,33 @@ class SourcePipeline:
 
         A member of a transaction group registers its group's dumps too (every member's and
         the transaction topic's), so the group's binding sees them all at the same moment.
-        Returns how many of the source's own files were new."""
-        registries = self._registries()
+        Returns how many of the source's own files were new (none when the run registered
+        them with other sources' beforehand: see ``landed_dumps``)."""
         with phase(self.source.name, "register dumps") as figures:
-            landed, self._sized = self._sized or self._landed(registries), None
+            landed = self.landed_dumps(arrival_ms, arrived)
+            self._sized = None
             with planned_for_input(
-                self.spark, _new_bytes(registries, landed), self.config.spark.conf
+                self.spark, _new_bytes(landed), self.config.spark.conf
             ):  # a scheduled run's dump is small: its scan (a cold process's first job) too
-                counts = [
-                    self._register(r, dumps, arrival_ms, arrived or {})
-                    for r, dumps in zip(registries, landed, strict=True)
-                ]
-            figures["files"] = counts[0]
+                registered = register_landed(self.spark, landed)
+            for outcome in registered:
+                if outcome.failure is not None:
+                    raise outcome.failure
+            figures["files"] = registered[0].files
         return figures["files"]
+
+    def landed_dumps(
+        self, arrival_ms: int, arrived: Mapping[str, int] | None = None
+    ) -> list[LandedDumps]:
+        """What ``register_dumps`` registers, per registry: the dumps landed for its topic
+        (as ``input_bytes`` listed them, else as listed now), stamped as it stamps them. A
+        run serving many sources registers them all together first (``register_landed``)."""
+        registries = self._registries()
+        listed = self._sized or self._landed(registries)
+        return [
+            LandedDumps(registry, dumps, arrival_ms, arrived or {})
+            for registry, dumps in zip(registries, listed, strict=True)
+        ]
 
     def _registries(self) -> list[Registry]:
         """The registries a run of the source registers into: its own and, for a member
@@ -237,29 +252,11 @@ class SourcePipeline:
         """What a run of the source reads, in stored bytes, judged before it registers
         anything: the landed dumps it would register and what a run from the outputs'
         upper reads (``_input_bytes``). Sizes the plan of sources served together; the
-        next ``register_dumps`` registers from this listing, not from one of its own."""
-        registries = self._registries()
-        self._sized = landed = self._landed(registries)
+        next ``register_dumps`` (or ``landed_dumps``) takes this listing, not one of its own."""
+        self._sized = self._landed(self._registries())
         lower = self.outputs_upper().time
         prior = 0 if lower is None else self._input_bytes(lower)
-        return _new_bytes(registries, landed) + prior
-
-    def _register(
-        self,
-        registry: Registry,
-        landed: Sequence[DumpFile],
-        arrival_ms: int,
-        arrived: Mapping[str, int],
-    ) -> int:
-        """Register the new ones of the ``landed`` dumps of ``registry``'s topic; how many
-        were new."""
-        by_arrival: dict[int, list[DumpFile]] = {}
-        for dump in landed:
-            by_arrival.setdefault(arrived.get(dump.path, arrival_ms), []).append(dump)
-        return sum(
-            len(registry.register(self.spark, files, moment))
-            for moment, files in sorted(by_arrival.items())
-        )
+        return _new_bytes(self.landed_dumps(arrival_ms=0)) + prior
 
     def outputs_upper(self) -> TimeFrontier:
         """Where all outputs stand: the meet of their uppers ([0] before the first window)."""
@@ -532,13 +529,13 @@ class SourcePipeline:
             return self.reader.status()
 
 
-def _new_bytes(registries: Sequence[Registry], landed: Sequence[Sequence[DumpFile]]) -> int:
-    """The stored bytes of the ``landed`` dumps (per registry) that registering would scan:
-    those not registered yet (an unreadable path counts nothing)."""
+def _new_bytes(landed: Iterable[LandedDumps]) -> int:
+    """The stored bytes of the ``landed`` dumps that registering would scan: those not
+    registered yet (an unreadable path counts nothing)."""
     total = 0
-    for registry, dumps in zip(registries, landed, strict=True):
-        new = set(registry.unregistered([d.path for d in dumps]))
-        total += sum(max(d.size, 0) for d in dumps if d.path in new)
+    for entry in landed:
+        new = set(entry.registry.unregistered([d.path for d in entry.dumps]))
+        total += sum(max(d.size, 0) for d in entry.dumps if d.path in new)
     return total
 
 

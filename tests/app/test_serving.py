@@ -1,6 +1,7 @@
 """Sources served together: each on its own, a transaction group's members in turn, every
 source reported once, a failure as that source's alone. Work stands in for a source's
-run (no Spark job), so what is asserted is the serving itself."""
+run (no Spark job), so what is asserted is the serving itself; the sources' registration
+together, before they are served, runs on the bundled sample's real dumps."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdc_core.app.materialize import serve_together, serving_units
-from cdc_core.config import Config, parse_config
+from cdc_core.app.materialize import ALL_SOURCES, LandedDumps, serve_together, serving_units
+from cdc_core.config import Config, load_config, parse_config
+from cdc_core.ingest import DumpFileChanged, list_dump_files
+from cdc_core.phases import PhaseEvent, observing
+from cdc_core.source import SourcePipeline
+from pipelines.sample import write_sample
 
 SOURCES = ["a", "orders", "b", "lines", "c", "d"]
 GROUP = {"orders", "lines"}
@@ -56,6 +61,9 @@ class Work:
 
     def input_bytes(self) -> int:
         return 1
+
+    def landed_dumps(self) -> list:
+        return []
 
     def serve(self) -> str:
         recorder = self.recorder
@@ -115,3 +123,61 @@ def test_nothing_selected_serves_nothing(spark: SparkSession, names: list[str]) 
         raise AssertionError("opened")
 
     assert list(serve_together(spark, deployment(), names, never, idle=lambda: None)) == []
+
+
+class Registering:
+    """A source's part of a run that only registers its dumps: real registries, a real
+    scan, and the source's own registration as its serving."""
+
+    def __init__(self, pipeline: SourcePipeline, now_ms: int) -> None:
+        self.pipeline, self.now_ms = pipeline, now_ms
+
+    def input_bytes(self) -> int:
+        return self.pipeline.input_bytes()
+
+    def landed_dumps(self) -> list[LandedDumps]:
+        return self.pipeline.landed_dumps(self.now_ms)
+
+    def serve(self) -> int:
+        return self.pipeline.register_dumps(self.now_ms)
+
+
+def test_a_runs_new_dumps_are_registered_together_and_a_refusal_stays_its_sources(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Every registry of the run (each source's, and the transaction topic's once) is
+    registered before any source is served, so no source finds a new dump of its own;
+    a source whose registered dump changed fails alone, and the others are registered."""
+    config = load_config(write_sample(tmp_path))
+    now = config.start_ms + 100 * config.window_ms
+    broken = config.source("clicks")
+    SourcePipeline.from_config(spark, config, broken).register_dumps(now)
+    rewritten = list_dump_files(config.landing, broken.topic)[0].path
+    with open(rewritten, "a") as dump:
+        dump.write("\n")
+    topics = [s.topic for s in config.sources if s is not broken]
+    topics += [group.topic for group in config.transactions]
+    landed = {topic: {d.path for d in list_dump_files(config.landing, topic)} for topic in topics}
+    events: list[PhaseEvent] = []
+
+    with observing(events.append):
+        served = list(serve_together(
+            spark, config, [s.name for s in config.sources],
+            lambda name: Registering(SourcePipeline.from_config(
+                spark, config, config.source(name)), now),
+            idle=lambda: None,
+        ))  # fmt: skip
+
+    together = [e for e in events if e.ended and e.source == ALL_SOURCES]
+    assert [(e.name, e.figures) for e in together] == [
+        ("register dumps", {"files": sum(len(paths) for paths in landed.values())})
+    ]
+    failures = {s.source: s.failure for s in served if s.failure is not None}
+    assert list(failures) == ["clicks"] and isinstance(failures["clicks"], DumpFileChanged)
+    assert {s.source: s.result for s in served if s.failure is None} == {
+        s.name: 0 for s in config.sources if s is not broken
+    }
+    for source in config.sources:
+        if source is not broken:
+            registry = SourcePipeline.from_config(spark, config, source).registry
+            assert {f.path for f in registry.files()} == landed[source.topic]

@@ -1,0 +1,88 @@
+"""Registering the landed dumps of many registries at once: one scan, a commit each.
+
+A run serves many sources, each with its own registry (a transaction group's member
+registers its group's too). Registering them one by one costs a Spark job per registry;
+registering them together scans every new dump in one job and commits each registry's
+rows from a pool of threads.
+
+Invariant: what a registry holds afterwards does not depend on the registries registered
+beside it. Its rows come from the same scan rules (a line's topic is judged against its
+own file's topic), it commits its files in one commit per arrival moment, as when it
+registers alone, and a registry that refuses its files (``DumpFileChanged``) or fails its
+commit fails alone: the others are registered all the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from cdc_core.ingest.dumps import DumpFile
+from cdc_core.ingest.registry import Registry, scan_new_dumps
+
+# Registries committing at once: each commit is a few small object writes, mostly waiting.
+COMMIT_THREADS = 4
+
+
+@dataclass(frozen=True)
+class LandedDumps:
+    """A registry's dumps as a run listed them, and when each arrived: at its time in
+    ``arrived`` (by path, for a file seen landing earlier), else at ``arrival_ms``."""
+
+    registry: Registry
+    dumps: Sequence[DumpFile]
+    arrival_ms: int
+    arrived: Mapping[str, int] = field(default_factory=dict)
+
+    def by_arrival(self, new: Sequence[DumpFile]) -> list[tuple[int, list[DumpFile]]]:
+        """``new`` (some of the dumps) grouped by arrival moment, oldest first."""
+        moments: dict[int, list[DumpFile]] = {}
+        for dump in new:
+            moments.setdefault(self.arrived.get(dump.path, self.arrival_ms), []).append(dump)
+        return sorted(moments.items())
+
+
+@dataclass(frozen=True)
+class Registered:
+    """What registering one registry's landed dumps gave: how many were new, or why it
+    failed (that registry alone)."""
+
+    files: int = 0
+    failure: Exception | None = None
+
+
+def register_landed(spark: SparkSession, landed: Sequence[LandedDumps]) -> list[Registered]:
+    """Register the new ones of each registry's landed dumps (one scan job for all of
+    them); what each gave, in order. A failure of the scan itself (a dump gone since it was
+    listed, say) raises: no registry has committed anything by then."""
+    news: list[list[DumpFile] | Exception] = []
+    for entry in landed:
+        try:
+            news.append(entry.registry.new_files(entry.dumps))
+        except Exception as refused:  # noqa: BLE001 - that registry's failure alone
+            news.append(refused)
+    found = [
+        (entry.registry.topic, new)
+        for entry, new in zip(landed, news, strict=True)
+        if isinstance(new, list) and new
+    ]
+    scan = scan_new_dumps(spark, found) if found else None
+
+    def commit(entry: LandedDumps, new: list[DumpFile] | Exception) -> Registered:
+        if isinstance(new, Exception):
+            return Registered(failure=new)
+        if not new or scan is None:
+            return Registered()
+        try:
+            for moment, files in entry.by_arrival(new):
+                entry.registry.record(files, scan, moment)
+        except Exception as failed:  # noqa: BLE001 - that registry's failure alone
+            return Registered(failure=failed)
+        return Registered(files=len(new))
+
+    with ThreadPoolExecutor(COMMIT_THREADS, "reclock-register") as pool:
+        return list(pool.map(commit, landed, news))
+
