@@ -115,7 +115,7 @@ def deployment_assets(
     specs, checks = [], []
     for source in config.sources:
         specs += table_specs(config, source)
-        if exportable(source):
+        if exportable(source.output_schema):
             specs.append(export_spec(source))
         checks += [*check_specs(config, source), readers_spec(config, source)]
     reports = CheckReports()

@@ -20,7 +20,7 @@ from assets.source_assets import source_output_keys
 from cdc_core.app.plan import plan_run
 from cdc_core.config import Config
 from cdc_core.frontier import iso
-from pipelines.build import ALL_WINDOWS_JOB, build_definitions
+from pipelines.build import ALL_WINDOWS_JOB, windows_definitions
 from pipelines.run_output import (
     dagster_run_config,
     print_problems,
@@ -63,7 +63,7 @@ def materialize(
         return True
     one = len(keys) == 1
     with quiet_warnings(verbose):
-        job = build_definitions(config, now_ms).resolve_job_def(ALL_WINDOWS_JOB)
+        job = windows_definitions(config, now_ms).resolve_job_def(ALL_WINDOWS_JOB)
         with _instance() as instance, progress_bar(config, len(keys)):
             result = job.execute_in_process(
                 instance=instance,

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
-from cdc_core.ingest.connect_files import sink_gaps
+from cdc_core.ingest.registry import sink_gaps
 from cdc_core.phases import phase
 from cdc_core.reclock import frontier_at, held_partitions, overdue, remap_updates
 from cdc_core.reclock.remap import frontier_in

@@ -75,7 +75,7 @@ def first_needed(
         published = False
     if not published:
         needed = min(needed, len(closed) - 1)
-    if exports and exportable(source):
+    if exports and exportable(source.output_schema):
         exported = next((i for i in range(len(closed) - 1, -1, -1)
                          if files.is_folder(str(root / EXPORT_FOLDER / closed[i][0]))),
                         -1)  # fmt: skip

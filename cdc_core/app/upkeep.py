@@ -44,7 +44,7 @@ def maintain(pipeline: SourcePipeline, now_ms: int) -> SourceUpkeep:
     CDCv2 export's windows before its retention horizon."""
     report = maintain_source(pipeline, now_ms)
     horizon = pipeline.config.calendar.source_horizon(pipeline.source.name, now_ms)
-    if not exportable(pipeline.source):
+    if not exportable(pipeline.source.output_schema):
         return SourceUpkeep(report, horizon, None)
     expired = expire_exports(pipeline.root / EXPORT_FOLDER, horizon)
     return SourceUpkeep(report, horizon, tuple(expired))

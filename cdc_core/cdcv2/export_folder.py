@@ -7,9 +7,10 @@ windows before the source's retention horizon and the folder does not grow for e
 
 from __future__ import annotations
 
+from pyspark.sql.types import StructType
+
 from cdc_core.calendar import key_start
 from cdc_core.cdcv2.data_columns import DataColumns, UnsupportedColumnType
-from cdc_core.config import SourceConfig
 from cdc_core.storage import LocationLike, files, located
 
 EXPORT_FOLDER = "cdcv2"
@@ -33,11 +34,11 @@ def expire_exports(root: LocationLike, before_ms: int) -> list[str]:
     return expired
 
 
-def exportable(source: SourceConfig) -> bool:
-    """Whether the CDCv2 encodings carry every output column of ``source`` (scalars: a
-    source that includes ``headers``, a list column, has no export asset)."""
+def exportable(output_schema: StructType) -> bool:
+    """Whether the CDCv2 encodings carry every column of a source's ``output_schema``
+    (scalars: a source that includes ``headers``, a list column, has no export asset)."""
     try:
-        DataColumns(source.output_schema)
+        DataColumns(output_schema)
     except UnsupportedColumnType:
         return False
     return True

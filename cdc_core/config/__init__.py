@@ -7,8 +7,9 @@ and sets process settings. Validation reports every problem of a file at once, o
 
 Modules: ``fields`` (what one value must be), ``model`` (the sections and the whole),
 ``catalog`` (the catalog section: where tables are registered by name),
-``rules`` (cross-field rules returning typed problems), ``problems`` (the problems and the
-error that carries them), ``parsing`` and ``loading``.
+``rules`` (cross-field rules returning typed problems, judged by parsing on the built
+model), ``problems`` (the problems and the error that carries them), ``parsing`` and
+``loading``.
 """
 
 from cdc_core.config.catalog import CATALOG_IMPLEMENTATION, CatalogSettings

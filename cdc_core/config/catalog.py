@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema, model_validator
 
@@ -19,9 +19,6 @@ from cdc_core.config.fields import IDENTIFIER, Folder, Identifier, Section, Text
 from cdc_core.config.problems import Problem, raise_all, refusal
 from cdc_core.storage import InsecureEndpoint, S3Settings
 from cdc_core.vocabulary import CatalogKind
-
-if TYPE_CHECKING:
-    from cdc_core.config.model import SourceConfig
 
 # A catalog reclock cannot register in, and why: asked for, it is refused at load.
 UNITY_REFUSED = (
@@ -159,11 +156,11 @@ class CatalogSettings(Section):
 
 
 def catalog_problems(
-    catalog: CatalogSettings, spark_conf: Mapping[str, str], sources: Sequence[SourceConfig]
+    catalog: CatalogSettings, spark_conf: Mapping[str, str], sources: Sequence[str]
 ) -> list[Problem]:
     """The catalog against the rest of the file: a Spark setting the catalog needs that
     ``spark.conf`` sets otherwise; two sources whose tables would share a name
-    (metastores ignore case)."""
+    (metastores ignore case); ``sources`` are the source names, in the file's order."""
     problems = [
         Problem(("spark", "conf", key), f"must be {value} for catalog kind {catalog.kind} "
                 "(or left out)", spark_conf[key])
@@ -174,10 +171,10 @@ def catalog_problems(
         return problems
     owners: dict[str, str] = {}
     for index, source in enumerate(sources):
-        name = catalog.table_name(source.name, "state")
+        name = catalog.table_name(source, "state")
         if name in owners:
             problems.append(Problem(("sources", index, "name"), "names the same catalog "
                                     f"tables as source {owners[name]!r} ({name}, ...): "
-                                    "metastores ignore case", source.name))  # fmt: skip
-        owners.setdefault(name, source.name)
+                                    "metastores ignore case", source))  # fmt: skip
+        owners.setdefault(name, source)
     return problems

@@ -3,15 +3,16 @@
 The model is the one definition of the file: it validates it, and its JSON Schema
 (``config_schema``, shipped as ``pipelines/reclock.schema.json``) lets editors check and
 complete it. Unknown keys are errors, so a typo never silently falls back to a default; a
-key set to null (an empty YAML value) counts as absent. Cross-field rules
-(``cdc_core.config.rules``) are judged by the model that holds the fields they relate, as
-soon as those fields are valid, whatever else is wrong in the file.
+key set to null (an empty YAML value) counts as absent. The model judges each field on its
+own; the cross-field rules (``cdc_core.config.rules``) judge the model once it is built,
+called by parsing, so the model knows nothing of them.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,7 +36,7 @@ from cdc_core.calendar import (
     Calendar,
     duration_ms,
 )
-from cdc_core.config.catalog import CatalogSettings, catalog_problems
+from cdc_core.config.catalog import CatalogSettings
 from cdc_core.config.fields import (
     CREDENTIAL_SETTING,
     DEFAULT_LAUNCHABLE,
@@ -64,15 +65,7 @@ from cdc_core.config.fields import (
     some_columns,
     to_struct_type,
 )
-from cdc_core.config.problems import describe, iso, raise_all, refusal, reraise
-from cdc_core.config.rules import (
-    avro_schema_problems,
-    duplicate_names,
-    partition_problems,
-    reference_problems,
-    source_problems,
-    transaction_problems,
-)
+from cdc_core.config.problems import Problem, describe, iso, raise_all, refusal, reraise
 from cdc_core.envelopes.avro_schemas import (
     LATEST,
     AvroSchema,
@@ -263,12 +256,6 @@ class AvroSchemaRef(Section):
     version: Annotated[int | str, BeforeValidator(schema_version)] = LATEST
     """The subject's version: a number, or latest (the highest in the folder)."""
 
-    @model_validator(mode="after")
-    def _one_source(self) -> AvroSchemaRef:
-        """Either a file with its id or a subject (``rules.reference_problems``)."""
-        raise_all(type(self).__name__, reference_problems(self))
-        return self
-
     def load(self, schema_folder: Path | None) -> AvroSchema:
         """The schema it names (AvroSchemaError when it cannot be read)."""
         if self.file is not None:
@@ -289,7 +276,7 @@ class SourceConfig(Section):
     ``bigint``), in declaration order.
     """
 
-    # Editors judge the format/envelope pairing as ``_envelope_rules`` does.
+    # Editors judge the format/envelope pairing as ``rules.source_problems`` does.
     model_config = ConfigDict(
         json_schema_extra={
             "if": {"properties": {"format": {"enum": _CDCV2_FORMATS}}, "required": ["format"]},
@@ -356,12 +343,6 @@ class SourceConfig(Section):
     """How far back this source's tables stay exactly readable (maintenance moves its
     sinces to UTC midnight before now - retention), when it differs from the config's
     retention, which it defaults to."""
-
-    @model_validator(mode="after")
-    def _envelope_rules(self) -> SourceConfig:
-        """Rules tying the envelope to the columns (``rules.source_problems``)."""
-        raise_all(type(self).__name__, source_problems(self))
-        return self
 
     def avro_schema(self, part: str, schema_folder: Path | None) -> AvroSchema | None:
         """The loaded Avro schema of ``part`` (key or value), None when not avro."""
@@ -494,12 +475,6 @@ class Config(Section):
             raise refusal(f"must be after start ({iso(start_ms)})")
         return end_ms
 
-    @model_validator(mode="after")
-    def _partitions_within_guidance(self) -> Config:
-        """Dagster's guidance on partitions per asset (``rules.partition_problems``)."""
-        raise_all(type(self).__name__, partition_problems(self))
-        return self
-
     @property
     def retention_ms(self) -> int | None:
         """``retention`` in milliseconds: 30 days for an open-ended config without one, None
@@ -530,7 +505,7 @@ class Config(Section):
     ) -> tuple[SourceConfig, ...]:
         """Names are compared on the raw entries, so a duplicate is reported along with any
         other problem of the sources; at least one source is required."""
-        problems = duplicate_names(value)
+        problems = _duplicate_names(value)
         try:
             sources = handler(value)
         except ValidationError as error:
@@ -543,30 +518,17 @@ class Config(Section):
         return sources
 
     @model_validator(mode="after")
-    def _avro_schemas_fit(self) -> Config:
-        """Every named Avro schema fits its columns (``rules.avro_schema_problems``)."""
-        raise_all(type(self).__name__, avro_schema_problems(self))
-        return self
-
-    @model_validator(mode="after")
-    def _transaction_members(self) -> Config:
-        """Members are Debezium sources (``rules.transaction_problems``)."""
-        raise_all(type(self).__name__, transaction_problems(self))
-        return self
-
-    @model_validator(mode="after")
     def _catalog_in_session(self, info: ValidationInfo) -> Config:
         """An embedded metastore lives beside the config file unless it names a folder;
-        the catalog's rules hold (``catalog.catalog_problems``); its Spark settings join
-        ``spark.conf``, where every session builder and ``reclock spark-server --config``
-        look."""
+        its Spark settings join ``spark.conf``, where every session builder and ``reclock
+        spark-server --config`` look. A setting the file gives otherwise stays, for the
+        catalog's rule (``catalog.catalog_problems``) to refuse."""
         base = Path((info.context or {}).get("base_dir", "."))
         catalog = self.catalog.located(base)
-        raise_all(type(self).__name__, catalog_problems(catalog, self.spark.conf, self.sources))
         object.__setattr__(self, "catalog", catalog)
         wanted = catalog.session_conf()
         if wanted:
-            spark = self.spark.model_copy(update={"conf": {**self.spark.conf, **wanted}})
+            spark = self.spark.model_copy(update={"conf": {**wanted, **self.spark.conf}})
             object.__setattr__(self, "spark", spark)
         return self
 
@@ -600,6 +562,20 @@ class Config(Section):
         known = ", ".join(s.name for s in self.sources)
         raise KeyError(f"no source named {name!r} (configured: {known})")
 
+
+
+def _duplicate_names(entries: Any) -> list[Problem]:
+    """A source name used twice, judged on the raw entries so that it is reported along
+    with any other problem of the sources."""
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries if isinstance(entries, list) else []):
+        name = entry.get("name") if isinstance(entry, Mapping) else None
+        name = name.strip() if isinstance(name, str) else ""
+        if name and name in seen:
+            problems.append(Problem((index, "name"), f"duplicate source name {name!r}", name))
+        seen.add(name)
+    return problems
 
 
 @functools.cache

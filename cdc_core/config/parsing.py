@@ -19,6 +19,7 @@ from pydantic_core import ErrorDetails
 
 from cdc_core.config.model import Config, config_schema
 from cdc_core.config.problems import ConfigError, ConfigProblem, describe
+from cdc_core.config.rules import config_problems
 
 ROOT = "<config>"  # the field path of the whole file
 
@@ -26,14 +27,20 @@ ROOT = "<config>"  # the field path of the whole file
 def parse_config(data: Any, base_dir: Path) -> Config:
     """Validate an already-read config; relative paths resolve against ``base_dir``.
 
-    Raises ConfigError listing every problem found. It reads no file and changes nothing
-    outside the model it returns: ``load_config`` judges the storage settings against the
-    environment and makes them the process's (``use_config`` does that alone).
+    Raises ConfigError listing every problem found: the fields' own, else the cross-field
+    rules' (``rules.config_problems``), judged on the built model. It reads no file and
+    changes nothing outside the model it returns: ``load_config`` judges the storage
+    settings against the environment and makes them the process's (``use_config`` does
+    that alone).
     """
     try:
-        return Config.model_validate(data, context={"base_dir": Path(base_dir)})
+        config = Config.model_validate(data, context={"base_dir": Path(base_dir)})
     except ValidationError as error:
         raise ConfigError([_translate(detail) for detail in error.errors()]) from None
+    problems = config_problems(config)
+    if problems:
+        raise ConfigError([ConfigProblem(_schema_at(p.where)[0], p.text) for p in problems])
+    return config
 
 
 # --- pydantic's errors as config problems ----------------------------------------------------

@@ -2,16 +2,18 @@
 
 Each rule relates fields that are valid on their own (an envelope and its columns, a
 transaction group and its members) and returns every ``Problem`` it finds, placed relative
-to the model it judges; the model's validators raise them all at once. A rule reads only
-the model, except ``avro_schema_problems``, which reads the schema files a config names.
+to the model it judges. Parsing judges a built model with ``config_problems``, which places
+them from the file's root. A rule reads only the model, except ``avro_schema_problems``,
+which reads the schema files a config names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from cdc_core.calendar import MS_PER_DAY, MS_PER_HOUR, duration_ms, launch_step_ms
+from cdc_core.config.catalog import catalog_problems
 from cdc_core.config.fields import CDCV2_COLUMN_TYPES, HISTORY_ENVELOPES, MAX_PARTITIONS
 from cdc_core.config.problems import Problem, iso
 from cdc_core.envelopes.avro_schemas import AvroSchemaError, column_problems
@@ -20,6 +22,39 @@ from cdc_core.vocabulary import Envelope, Format, IncludeField, RecordEncoding
 
 if TYPE_CHECKING:
     from cdc_core.config.model import AvroSchemaRef, Config, SourceConfig
+
+
+def config_problems(config: Config) -> list[Problem]:
+    """Every cross-field problem of a built config, placed from the file's root.
+
+    A section's rules come before the whole's, and each group is judged only when the
+    groups before it hold (a schema reference is whole before its source is judged, and
+    every source before the schemas are read): so a problem is never a consequence of
+    another one reported with it.
+    """
+    problems: list[Problem] = []
+    for index, source in enumerate(config.sources):
+        references = [
+            within(("sources", index, f"{part}_avro_schema"), reference_problems(reference))
+            for part, reference in (("key", source.key_avro_schema),
+                                    ("value", source.value_avro_schema))
+            if reference is not None
+        ]  # fmt: skip
+        problems += [problem for found in references for problem in found] or within(
+            ("sources", index), source_problems(source)
+        )
+    if problems:
+        return problems
+    for rule in (partition_problems, avro_schema_problems, transaction_problems):
+        if found := rule(config):
+            return found
+    names = [source.name for source in config.sources]
+    return catalog_problems(config.catalog, config.spark.conf, names)
+
+
+def within(where: tuple[str | int, ...], problems: Sequence[Problem]) -> list[Problem]:
+    """``problems`` of the section at ``where``, placed from the file's root."""
+    return [problem._replace(where=(*where, *problem.where)) for problem in problems]
 
 
 def reference_problems(reference: AvroSchemaRef) -> list[Problem]:
@@ -32,20 +67,6 @@ def reference_problems(reference: AvroSchemaRef) -> list[Problem]:
     elif reference.subject is not None and reference.id is not None:
         problem = "a subject's version file holds its id already"
         problems.append(Problem(("id",), problem, reference.id))
-    return problems
-
-
-def duplicate_names(entries: Any) -> list[Problem]:
-    """A source name used twice, judged on the raw entries so that it is reported along
-    with any other problem of the sources."""
-    problems: list[Problem] = []
-    seen: set[str] = set()
-    for index, entry in enumerate(entries if isinstance(entries, list) else []):
-        name = entry.get("name") if isinstance(entry, Mapping) else None
-        name = name.strip() if isinstance(name, str) else ""
-        if name and name in seen:
-            problems.append(Problem((index, "name"), f"duplicate source name {name!r}", name))
-        seen.add(name)
     return problems
 
 

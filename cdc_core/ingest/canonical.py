@@ -21,12 +21,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from cdc_core.ingest.connect_files import layout_of, sink_gaps
+from cdc_core.ingest.connect_files import layout_of
 from cdc_core.ingest.dump_bytes import (
     DumpDamage,
 )
 from cdc_core.ingest.dumps import error_rows, read_dumps
-from cdc_core.ingest.registry import RegisteredFile, Registry
+from cdc_core.ingest.registry import RegisteredFile, Registry, sink_gaps
 from cdc_core.schemas import ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import local_frame
 from cdc_core.storage import files as storage_files

@@ -19,8 +19,8 @@ its records have no key.
 The sink writes a partition's records in order, file after file, each named by its first
 record's offset: so the offsets between a file's last record and the next file's start
 hold no record the sink consumed (a transactional producer's commit markers and aborted
-transactions make such holes). ``sink_gaps`` names them, and binding passes them as it
-passes records, never holding a partition there.
+transactions make such holes). ``registry.sink_gaps`` names them among the registered
+files, and binding passes them as it passes records, never holding a partition there.
 
 Each record becomes the kcat ``-J`` line that would describe it, on the executors, so
 registration, parsing, error reporting and deduplication treat both layouts alike. A file
@@ -35,9 +35,9 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import fastavro
 import pyarrow as pa
@@ -49,9 +49,6 @@ from cdc_core.spark import lines_by_path, path_frame
 from cdc_core.storage import files as storage_files
 from cdc_core.storage import on_workers
 from cdc_core.vocabulary import DumpLayout, SinkStore
-
-if TYPE_CHECKING:  # the registry records these files; this module only names them
-    from cdc_core.ingest.registry import RegisteredFile
 
 _NAME = re.compile(
     r"(?P<stem>(?P<topic>.+)\+(?P<partition>\d+)\+(?P<start>\d+))"
@@ -101,36 +98,6 @@ def stem(path: str) -> str | None:
     if match is None:
         return None
     return os.path.join(os.path.dirname(path), match["stem"])
-
-
-def sink_gaps(files: Iterable[RegisteredFile]) -> dict[int, list[tuple[int, int]]]:
-    """Per Kafka partition, the offset ranges ``[low, high)`` that sink value files among
-    ``files`` show hold no record: from a sound file's last record to the start of the
-    next file of its partition, when that file is among them and no file of any layout
-    holds offsets in between. A damaged file (its records after the damage are lost)
-    shows nothing."""
-    starts: dict[int, set[int]] = {}
-    ends: dict[int, set[int]] = {}  # the last offset of each sound file
-    ranges: dict[int, list[tuple[int, int]]] = {}  # every file's, inclusive
-    for registered in files:
-        for stats in registered.partitions:
-            ranges.setdefault(stats.partition, []).append((stats.min_offset, stats.max_offset))
-        name = connect_name(registered.path)
-        if name is None or name.stored is not None:
-            continue
-        starts.setdefault(name.partition, set()).add(name.start)
-        if not registered.has_errors:
-            for stats in registered.partitions:
-                ends.setdefault(stats.partition, set()).add(stats.max_offset)
-    gaps: dict[int, list[tuple[int, int]]] = {}
-    for partition, lasts in sorted(ends.items()):
-        for last in sorted(lasts):
-            after = [start for start in starts.get(partition, ()) if start > last]
-            low, high = last + 1, min(after, default=last + 1)
-            crossed = any(a < high and b >= low for a, b in ranges.get(partition, ()))
-            if high > low and not crossed:
-                gaps.setdefault(partition, []).append((low, high))
-    return gaps
 
 
 def layout_of(path: str) -> DumpLayout:

@@ -180,6 +180,36 @@ class RegisteredFile:
         return f"{self.path} ({ranges or 'no records'})"
 
 
+def sink_gaps(files: Iterable[RegisteredFile]) -> dict[int, list[tuple[int, int]]]:
+    """Per Kafka partition, the offset ranges ``[low, high)`` that sink value files among
+    ``files`` show hold no record: from a sound file's last record to the start of the
+    next file of its partition, when that file is among them and no file of any layout
+    holds offsets in between. A damaged file (its records after the damage are lost)
+    shows nothing."""
+    starts: dict[int, set[int]] = {}
+    ends: dict[int, set[int]] = {}  # the last offset of each sound file
+    ranges: dict[int, list[tuple[int, int]]] = {}  # every file's, inclusive
+    for registered in files:
+        for stats in registered.partitions:
+            ranges.setdefault(stats.partition, []).append((stats.min_offset, stats.max_offset))
+        name = connect_name(registered.path)
+        if name is None or name.stored is not None:
+            continue
+        starts.setdefault(name.partition, set()).add(name.start)
+        if not registered.has_errors:
+            for stats in registered.partitions:
+                ends.setdefault(stats.partition, set()).add(stats.max_offset)
+    gaps: dict[int, list[tuple[int, int]]] = {}
+    for partition, lasts in sorted(ends.items()):
+        for last in sorted(lasts):
+            after = [start for start in starts.get(partition, ()) if start > last]
+            low, high = last + 1, min(after, default=last + 1)
+            crossed = any(a < high and b >= low for a, b in ranges.get(partition, ()))
+            if high > low and not crossed:
+                gaps.setdefault(partition, []).append((low, high))
+    return gaps
+
+
 class Registry:
     """The registry of one topic's dumps: ``files`` and ``retired`` Delta tables under ``root``.
     ``stores``: what its Kafka Connect sink writes beside each value file (a value file is

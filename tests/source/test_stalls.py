@@ -24,7 +24,7 @@ from cdc_core.app.status import statuses
 from cdc_core.checks.invariants import exactly_once
 from cdc_core.config import Config, load_config
 from cdc_core.frontier import OffsetFrontier
-from cdc_core.ingest.connect_files import sink_gaps
+from cdc_core.ingest.registry import sink_gaps
 from cdc_core.reclock import Windows
 from cdc_core.reclock.remap import UnexpectedStartOffset
 from cdc_core.source import SourcePipeline
