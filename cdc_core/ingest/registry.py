@@ -600,7 +600,9 @@ def _folded_tops(table: DeltaTable | None) -> pa.Table:
     if table is None:
         return _TOPS_SCHEMA.empty_table()
     actions = pa.table(table.get_add_actions(flatten=True))
-    folded = actions.filter(pa.array([_is_folded(p) for p in actions["path"].to_pylist()]))
+    folded = actions.filter(
+        pa.array([_is_folded(p) for p in actions["path"].to_pylist()], pa.bool_())
+    )
     stats = {"partition": "min.partition", "max_offset": "max.max_offset", "max_ts": "max.max_ts"}
     return pa.table({
         name: folded[stat] if stat in folded.column_names else pa.nulls(folded.num_rows)

@@ -391,3 +391,12 @@ def _unfolded_files(path: str) -> list[str]:
 
 def _folded_files(path: str) -> set[str]:
     return {uri for uri in DeltaTable(path).file_uris() if "/folded-" in uri}
+
+
+def test_a_registry_whose_files_table_holds_no_file_yet_reads_as_empty(tmp_path: Path) -> None:
+    """A run may find the files table created by another run that has not written its
+    first files yet (two runs of one config at once): that registry holds no file."""
+    write_deltalake(str(tmp_path / "registry" / "files"), FILES_SCHEMA.empty_table())
+    registry = Registry(tmp_path / "registry", "t")
+    assert registry.files() == [] and registry.live_files() == []
+    assert registry.files(reaching={0: 5}) == [] and registry.newest_ts() is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,7 +19,9 @@ from pyspark.sql import SparkSession
 import cdc_core.source.planning
 import cdc_core.spark
 from cdc_core.config import Config, load_config
-from cdc_core.ingest import Registry, list_dump_files
+from cdc_core.ingest import list_dump_files
+from cdc_core.ingest import registering as registering_module
+from cdc_core.ingest.dumps import DumpScan
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows
 from cdc_core.shard import existing_table
@@ -88,15 +91,15 @@ def registrations_planned(
     spark: SparkSession, config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[dict[str, dict[str, str]], list[dict[str, str]]]:
     """``first_window_planned``, with the settings each registration's scan ran with
-    (observed as ``Registry.register`` is called; the call itself is the real one)."""
+    (observed as the scan of new dumps is called; the call itself is the real one)."""
     registering: list[dict[str, str]] = []
-    register = Registry.register
+    scan = registering_module.scan_new_dumps
 
-    def observed(registry: Registry, session: SparkSession, *rest: object) -> object:
+    def observed(session: SparkSession, *rest: Any) -> DumpScan:
         registering.append(settings(session))
-        return register(registry, session, *rest)
+        return scan(session, *rest)
 
-    monkeypatch.setattr(Registry, "register", observed)
+    monkeypatch.setattr(registering_module, "scan_new_dumps", observed)
     return first_window_planned(spark, config), registering
 
 
