@@ -22,14 +22,13 @@ from dagster import (
     MetadataValue,
     Output,
 )
-from pyspark.sql import SparkSession
 
 from assets.source_assets import output_key
 from cdc_core.app.checks import (
+    ChecksToJudge,
     JudgedChecks,
     Severity,
     SourceCheck,
-    judge_checks,
     source_checks,
 )
 from cdc_core.calendar import to_datetime
@@ -145,29 +144,27 @@ def check_specs(config: Config, source: SourceConfig) -> list[AssetCheckSpec]:
     ]  # fmt: skip
 
 
-def judge_source(
+def checks_to_judge(
     context: AssetExecutionContext,
     config: Config,
     source: SourceConfig,
     lake: LakeResource,
-    spark: SparkSession,
     selected: Collection[AssetCheckKey],
-) -> JudgedChecks:
+) -> ChecksToJudge:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
     registered record accounted for, the state's counts (a set per key for a keyed
     envelope, positive for a bag), no standing constraint violation (classic DEBEZIUM),
     well-formed history (when kept),
     no transaction waiting past its group's timeout (for a member of a transaction group),
     and the source's data expectations: those of them in ``selected`` (any subset, e.g.
-    one picked in the UI).
+    one picked in the UI), over the run's windows.
 
-    It reports nothing itself (``report_judged`` does, from the step's own thread), so a
-    source's checks can be judged beside other sources' work (``cdc_core.app.checks``
-    judges them)."""
+    Judging them reports nothing (``report_judged`` does, from the step's own thread), so
+    every source's checks of a run are judged together (``judge_together``)."""
     keys = {AssetCheckKey(output_key(source.name, c.asset), c.name): c
             for c in source_checks(config, source)}  # fmt: skip
     chosen = [keys[key] for key in sorted(selected, key=str) if key in keys]
-    return judge_checks(spark, config, source, lake.root, tagged_range(context, config), chosen)
+    return ChecksToJudge(source, lake.root, tagged_range(context, config), chosen)
 
 
 def report_judged(

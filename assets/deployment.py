@@ -25,6 +25,7 @@ import queue
 import time
 import traceback
 from collections.abc import Generator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from dagster import (
@@ -44,7 +45,7 @@ from dagster_pyspark import PySparkResource
 from pyspark.sql import SparkSession
 
 from assets.cdcv2_export import export_key, export_spec, export_windows_of, report_export
-from assets.checks import CheckReports, check_specs, judge_source, report_judged
+from assets.checks import CheckReports, check_specs, checks_to_judge, report_judged
 from assets.partitions import contiguous_windows
 from assets.reader_checks import READERS_CHECK, judge_readers, readers_spec
 from assets.source_assets import (
@@ -54,12 +55,14 @@ from assets.source_assets import (
     report_windows,
     table_specs,
 )
-from cdc_core.app.checks import JudgedChecks, blocks_export
+from cdc_core.app.checks import ChecksToJudge, JudgedChecks, blocks_export, judge_together
 from cdc_core.app.errors import STATED_ERRORS
 from cdc_core.app.export import SourceExport, export_changes, exportable
 from cdc_core.app.materialize import (
+    SOURCE_WORKERS,
     LandedDumps,
     MaterializedWindows,
+    Served,
     materialize_windows,
     open_source,
     serve_together,
@@ -156,8 +159,9 @@ def deployment_assets(
 
         failed: list[str] = []
         with observing(progress.put):
+            finish = functools.partial(finish_sources, spark, config)
             for served in serve_together(
-                spark, config, list(picked), open_step, idle=pass_on_progress
+                spark, config, list(picked), open_step, idle=pass_on_progress, finish=finish
             ):
                 pass_on_progress()
                 try:
@@ -231,28 +235,64 @@ class SourceStep:
             return []
         return self.pipeline.landed_dumps(self.run.now_ms, self.run.arrived)
 
+    @property
+    def readers_check(self) -> AssetCheckKey:
+        """The key of the source's readers check (judged from the lease table alone)."""
+        return AssetCheckKey(output_key(self.source.name, "changes"), READERS_CHECK)
+
     def serve(self) -> "SourceServed":
-        """Run the source's windows, judge its checks, build its export."""
+        """Run the source's windows and judge its readers check; its other checks and its
+        export wait for every source of the run (``finish_sources``)."""
         served = SourceServed(self)
         if self.pipeline is not None:
             served.windows = materialize_windows(
                 self.pipeline, self.run.runs, now_ms=self.run.now_ms, arrived=self.run.arrived
             )
             served.backlog = Backlog.of(self.pipeline.registry)
-        readers = AssetCheckKey(output_key(self.source.name, "changes"), READERS_CHECK)
-        if readers in self.picked.checks:
+        if self.readers_check in self.picked.checks:
             served.readers = judge_readers(self.config, self.source, self.lake)
-        if self.picked.checks - {readers}:
-            served.judged = judge_source(
-                self.context, self.config, self.source, self.lake, self.spark,
-                self.picked.checks,
-            )  # fmt: skip
-        if self.picked.export and not served.blocking_failed():
-            # The run's own handle when the source's windows ran (its tables are open).
-            pipeline = self.pipeline or self.open()
-            windows = export_windows_of(self.partitions, self.run.keys)
-            served.export = export_changes(self.config, pipeline, windows, self.run.run_id)
         return served
+
+    def checks_to_judge(self) -> ChecksToJudge | None:
+        """The source's picked checks, to judge with the run's other sources' (None: none
+        picked beyond its readers check)."""
+        if not self.picked.checks - {self.readers_check}:
+            return None
+        return checks_to_judge(self.context, self.config, self.source, self.lake,
+                               self.picked.checks)  # fmt: skip
+
+    def export(self) -> SourceExport:
+        """Build the source's CDCv2 export of the run's windows."""
+        # The run's own handle when the source's windows ran (its tables are open).
+        pipeline = self.pipeline or self.open()
+        windows = export_windows_of(self.partitions, self.run.keys)
+        return export_changes(self.config, pipeline, windows, self.run.run_id)
+
+
+def finish_sources(
+    spark: SparkSession, config: Config, served: list[Served["SourceServed"]]
+) -> list[Served["SourceServed"]]:
+    """Every served source's picked checks, judged together (``judge_together``: one
+    job per check kind, not per source), then the exports of those whose blocking checks
+    passed, several at once; a source whose export fails fails alone."""
+    ready = [s.result for s in served if s.result is not None]
+    asking = [(result, ask) for result in ready if (ask := result.step.checks_to_judge())]
+    judged = judge_together(spark, config, [ask for _, ask in asking])
+    for (result, _), verdict in zip(asking, judged, strict=True):
+        result.judged = verdict
+
+    def exported(result: SourceServed) -> Served[SourceServed]:
+        name = result.step.source.name
+        try:
+            if result.step.picked.export and not result.blocking_failed():
+                result.export = result.step.export()
+        except Exception as failure:  # noqa: BLE001 - reported as the source's failure
+            return Served(name, failure=failure)
+        return Served(name, result=result)
+
+    with ThreadPoolExecutor(SOURCE_WORKERS, thread_name_prefix="reclock-export") as pool:
+        finished = {f.source: f for f in pool.map(exported, ready)}
+    return [finished.get(s.source, s) for s in served]
 
 
 @dataclass

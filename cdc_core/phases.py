@@ -16,7 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PhaseEvent", "observing", "phase"]
+__all__ = ["ALL_SOURCES", "PhaseEvent", "observing", "phase"]
+
+# The source name of a phase that works for several sources of a run at once.
+ALL_SOURCES = "all sources"
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,12 @@ Dagster asset check per check); judging them knows nothing of the front end.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, Generic, TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -25,12 +27,16 @@ from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
 from cdc_core.ingest.registry import sink_gaps
-from cdc_core.phases import phase
+from cdc_core.phases import ALL_SOURCES, phase
 from cdc_core.reclock import frontier_at, held_partitions, overdue, remap_updates
 from cdc_core.reclock.remap import frontier_in
 from cdc_core.source import SourceReader
+from cdc_core.source.planning import is_small_step
+from cdc_core.spark import planned_as
 from cdc_core.storage import LocationLike
 from cdc_core.vocabulary import Envelope
+
+Q = TypeVar("Q")
 
 
 class Severity(StrEnum):
@@ -41,8 +47,23 @@ class Severity(StrEnum):
 
 
 @dataclass(frozen=True)
+class JointJudgement(Generic[Q]):
+    """How one kind of check is judged for many sources with one Spark job: the question
+    each source's tables ask (on the driver, from their logs), and the answers to many
+    questions at once, in order."""
+
+    ask: Callable[[SourceReader, int, int], Q]
+    answer: Callable[[SparkSession, Sequence[Q]], list[checks.CheckOutcome]]
+
+    def judge(self, reader: SourceReader, start: int, end: int) -> checks.CheckOutcome:
+        """One source's verdict: its question answered alone."""
+        return self.answer(reader.spark, [self.ask(reader, start, end)])[0]
+
+
+@dataclass(frozen=True)
 class SourceCheck:
-    """One check of a source: the output it judges, its name, and how it judges."""
+    """One check of a source: the output it judges, its name, and how it judges: alone
+    (``judge``), or with the same check of other sources (``joint``, when it has one)."""
 
     asset: str
     name: str
@@ -50,6 +71,19 @@ class SourceCheck:
     description: str
     blocking: bool = True
     severity: Severity | None = None  # None: error when blocking, else warning
+    joint: JointJudgement[Any] | None = None
+
+    @classmethod
+    def jointly(
+        cls, asset: str, name: str, joint: JointJudgement[Any], description: str
+    ) -> SourceCheck:
+        """A blocking check judged with the same check of other sources."""
+        return cls(asset, name, joint.judge, description, joint=joint)
+
+    @property
+    def kind(self) -> tuple[str, str]:
+        """What the same check of two sources shares: its output and its name."""
+        return self.asset, self.name
 
     @property
     def level(self) -> Severity:
@@ -68,29 +102,6 @@ CONCURRENT_CHECKS = 4
 CHECKED_TABLES = ("reclocked", "changes", "errors", "history")
 
 
-def judge_concurrently(
-    source: str,
-    selected: Sequence[SourceCheck],
-    judge: Callable[[SourceCheck], checks.CheckOutcome],
-) -> list[checks.CheckOutcome | Exception]:
-    """Each check's outcome (or what it raised), in ``selected``'s order.
-
-    The checks are independent reads, each a few small Spark jobs whose time is mostly
-    the driver's planning and scheduling: judged from a few threads over the one session,
-    their jobs overlap. ``judge`` must give each check its own table handles (a delta-rs
-    handle is not shared between threads)."""
-
-    def judged(check: SourceCheck) -> checks.CheckOutcome | Exception:
-        try:
-            with phase(source, f"check {check.asset}.{check.name}"):
-                return judge(check)
-        except Exception as failure:
-            return failure
-
-    with ThreadPoolExecutor(CONCURRENT_CHECKS, thread_name_prefix="check") as pool:
-        return list(pool.map(judged, selected))
-
-
 @dataclass(frozen=True)
 class JudgedChecks:
     """A source's selected checks as judged over ``window`` (None: nothing complete yet,
@@ -99,6 +110,17 @@ class JudgedChecks:
     source: SourceConfig
     window: tuple[int, int] | None
     judged: list[tuple[SourceCheck, checks.CheckOutcome | Exception | None]]
+
+
+@dataclass(frozen=True)
+class ChecksToJudge:
+    """What a run asks of one source: its ``chosen`` checks over ``window`` (a run's
+    windows; None: the newest complete window), its tables under ``lake``."""
+
+    source: SourceConfig
+    lake: LocationLike
+    window: tuple[int, int] | None
+    chosen: Sequence[SourceCheck]
 
 
 def newest_window(config: Config, reader: SourceReader) -> tuple[int, int] | None:
@@ -110,39 +132,102 @@ def newest_window(config: Config, reader: SourceReader) -> tuple[int, int] | Non
     return upper - 1 - config.window_ms, upper - 1
 
 
-def judge_checks(
-    spark: SparkSession,
-    config: Config,
-    source: SourceConfig,
-    lake: LocationLike,
-    window: tuple[int, int] | None,
-    chosen: Sequence[SourceCheck],
-) -> JudgedChecks:
-    """The ``chosen`` checks of ``source`` (its tables under ``lake``) judged over
-    ``window`` (a run's windows; None: the newest complete window), all at once
-    (``judge_concurrently``), through the source's read handle: judging writes nothing,
-    so it works on a lake it may not write. The handle is opened once per checking
-    thread, not once per check: its table handles are its own."""
+def judge_together(
+    spark: SparkSession, config: Config, asked: Sequence[ChecksToJudge]
+) -> list[JudgedChecks]:
+    """Every source's checks judged, in ``asked``'s order, through each source's read
+    handle: judging writes nothing, so it works on a lake it may not write.
 
-    def open_reader() -> SourceReader:
-        return SourceReader.open(spark, config, source, lake)
+    Why together: a run's checks are a few small Spark jobs per source, whose cost is the
+    job, not the rows. So a check with a joint judgement (``SourceCheck.joint``) is one
+    question per source, asked from its logs, and one answer for every source that
+    asks it: one job per check kind and table layout, however many sources. The other
+    checks are judged per source. Both kinds run from ``CONCURRENT_CHECKS`` threads,
+    each with its own handles (a delta-rs handle is not shared between threads).
 
-    reader = open_reader()
-    judged_window = window or newest_window(config, reader)
-    if judged_window is None:
-        return JudgedChecks(source, None, [(check, None) for check in chosen])
+    A source's check that raises is that check's outcome: the others, its own and other
+    sources', are judged all the same. A joint answer that raises is every asking
+    source's outcome of that check."""
     opened = threading.local()
 
-    def judge(check: SourceCheck) -> checks.CheckOutcome:
-        if not hasattr(opened, "reader"):
-            opened.reader = open_reader()
-        return check.judge(opened.reader, *judged_window)
+    def reader_of(index: int) -> SourceReader:
+        readers = opened.__dict__.setdefault("readers", {})
+        if index not in readers:
+            readers[index] = SourceReader.open(spark, config, asked[index].source,
+                                               asked[index].lake)  # fmt: skip
+        return readers[index]
 
-    # Planned once for every checking thread (the plan settings are the session's).
-    judged_from = {"reclocked": judged_window[0], "errors": judged_window[0]}
-    with reader.planned_by_tables(*CHECKED_TABLES, after=judged_from):
-        judged = judge_concurrently(source.name, chosen, judge)
-    return JudgedChecks(source, judged_window, list(zip(chosen, judged, strict=True)))
+    windows: list[tuple[int, int] | None] = []
+    rows = 0
+    for index, request in enumerate(asked):
+        window = request.window or newest_window(config, reader_of(index))
+        windows.append(window)
+        if window is not None and request.chosen:
+            judged_from = {"reclocked": window[0], "errors": window[0]}
+            rows += reader_of(index).rows_to_read(*CHECKED_TABLES, after=judged_from)
+    outcomes: dict[tuple[int, int], checks.CheckOutcome | Exception] = {}
+    alone: list[tuple[int, int]] = []
+    joint: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for index, (request, window) in enumerate(zip(asked, windows, strict=True)):
+        for position, check in enumerate(request.chosen if window else ()):
+            if check.joint is None:
+                alone.append((index, position))
+            else:
+                joint.setdefault(check.kind, []).append((index, position))
+
+    def judged_alone(at: tuple[int, int]) -> None:
+        index, position = at
+        check, window = asked[index].chosen[position], windows[index]
+        assert window is not None
+        with _outcome_of(outcomes, [at]), phase(asked[index].source.name,
+                                                f"check {check.asset}.{check.name}"):  # fmt: skip
+            outcomes[at] = check.judge(reader_of(index), *window)
+
+    def judged_jointly(kind: tuple[str, str], at: list[tuple[int, int]]) -> None:
+        questions: dict[tuple[int, int], object] = {}
+        for index, position in at:
+            window = windows[index]
+            assert window is not None
+            joint_judgement = asked[index].chosen[position].joint
+            assert joint_judgement is not None
+            with _outcome_of(outcomes, [(index, position)]):
+                questions[(index, position)] = joint_judgement.ask(reader_of(index), *window)
+        if not questions:
+            return
+        first = asked[at[0][0]].chosen[at[0][1]].joint
+        assert first is not None
+        source = asked[at[0][0]].source.name if len(asked) == 1 else ALL_SOURCES
+        with _outcome_of(outcomes, list(questions)), phase(source, f"check {'.'.join(kind)}"):
+            answers = first.answer(spark, list(questions.values()))
+            outcomes.update(zip(questions, answers, strict=True))
+
+    with planned_as(spark, is_small_step(rows), config.spark.conf), ThreadPoolExecutor(
+        CONCURRENT_CHECKS, thread_name_prefix="check"
+    ) as pool:
+        work = [pool.submit(judged_jointly, kind, at) for kind, at in joint.items()]
+        work += [pool.submit(judged_alone, at) for at in alone]
+        for done in work:
+            done.result()
+    return [
+        JudgedChecks(
+            request.source,
+            window,
+            [(check, outcomes.get((index, position)) if window else None)
+             for position, check in enumerate(request.chosen)],  # fmt: skip
+        )
+        for index, (request, window) in enumerate(zip(asked, windows, strict=True))
+    ]
+
+
+@contextmanager
+def _outcome_of(
+    outcomes: dict[tuple[int, int], checks.CheckOutcome | Exception], at: Sequence[tuple[int, int]]
+) -> Iterator[None]:
+    """What the block raises becomes the outcome of every check ``at``."""
+    try:
+        yield
+    except Exception as failure:  # noqa: BLE001 - the checks' outcome, reported as theirs
+        outcomes.update((key, failure) for key in at)
 
 
 def blocks_export(judged: JudgedChecks) -> bool:
@@ -160,13 +245,13 @@ def source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
     expectations)."""
     name = source.name
 
-    def completeness_of(output: str) -> Callable[[SourceReader, int, int], checks.CheckOutcome]:
-        def judge(reader: SourceReader, start: int, end: int) -> checks.CheckOutcome:
-            shard = reader.shards[output]
+    def completeness_of(output: str) -> JointJudgement[checks.CompletenessQuestion]:
+        def ask(reader: SourceReader, start: int, end: int) -> checks.CompletenessQuestion:
             # The remap is metadata: a few bindings per window, recounted on the driver.
-            return checks.completeness(shard, start + 1, end + 1, on_driver=output == "remap")
+            shard = reader.shards[output]
+            return checks.CompletenessQuestion(shard, start + 1, end + 1, output == "remap")
 
-        return judge
+        return JointJudgement(ask, checks.completeness_together)
 
     def exactly_once(reader: SourceReader, start: int, end: int) -> checks.CheckOutcome:
         # Bindings before the remap's since are compacted (retired): those windows were
@@ -208,9 +293,11 @@ def source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
             bindings=bindings,
         )
 
-    def state_counts(reader: SourceReader, _start: int, end: int) -> checks.CheckOutcome:
+    def state_counts(reader: SourceReader, _start: int, end: int) -> checks.StateQuestion:
         key_columns = list(source.key_schema.fieldNames()) if source.envelope.keyed else []
-        return checks.state_counts(reader.changes, key_columns, end)
+        return checks.StateQuestion(reader.changes, key_columns, end)
+
+    state_of_changes = JointJudgement(state_counts, checks.state_counts_together)
 
     def expectations(reader: SourceReader, start: int, end: int) -> checks.CheckOutcome:
         rows = checks.window_rows(reader.changes, start + 1, end + 1).where("diff > 0")
@@ -222,7 +309,7 @@ def source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
         )
 
     definitions = [
-        SourceCheck(
+        SourceCheck.jointly(
             output,
             "complete",
             completeness_of(output),
@@ -258,19 +345,19 @@ def source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
     )
     if source.envelope.keyed:
         definitions.append(
-            SourceCheck(
+            SourceCheck.jointly(
                 "changes",
                 "state_is_set",
-                state_counts,
+                state_of_changes,
                 "Every row's accumulated count is 0 or 1, and every key holds at most one row.",
             )
         )
     else:
         definitions.append(
-            SourceCheck(
+            SourceCheck.jointly(
                 "changes",
                 "state_is_bag",
-                state_counts,
+                state_of_changes,
                 "No row's accumulated count is negative (equal records each add 1).",
             )
         )

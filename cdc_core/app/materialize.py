@@ -33,7 +33,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig
 from cdc_core.ingest.registering import LandedDumps, register_landed
-from cdc_core.phases import phase
+from cdc_core.phases import ALL_SOURCES, phase
 from cdc_core.reclock import Windows
 from cdc_core.source import SourcePipeline, SourceStatus, WindowReport
 from cdc_core.spark import planned_together
@@ -43,8 +43,6 @@ from cdc_core.storage import LocationLike
 # few only queue on the JVM's cores (a 2-core machine served 16 sources' windows 1.5x to
 # 1.7x faster with 4 at once than one by one, and no faster with 8).
 SOURCE_WORKERS = 4
-# The phase events of what a run does for all its sources at once carry this source name.
-ALL_SOURCES = "all sources"
 # How often the calling thread wakes while sources are served, to pass on their progress.
 IDLE_SECONDS = 0.25
 
@@ -143,6 +141,7 @@ def serve_together(
     *,
     idle: Callable[[], None],
     workers: int = SOURCE_WORKERS,
+    finish: Callable[[list[Served[T]]], list[Served[T]]] | None = None,
 ) -> Iterator[Served[T]]:
     """Serve the named sources, up to ``workers`` units at once, yielding each source as
     it finishes (in the calling thread, which calls ``idle`` while it waits: the place to
@@ -150,7 +149,10 @@ def serve_together(
 
     Stages: every source is opened and sized; then, when several units share the
     session, planned once from their sizes together, their new dumps are registered in
-    one scan (``register_together``); then they are served."""
+    one scan (``register_together``); then they are served. ``finish``, when given, is
+    what the run does once every source is served, for all of them together (judging
+    their checks by one job per kind, then their exports): given every source as served,
+    what to yield for each, once it returns."""
     units = serving_units(config, names)
     if not units:
         return
@@ -166,13 +168,13 @@ def serve_together(
             yield from failed
         jobs = [functools.partial(_serve_unit, unit, done) for unit in works]
         if not together:
-            yield from _drain_while(pool, jobs, idle, done)
+            yield from _finished(_drain_while(pool, jobs, idle, done), pool, idle, finish)
             return
         sizes = sum(size for unit in works for _, _, size in unit)
         with planned_together(spark, sizes, config.spark.conf):
             sized = [work for unit in works for _, work, _ in unit]
             _run_all(pool, [functools.partial(register_together, spark, sized)], idle)
-            yield from _drain_while(pool, jobs, idle, done)
+            yield from _finished(_drain_while(pool, jobs, idle, done), pool, idle, finish)
     finally:
         # A run stopped early (terminated, or its caller failed) starts no further source;
         # those under way finish their (atomic, idempotent) commits before it returns.
@@ -227,6 +229,21 @@ def _serve_unit(unit: Opened[T], done: queue.SimpleQueue[Served[T]]) -> None:
             done.put(Served(name, result=work.serve()))
         except Exception as failure:  # noqa: BLE001 - reported as the source's failure
             done.put(Served(name, failure=failure))
+
+
+def _finished(
+    served: Iterator[Served[T]],
+    pool: ThreadPoolExecutor,
+    idle: Callable[[], None],
+    finish: Callable[[list[Served[T]]], list[Served[T]]] | None,
+) -> Iterator[Served[T]]:
+    """The sources as ``served`` yields them, or, with ``finish``, once all are served,
+    what ``finish`` makes of them all (run on the pool, ``idle`` called meanwhile)."""
+    if finish is None:
+        yield from served
+        return
+    everyone = list(served)
+    yield from _run_all(pool, [functools.partial(finish, everyone)], idle)[0]
 
 
 def _run_all(

@@ -7,7 +7,7 @@ aggregation and judges with the readers' chain, so the check and the import agre
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from cdc_core.cdcv2.chain import CountDiscrepancy, ProgressChain, count_discrepancies
 from cdc_core.cdcv2.model import Progress, ProgressLike
-from cdc_core.cdcv2.spark_counts import data_columns, facts_by_key, tally_per_time
+from cdc_core.cdcv2.spark_counts import data_columns, facts_by_key, tallies_by
 from cdc_core.frontier import TimeFrontier
 
 
@@ -42,8 +42,14 @@ class CompletenessReport:
         return self.upper <= self.covered and not self.discrepancies and not self.duplicated_times
 
 
+_ONE = "_cdcv2_one"  # the grouping column of updates recounted alone
+
+# Per time: the distinct ``(data, time)`` updates stored, and the rows storing them.
+Tallies = Mapping[int, tuple[int, int]]
+
+
 def check_completeness(
-    updates: DataFrame | pa.Table | None,
+    updates: DataFrame | pa.Table | Tallies | None,
     progress: Iterable[ProgressLike],
     lower: int,
     upper: TimeFrontier,
@@ -54,15 +60,20 @@ def check_completeness(
     before where they start are reported uncovered by the count discrepancies).
     ``updates`` None: the storage proves none stored in the range (no file's statistics
     reach it), so every time counts zero without a Spark job; a pyarrow Table: updates
-    small enough to be metadata (a remap's bindings), counted on the driver.
+    small enough to be metadata (a remap's bindings), counted on the driver; a mapping:
+    the tallies already counted (``tallies_together``, one job for many shards).
 
     Disagreeing progress statements raise ``CountDisagreement``."""
+    tallies: Tallies
     if updates is None:
         tallies = {}
     elif isinstance(updates, pa.Table):
         tallies = _driver_tallies(updates, lower, upper)
+    elif isinstance(updates, Mapping):
+        tallies = updates
     else:
-        tallies = _tallies(updates, lower, upper)
+        one = updates.withColumn(_ONE, F.lit(0))
+        tallies = tallies_together(one, _ONE, lower, upper).get(0, {})
     statements = [Progress.of(statement) for statement in progress]
     chain = ProgressChain(min((s.lower for s in statements), key=lambda f: f.time or 0,
                               default=None))
@@ -78,13 +89,22 @@ def check_completeness(
     )
 
 
-def _tallies(updates: DataFrame, lower: int, upper: TimeFrontier) -> dict[int, tuple[int, int]]:
-    """Per time in ``[lower, upper)``: its distinct ``(data, time)`` updates and its rows."""
+def tallies_together(
+    updates: DataFrame, by: str, lower: int, upper: TimeFrontier
+) -> dict[object, dict[int, tuple[int, int]]]:
+    """What ``check_completeness`` recounts, for many updates at once: per value of the
+    ``by`` column (which tells them apart), per time in ``[lower, upper)``, its distinct
+    ``(data, time)`` updates and its rows. One Spark job, whatever the number of values;
+    ``lower`` and ``upper`` bound every value's times (a caller with a range per value
+    bounds its rows before)."""
     in_range = updates.filter(F.col("time") >= lower)
     if upper.time is not None:
         in_range = in_range.filter(F.col("time") < upper.time)
-    tallies = tally_per_time(facts_by_key(in_range, data_columns(updates)))
-    return {time: (tally.distinct, tally.rows) for time, tally in tallies.items()}
+    columns = [by, *[name for name in data_columns(updates) if name != by]]
+    grouped: dict[object, dict[int, tuple[int, int]]] = {}
+    for (value, time), tally in tallies_by(facts_by_key(in_range, columns), [by]).items():
+        grouped.setdefault(value, {})[time] = (tally.distinct, tally.rows)
+    return grouped
 
 
 def _driver_tallies(

@@ -60,14 +60,23 @@ class TimeTally:
 
 def tally_per_time(facts: DataFrame) -> dict[int, TimeTally]:
     """Per-time tallies of ``facts_by_key`` output (one small row per time)."""
-    tallies = facts.groupBy("time").agg(
+    return {time: tally for (time,), tally in tallies_by(facts, []).items()}
+
+
+def tallies_by(facts: DataFrame, by: Sequence[str]) -> dict[tuple, TimeTally]:
+    """Tallies of ``facts_by_key`` output per ``by`` columns and time, keyed by their
+    values with the time last: one job for many updates' tallies (``by`` tells them
+    apart, and must be among the facts' key columns)."""
+    tallies = facts.groupBy(*[column(c) for c in by], "time").agg(
         F.count(F.lit(1)).alias("distinct"),
         F.sum(_ROWS).alias("rows"),
         F.sum((F.col("diff") != F.col(_MAX_DIFF)).cast("long")).alias("contradicted"),
         F.sum(((F.col("diff") == 0) | (F.col(_MAX_DIFF) == 0)).cast("long")).alias("zero_diffs"),
     )
     return {
-        row["time"]: TimeTally(row["distinct"], row["rows"], row["contradicted"], row["zero_diffs"])
+        (*[row[c] for c in by], row["time"]): TimeTally(
+            row["distinct"], row["rows"], row["contradicted"], row["zero_diffs"]
+        )
         for row in tallies.collect()
     }
 

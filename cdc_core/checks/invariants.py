@@ -12,18 +12,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.cdcv2 import check_completeness
+from cdc_core.cdcv2.completeness import Tallies, tallies_together
 from cdc_core.envelopes import constraint_violations
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import RegisteredFile
 from cdc_core.reclock import HeldPartition, frontier_of, remap_updates
 from cdc_core.reclock.reclocking import first_covering
 from cdc_core.reclock.transactions import PendingTransactions
+from cdc_core.shard import delta_io
 from cdc_core.shard.read import ShardReader
+from cdc_core.shard.read_together import KEY, RangeRead, read_together
 from cdc_core.spark import local_frame
+from cdc_core.updates import DIFF, TIME
 
 MAX_EXAMPLES = 10
 
@@ -47,26 +51,76 @@ def fingerprint(columns: Sequence[str]) -> Column:
     return F.xxhash64(*values, *[value.isNull() for value in values])
 
 
+@dataclass(frozen=True)
+class CompletenessQuestion:
+    """Whether ``shard`` is complete on ``[lower, upper)``: ``on_driver`` when the shard
+    is metadata (the remap), read and recounted on the driver, where a Spark job would
+    cost far more."""
+
+    shard: ShardReader
+    lower: int
+    upper: int
+    on_driver: bool = False
+
+
 def completeness(
     shard: ShardReader, lower: int, upper: int, *, on_driver: bool = False
 ) -> CheckOutcome:
     """Distinct ``(data, time)`` updates per time in ``[lower, upper)`` equal the counts
-    announced by the progress statements committed with them. ``listen`` returns the
-    stored rows unconsolidated, so a double write shows up too (``lower`` >= 1). Rows are
-    told apart by their fingerprint. Times at or before the shard's since are compacted (a
-    retire folds them into the since) and can no longer be recounted, so the judged range
-    starts after it. ``on_driver``: the shard is metadata (the remap), read and recounted
-    on the driver, where a Spark job would cost far more."""
-    lower = max(lower, (shard.refresh().since.time or 0) + 1)
-    if lower >= upper:
-        return CheckOutcome(True, f"[.., {iso(upper)}) is compacted: nothing left to recount")
-    stored: DataFrame | pa.Table | None = None  # no file reaches the range: no update
-    if on_driver:
-        stored = shard.updates_through(upper - 1, after=lower - 1)
-    elif shard.holds_updates(lower - 1, upper - 1):
-        stored = shard.listen(lower - 1, upper - 1).select(
-            fingerprint(shard.data_schema.names).alias("fingerprint"), "time", "diff"
+    announced by the progress statements committed with them (``completeness_together``
+    for one shard)."""
+    question = CompletenessQuestion(shard, lower, upper, on_driver)
+    return completeness_together(shard.spark, [question])[0]
+
+
+def completeness_together(
+    spark: SparkSession, questions: Sequence[CompletenessQuestion]
+) -> list[CheckOutcome]:
+    """Each question's verdict, in order: distinct ``(data, time)`` updates per time equal
+    the counts announced by the progress statements committed with them. ``listen``
+    returns the stored rows unconsolidated, so a double write shows up too (``lower`` >=
+    1). Rows are told apart by their fingerprint. Times at or before a shard's since are
+    compacted (a retire folds them into the since) and can no longer be recounted, so
+    the judged range starts after it.
+
+    Shards of the same columns are recounted by one Spark job (``read_together``), so a
+    run judging hundreds of sources pays a job per table layout, not per table."""
+    ranges: list[tuple[int, int]] = []
+    stored: list[pa.Table | Tallies | None] = []  # None: no file reaches the range
+    by_layout: dict[str, dict[str, RangeRead]] = {}
+    for index, question in enumerate(questions):
+        shard = question.shard
+        lower = max(question.lower, (shard.refresh().since.time or 0) + 1)
+        ranges.append((lower, question.upper))
+        stored.append(None)
+        if lower >= question.upper:
+            continue
+        if question.on_driver:
+            stored[index] = shard.updates_through(question.upper - 1, after=lower - 1)
+        elif shard.holds_updates(lower - 1, question.upper - 1):
+            layout = by_layout.setdefault(shard.data_schema.json(), {})
+            layout[str(index)] = RangeRead(shard, lower - 1, question.upper - 1)
+    for reads in by_layout.values():
+        data = next(iter(reads.values())).shard.data_schema
+        updates = read_together(spark, reads, delta_io.shard_schema(data)).select(
+            KEY, fingerprint(data.names).alias("fingerprint"), TIME, DIFF
         )
+        tallies = tallies_together(updates, KEY, 0, TimeFrontier.empty())
+        for key in reads:
+            stored[int(key)] = tallies.get(key, {})
+    return [
+        _completeness_outcome(question.shard, lower, upper, found)
+        if lower < upper
+        else CheckOutcome(True, f"[.., {iso(upper)}) is compacted: nothing left to recount")
+        for question, (lower, upper), found in zip(questions, ranges, stored, strict=True)
+    ]
+
+
+def _completeness_outcome(
+    shard: ShardReader, lower: int, upper: int, stored: pa.Table | Tallies | None
+) -> CheckOutcome:
+    """The verdict on ``[lower, upper)`` from what is ``stored`` there (its rows, or
+    their tallies) against the shard's progress statements."""
     statements = shard.progress(from_time=lower)
     report = check_completeness(stored, statements, lower, TimeFrontier.at(upper))
     wrong = [
@@ -359,47 +413,87 @@ def _updates_from(shard: ShardReader, times: Sequence[int], as_of: int) -> DataF
     return shard.listen(earliest - 1, as_of)
 
 
-def state_counts(changes: ShardReader, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
-    """The published state (``changes`` consolidated at ``as_of``) holds each row as often
-    as its envelope allows. Keyed (``key_columns``: upsert, debezium-upsert, debezium):
-    every row's count is 1 and every key holds one row. A bag (no key columns: none,
-    materialize), whose equal records are counted each: every count is at least 1. A
-    negative or zero count means a retraction matched no row.
+@dataclass(frozen=True)
+class StateQuestion:
+    """Whether the state ``changes`` publishes at ``as_of`` holds each row as often as its
+    envelope allows: keyed by ``key_columns``, or a bag (none)."""
 
-    One Spark job: rows consolidated by key and value fingerprint, then per key its rows
-    and their counts, then one summary row. The updates are shuffled once, by key, which
-    both groupings share (a bag's rows are their own keys)."""
-    keyed = bool(key_columns)
-    is_bad = F.col("diff") != 1 if keyed else F.col("diff") < 1
-    values = [name for name in changes.data_schema.names if name not in key_columns]
-    updates = changes.updates_until(as_of)
+    changes: ShardReader
+    key_columns: Sequence[str]
+    as_of: int
+
+
+def state_counts(changes: ShardReader, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
+    """The published state holds each row as often as its envelope allows
+    (``state_counts_together`` for one table)."""
+    return state_counts_together(changes.spark, [StateQuestion(changes, key_columns, as_of)])[0]
+
+
+def state_counts_together(
+    spark: SparkSession, questions: Sequence[StateQuestion]
+) -> list[CheckOutcome]:
+    """Each question's verdict, in order: the published state (``changes`` consolidated at
+    ``as_of``) holds each row as often as its envelope allows. Keyed (upsert,
+    debezium-upsert, debezium): every row's count is 1 and every key holds one row. A
+    bag (no key columns: none, materialize), whose equal records are counted each: every
+    count is at least 1. A negative or zero count means a retraction matched no row.
+
+    One Spark job per table layout and key: rows consolidated by key and value
+    fingerprint, then per key its rows and their counts, then one summary row per table.
+    The updates are shuffled once, by key, which both groupings share (a bag's rows are
+    their own keys)."""
+    by_layout: dict[tuple[str, tuple[str, ...]], dict[str, RangeRead]] = {}
+    for index, question in enumerate(questions):
+        layout = (question.changes.data_schema.json(), tuple(question.key_columns))
+        reads = by_layout.setdefault(layout, {})
+        reads[str(index)] = RangeRead(question.changes, None, question.as_of)
+    summaries: dict[str, Row] = {}
+    for (_, keys), reads in by_layout.items():
+        data = next(iter(reads.values())).shard.data_schema
+        summaries.update(_state_summaries(read_together(spark, reads, delta_io.shard_schema(data)),
+                                          data.names, list(keys)))  # fmt: skip
+    return [
+        _state_outcome(bool(question.key_columns), summaries.get(str(index)))
+        for index, question in enumerate(questions)
+    ]
+
+
+def _state_summaries(updates: DataFrame, names: Sequence[str], keys: list[str]) -> dict[str, Row]:
+    """Per ``target`` of ``updates`` (a table's rows), its rows, rows of a bad count,
+    their least count and its keys holding other than one row."""
+    keyed = bool(keys)
+    is_bad = F.col(DIFF) != 1 if keyed else F.col(DIFF) < 1
+    values = [name for name in names if name not in keys]
+    group = [KEY, *keys]
     consolidated = (
-        (updates.repartition(*key_columns) if keyed else updates)
-        .groupBy(*key_columns, fingerprint(values).alias("_value"))
-        .agg(F.sum("diff").alias("diff"))
-        .where(F.col("diff") != 0)
+        (updates.repartition(*group) if keyed else updates)
+        .groupBy(*group, fingerprint(values).alias("_value"))
+        .agg(F.sum(DIFF).alias(DIFF))
+        .where(F.col(DIFF) != 0)
     )
-    per_key = (
-        consolidated.groupBy(*key_columns, *([] if keyed else ["_value"]))
-        .agg(
-            F.count("*").alias("rows"),
-            F.sum("diff").alias("count"),
-            F.sum(F.when(is_bad, 1).otherwise(0)).alias("bad_rows"),
-            F.min(F.when(is_bad, F.col("diff"))).alias("min_diff"),
-        )
+    per_key = consolidated.groupBy(*group, *([] if keyed else ["_value"])).agg(
+        F.count("*").alias("rows"),
+        F.sum(DIFF).alias("count"),
+        F.sum(F.when(is_bad, 1).otherwise(0)).alias("bad_rows"),
+        F.min(F.when(is_bad, F.col(DIFF))).alias("min_diff"),
     )
-    summary = per_key.agg(
-        F.coalesce(F.sum("rows"), F.lit(0)).alias("rows"),
-        F.coalesce(F.sum("bad_rows"), F.lit(0)).alias("bad_rows"),
+    summary = per_key.groupBy(KEY).agg(
+        F.sum("rows").alias("rows"),
+        F.sum("bad_rows").alias("bad_rows"),
         F.min("min_diff").alias("min_diff"),
         F.count(F.when(F.col("count") != 1, 1)).alias("bad_keys"),
-    ).first()
-    # An aggregate without grouping columns yields exactly one row.
-    assert summary is not None
-    bad_rows = summary["bad_rows"]
-    bad_keys = summary["bad_keys"] if keyed else 0
+    )
+    return {row[KEY]: row for row in summary.collect()}
+
+
+def _state_outcome(keyed: bool, summary: Row | None) -> CheckOutcome:
+    """The verdict from a table's summary (None: its state holds no row)."""
+    rows = summary["rows"] if summary else 0
+    bad_rows = summary["bad_rows"] if summary else 0
+    bad_keys = summary["bad_keys"] if summary and keyed else 0
     problems = []
     if bad_rows:
+        assert summary is not None
         allowed = "other than 1" if keyed else "below 1"
         problems.append(f"{bad_rows} row(s) with count {allowed} (min {summary['min_diff']})")
     if bad_keys:
@@ -408,7 +502,7 @@ def state_counts(changes: ShardReader, key_columns: Sequence[str], as_of: int) -
     return CheckOutcome(
         not problems,
         "; ".join(problems) or held,
-        {"rows": summary["rows"], "bad_counts": bad_rows, "bad_keys": bad_keys},
+        {"rows": rows, "bad_counts": bad_rows, "bad_keys": bad_keys},
     )
 
 

@@ -92,6 +92,11 @@ class ShardHandle:
         return cls(spark, location, data_schema, table)
 
     @property
+    def spark(self) -> SparkSession:
+        """The session the shard's data is read and written with."""
+        return self._spark
+
+    @property
     def upper(self) -> TimeFrontier:
         """Every time not beyond it is complete: the shard holds all its updates."""
         return self._upper

@@ -114,6 +114,18 @@ class ShardReader(ShardHandle):
         kept = pc.field(TIME) <= until
         return stored.filter(kept if after is None else kept & (pc.field(TIME) > after))
 
+    def files_between(self, after: int | None, through: int) -> list[delta_io.DataFile]:
+        """The live files that may hold updates at times in ``(after, through]`` (from the
+        beginning when ``after`` is None), for a read that other shards share
+        (``read_together``). Requires since <= after (when given) and through < upper, as
+        ``listen`` and ``updates_until`` do."""
+        if after is not None:
+            self._check_since(after, "after")
+        else:
+            self._check_since(through, "through")
+        self._check_complete(through, "through")
+        return self._files_holding(None if after is None else after + 1, through)
+
     def holds_updates(self, after: int | None = None, through: int | None = None) -> bool:
         """Whether any live file may hold updates (at times in ``(after, through]``, when
         given), from the log's file statistics alone: a reader of a shard, or of a range,

@@ -176,9 +176,14 @@ class SourceReader:
         shard's name, or a published table's: ``state``, ``history``) hold few rows
         (``planning.rows_to_read``; of a shard named in ``after``, only those after its
         time): a step after the run (publishing, the checks, the export) reads no more."""
-        read = {name: self.shards.get(name) or self.root / name for name in tables}
-        small = is_small_step(rows_to_read(read, after or {}))
+        small = is_small_step(self.rows_to_read(*tables, after=after))
         return planned_as(self.spark, small, self.config.spark.conf)
+
+    def rows_to_read(self, *tables: str, after: Mapping[str, int] | None = None) -> int:
+        """The rows a step reads from the source's ``tables`` (``planning.rows_to_read``),
+        from their logs alone: what plans a step over many sources' tables together."""
+        read = {name: self.shards.get(name) or self.root / name for name in tables}
+        return rows_to_read(read, after or {})
 
     @property
     def group_name(self) -> str | None:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdc_core.app.materialize import ALL_SOURCES, LandedDumps, serve_together, serving_units
+from cdc_core.app.materialize import LandedDumps, serve_together, serving_units
 from cdc_core.config import Config, load_config, parse_config
 from cdc_core.ingest import DumpFileChanged, list_dump_files
-from cdc_core.phases import PhaseEvent, observing
+from cdc_core.phases import ALL_SOURCES, PhaseEvent, observing
 from cdc_core.source import SourcePipeline
 from pipelines.sample import write_sample
 

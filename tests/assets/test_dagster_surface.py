@@ -40,11 +40,18 @@ from pyspark.sql import SparkSession
 
 from assets.partitions import range_tags, window_partitions
 from assets.source_assets import ARRIVALS_TAG
-from cdc_core.app.checks import CONCURRENT_CHECKS, SourceCheck, judge_concurrently
+from cdc_core.app.checks import (
+    CONCURRENT_CHECKS,
+    ChecksToJudge,
+    JointJudgement,
+    SourceCheck,
+    judge_together,
+)
 from cdc_core.checks.invariants import CheckOutcome
 from cdc_core.config import Config, ConfigError, parse_config
 from cdc_core.frontier import iso
 from cdc_core.ingest import Registry
+from cdc_core.source import SourceReader
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from resources.lake import LakeResource
 from resources.run_tags import (
@@ -680,27 +687,47 @@ def test_each_table_carries_its_uri_and_a_registered_one_its_catalog_name(
                    for assets in unregistered.assets for spec in assets.specs)  # fmt: skip
 
 
-def test_checks_are_judged_at_once_and_report_in_their_order() -> None:
-    """Every check waits at one barrier before judging: judged one after another, the
-    first would wait alone and break it. The outcomes keep the checks' order, and what a
-    check raises is its outcome while the others still judge."""
-    selected = [
-        SourceCheck("reclocked", name, lambda *_: CheckOutcome(True, ""), "")
-        for name in ("a", "b", "c", "raises")
-    ]
-    assert len(selected) <= CONCURRENT_CHECKS
-    barrier = threading.Barrier(len(selected), timeout=30)
+def test_checks_of_several_sources_are_judged_at_once_and_report_in_their_order(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two sources' checks judged together: those judged alone wait at one barrier, so
+    judged one after another the first would wait alone and break it. A check with a
+    joint judgement is answered once for both sources, their questions in order. Each
+    source's outcomes keep its checks' order, and what a check raises is its outcome
+    while the others still judge."""
+    data = deployment_data()
+    data["sources"].append({**data["sources"][0], "name": "orders", "topic": "orders"})
+    config = parse_config(data, tmp_path)
+    barrier = threading.Barrier(CONCURRENT_CHECKS, timeout=30)
+    answered: list[list[str]] = []
 
-    def judge(check: SourceCheck) -> CheckOutcome:
-        barrier.wait()
-        if check.name == "raises":
-            raise ValueError("cannot judge")
-        return CheckOutcome(True, check.name)
+    def alone(name: str) -> SourceCheck:
+        def judge(reader: SourceReader, _start: int, _end: int) -> CheckOutcome:
+            barrier.wait()
+            if name == "raises":
+                raise ValueError(f"cannot judge {reader.source.name}")
+            return CheckOutcome(True, f"{reader.source.name} {name}")
 
-    outcomes = judge_concurrently(SOURCE, selected, judge)
+        return SourceCheck("reclocked", name, judge, "")
 
-    assert [getattr(o, "description", None) for o in outcomes[:3]] == ["a", "b", "c"]
-    assert isinstance(outcomes[3], ValueError)
+    def answer(_spark: SparkSession, questions: Sequence[str]) -> list[CheckOutcome]:
+        answered.append(list(questions))
+        return [CheckOutcome(True, f"{question} jointly") for question in questions]
+
+    joint = JointJudgement(lambda reader, _s, _e: reader.source.name, answer)
+    chosen = [alone("a"), SourceCheck.jointly("changes", "joint", joint, ""), alone("raises")]
+    window = (config.start_ms, config.start_ms + config.window_ms)
+    asked = [ChecksToJudge(source, tmp_path / "lake", window, chosen) for source in config.sources]
+
+    judged = judge_together(spark, config, asked)
+
+    assert answered == [[SOURCE, "orders"]]
+    for source, verdicts in zip(config.sources, judged, strict=True):
+        outcomes = [outcome for _, outcome in verdicts.judged]
+        assert verdicts.source == source and verdicts.window == window
+        assert [getattr(o, "description", None) for o in outcomes[:2]] == [
+            f"{source.name} a", f"{source.name} jointly"]  # fmt: skip
+        assert isinstance(outcomes[2], ValueError) and source.name in str(outcomes[2])
 
 
 def test_the_run_tags_read_are_the_ones_dagster_writes() -> None:

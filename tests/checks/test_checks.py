@@ -11,10 +11,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_core.checks.invariants import (
+    StateQuestion,
     constraints_hold,
     exactly_once,
     remap_monotone,
     state_counts,
+    state_counts_together,
 )
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.schemas import ERROR, RECLOCKED, REMAP
@@ -36,22 +38,25 @@ def shard_with(spark: SparkSession, path: Path, schema: StructType, rows: list[t
 KEY_ONLY = StructType([StructField("id", StringType())])
 
 
+# (schema, keys, rows, passed, bad_counts, bad_keys) of a changes table's state.
+STATE_CASES = [
+    (CHANGES, ["id"], [("a", "1", 1, 1), ("a", "1", 2, -1), ("a", "2", 2, 1),
+                       ("b", "1", 3, 1)], True, 0, 0),
+    (CHANGES, ["id"], [("a", "1", 1, 1), ("a", "2", 2, 1)], False, 0, 1),  # one key, 2 rows
+    (CHANGES, ["id"], [("a", "1", 1, 2)], False, 1, 1),  # one row counted twice
+    (CHANGES, ["id"], [], True, 0, 0),
+    # A key-only table (every column a key column): no value to fingerprint.
+    (KEY_ONLY, ["id"], [("a", 1, 1), ("a", 2, -1), ("b", 2, 1)], True, 0, 0),
+    (KEY_ONLY, ["id"], [("a", 1, 1), ("b", 2, -1)], False, 1, 1),  # a retraction of nothing
+    # A bag (none, materialize): equal records count each; only a count below 1 is wrong.
+    (CHANGES, [], [("a", "1", 1, 2), ("b", None, 2, 1)], True, 0, 0),
+    (KEY_ONLY, [], [("a", 1, 3), ("b", 2, -1)], False, 1, 0),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("schema", "keys", "rows", "passed", "bad_counts", "bad_keys"),
-    [
-        (CHANGES, ["id"], [("a", "1", 1, 1), ("a", "1", 2, -1), ("a", "2", 2, 1),
-                           ("b", "1", 3, 1)], True, 0, 0),
-        (CHANGES, ["id"], [("a", "1", 1, 1), ("a", "2", 2, 1)], False, 0, 1),  # one key, 2 rows
-        (CHANGES, ["id"], [("a", "1", 1, 2)], False, 1, 1),  # one row counted twice
-        (CHANGES, ["id"], [], True, 0, 0),
-        # A key-only table (every column a key column): no value to fingerprint.
-        (KEY_ONLY, ["id"], [("a", 1, 1), ("a", 2, -1), ("b", 2, 1)], True, 0, 0),
-        (KEY_ONLY, ["id"], [("a", 1, 1), ("b", 2, -1)], False, 1, 1),  # a retraction of nothing
-        # A bag (none, materialize): equal records count each; only a count below 1 is wrong.
-        (CHANGES, [], [("a", "1", 1, 2), ("b", None, 2, 1)], True, 0, 0),
-        (KEY_ONLY, [], [("a", 1, 3), ("b", 2, -1)], False, 1, 0),
-    ],
-)  # fmt: skip
+    ("schema", "keys", "rows", "passed", "bad_counts", "bad_keys"), STATE_CASES
+)
 def test_state_counts_names_rows_and_keys_that_break_the_published_state(
     spark, tmp_path, schema, keys, rows, passed, bad_counts, bad_keys
 ):
@@ -63,6 +68,19 @@ def test_state_counts_names_rows_and_keys_that_break_the_published_state(
     for *data, _, diff in rows:
         live[tuple(data)] += diff
     assert outcome.figures["rows"] == sum(1 for count in live.values() if count)
+
+
+def test_the_states_of_many_tables_judged_together_are_each_their_own(spark, tmp_path):
+    """Every case above judged in one call: tables of the same layout and key share a
+    job, and a broken table's counts never leak into its neighbours' verdicts."""
+    questions = [
+        StateQuestion(shard_with(spark, tmp_path / f"changes{i}", schema, rows), keys, 9)
+        for i, (schema, keys, rows, *_) in enumerate(STATE_CASES)
+    ]
+    verdicts = state_counts_together(spark, questions)
+    expected = [(passed, bad_counts, bad_keys) for *_, passed, bad_counts, bad_keys in STATE_CASES]
+    assert [(v.passed, v.figures["bad_counts"], v.figures["bad_keys"])
+            for v in verdicts] == expected  # fmt: skip
 
 
 def test_constraints_hold_until_a_constraint_violation_stands_in_errors(spark, tmp_path):

@@ -29,7 +29,7 @@ import yaml
 from botocore.exceptions import ClientError
 from pyspark.sql import SparkSession
 
-from cdc_core.app.checks import judge_checks, source_checks
+from cdc_core.app.checks import ChecksToJudge, judge_together, source_checks
 from cdc_core.checks.invariants import CheckOutcome
 from cdc_core.config import load_config
 from cdc_core.frontier import iso
@@ -113,9 +113,11 @@ def test_inspect_snapshot_readers_and_config_check_change_nothing(
         # Every check of every source, judged through the read handle: the sample's
         # newest window passes all of them; the source no run created has none to judge.
         readable = load_config(config_file)
-        for source in readable.sources:
+        asked = [ChecksToJudge(source, lake, None, source_checks(readable, source))
+                 for source in readable.sources]  # fmt: skip
+        for source, judged in zip(readable.sources, judge_together(spark, readable, asked),
+                                  strict=True):  # fmt: skip
             chosen = source_checks(readable, source)
-            judged = judge_checks(spark, readable, source, lake, None, chosen)
             outcomes = [outcome for _, outcome in judged.judged]
             if source.name == "fresh":
                 assert judged.window is None and outcomes == [None] * len(chosen)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from cdc_core.checks.invariants import completeness
+from cdc_core.checks.invariants import CompletenessQuestion, completeness, completeness_together
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import (
     ProgressStatement,
@@ -275,6 +277,55 @@ def test_completeness_recounts_what_is_stored_against_what_was_announced(spark, 
     verdict = completeness(shard.refresh(), 1, 5, on_driver=on_driver)
     assert verdict.figures["mismatches"] == [{"time": 1, "announced": 2, "found": 1}]
     assert completeness(shard, 2, 5, on_driver=on_driver).passed  # the range after it
+
+
+def test_many_shards_recounted_together_get_each_their_own_verdict(spark, shard, tmp_path):
+    """Completeness judged for many shards at once reads them in one job per layout, and
+    each verdict is the one judged alone: a shard that lost a row fails alone, a copied
+    table (whose files have the same names as another's) is counted under its own name,
+    and a shard of another layout or on the driver is judged beside them."""
+    shard.append(updates(spark, [("a", 1, 1, 1), ("b", None, 1, 1), ("c", 3, 2, -1)]), 0, 3)
+    shard.append(updates(spark, [("a", 1, 4, -1)]), at(3), at(5))
+    copied, damaged = tmp_path / "copied", tmp_path / "damaged"
+    shutil.copytree(shard.path, copied)
+    shutil.copytree(shard.path, damaged)
+    DeltaTable(str(damaged)).delete("time = 1 and k = 'b'")  # one row of a file is lost
+    other = Shard.open(spark, str(tmp_path / "other"), StructType([StructField("x", LongType())]))
+    other.append(spark.createDataFrame([(7, 2, 1)], "x long, time long, diff long"), 0, 3)
+    questions = [
+        CompletenessQuestion(Shard.open(spark, str(copied), KV), 1, 5),
+        CompletenessQuestion(shard, 1, 5),
+        CompletenessQuestion(Shard.open(spark, str(damaged), KV), 1, 5),
+        CompletenessQuestion(other, 1, 3),
+        CompletenessQuestion(Shard.open(spark, str(damaged), KV), 2, 5, on_driver=True),
+    ]
+
+    verdicts = completeness_together(spark, questions)
+
+    assert [v.passed for v in verdicts] == [True, True, False, True, True]
+    assert verdicts[2].figures["mismatches"] == [{"time": 1, "announced": 2, "found": 1}]
+    assert verdicts == [completeness(q.shard, q.lower, q.upper, on_driver=q.on_driver)
+                        for q in questions]  # fmt: skip
+    # Shards of one layout cost the jobs of one: a read of every file, then the counts.
+    alike = Shard.open(spark, str(tmp_path / "alike"), KV)
+    alike.append(updates(spark, [("d", 4, 2, 1)]), 0, 5)
+    jobs = [
+        jobs_of(spark, lambda: completeness(shard, 1, 5)),
+        jobs_of(spark, lambda: completeness_together(
+            spark, [CompletenessQuestion(alike, 1, 5), CompletenessQuestion(shard, 1, 5)])),
+    ]  # fmt: skip
+    assert jobs[0] == jobs[1] > 0
+
+
+def jobs_of(spark: SparkSession, action: Callable[[], object]) -> int:
+    """The Spark jobs ``action`` runs."""
+    tracker, group = spark.sparkContext.statusTracker(), f"jobs-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "counted")
+    try:
+        action()
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    return len(tracker.getJobIdsForGroup(group))
 
 
 def test_append_with_a_gap_is_a_usage_error(spark, shard):
