@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from cdc_core.checks import history_versions, transactions_settled, validate
 from cdc_core.checks import invariants as checks
 from cdc_core.config import Config, SourceConfig
+from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest.registry import sink_gaps
 from cdc_core.phases import ALL_SOURCES, phase
 from cdc_core.reclock import frontier_at, held_partitions, overdue, remap_updates
@@ -253,35 +254,37 @@ def source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
 
         return JointJudgement(ask, checks.completeness_together)
 
-    def exactly_once(reader: SourceReader, start: int, end: int) -> checks.CheckOutcome:
+    def exactly_once(reader: SourceReader, start: int, end: int) -> checks.ExactlyOnceQuestion:
         # Bindings before the remap's since are compacted (retired): those windows were
-        # judged when they ran, so the range judged starts at the since.
-        start = max(start, reader.remap.refresh().since.time or 0)
-        if start >= end:
-            return checks.CheckOutcome(True, "the range is compacted: judged when it ran")
-        before, after = frontier_at(reader.remap, start), frontier_at(reader.remap, end)
-        starts = dict(source.start_offsets.offsets)
-        return checks.exactly_once(
+        # judged when they ran, so the range judged starts at the since (and is empty
+        # when the window lies before it).
+        start = min(max(start, reader.remap.refresh().since.time or 0), end)
+        empty = OffsetFrontier()
+        before, after = (
+            (frontier_at(reader.remap, start), frontier_at(reader.remap, end))
+            if start < end
+            else (empty, empty)
+        )
+        return checks.ExactlyOnceQuestion(
             reader.reclocked,
             before,
             after,
-            starts,
+            dict(source.start_offsets.offsets),
             start + 1,
             end + 1,
-            gaps_allowed=source.allow_offset_gaps,
-            errors=reader.errors,
-            holes=sink_gaps(reader.registry.files(reaching=before.offsets)),
+            source.allow_offset_gaps,
+            reader.errors,
+            sink_gaps(reader.registry.files(reaching=before.offsets)) if start < end else {},
         )
 
-    def accounted(reader: SourceReader, start: int, end: int) -> checks.CheckOutcome:
+    def accounted(reader: SourceReader, start: int, end: int) -> checks.AccountedQuestion:
         # As exactly_once: windows before the remap's since were judged when they ran.
         start = max(start, reader.remap.refresh().since.time or 0)
         updates = remap_updates(reader.remap, end)
         checked, frontier = frontier_in(updates, start), frontier_in(updates, end)
         files = reader.registry.files(reaching=checked.offsets)
         held = held_partitions(source, files, frontier, group=reader.group_name)
-        bindings = [(p, o, t) for p, o, t, d in updates if d > 0]
-        return checks.accounted(
+        return checks.AccountedQuestion(
             reader.reclocked,
             reader.errors,
             files,
@@ -290,7 +293,7 @@ def source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
             end,
             stalled=overdue(held, end, source.stall_after_ms),
             checked=checked,
-            bindings=bindings,
+            bindings=[(p, o, t) for p, o, t, d in updates if d > 0],
         )
 
     def state_counts(reader: SourceReader, _start: int, end: int) -> checks.StateQuestion:
@@ -326,19 +329,19 @@ def source_checks(config: Config, source: SourceConfig) -> list[SourceCheck]:
         )
     )
     definitions.append(
-        SourceCheck(
+        SourceCheck.jointly(
             "reclocked",
             "exactly_once",
-            exactly_once,
+            JointJudgement(exactly_once, checks.exactly_once_together),
             "The run's windows reclocked exactly the offsets between their bindings, each "
             "once (judged per run: every window once means every offset once).",
         )
     )
     definitions.append(
-        SourceCheck(
+        SourceCheck.jointly(
             "errors",
             "accounted",
-            accounted,
+            JointJudgement(accounted, checks.accounted_together),
             "Every registered dump record is in reclocked (or beyond the frontier, as lag), "
             "and every dump file read with bad lines, damage or no record is in errors.",
         )

@@ -151,8 +151,8 @@ def serve_together(
     session, planned once from their sizes together, their new dumps are registered in
     one scan (``register_together``); then they are served. ``finish``, when given, is
     what the run does once every source is served, for all of them together (judging
-    their checks by one job per kind, then their exports): given every source as served,
-    what to yield for each, once it returns."""
+    their checks by one job per kind, then their exports): given every source as served
+    (a source that could not be opened is yielded at once), what to yield for each."""
     units = serving_units(config, names)
     if not units:
         return

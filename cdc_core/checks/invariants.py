@@ -8,12 +8,13 @@ Only aggregates reach the driver.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from cdc_core.cdcv2 import check_completeness
 from cdc_core.cdcv2.completeness import Tallies, tallies_together
@@ -23,6 +24,7 @@ from cdc_core.ingest import RegisteredFile
 from cdc_core.reclock import HeldPartition, frontier_of, remap_updates
 from cdc_core.reclock.reclocking import first_covering
 from cdc_core.reclock.transactions import PendingTransactions
+from cdc_core.schemas import ERROR
 from cdc_core.shard import delta_io
 from cdc_core.shard.read import ShardReader
 from cdc_core.shard.read_together import KEY, RangeRead, read_together
@@ -198,6 +200,35 @@ def remap_monotone(remap: ShardReader, window_end: int) -> CheckOutcome:
     )
 
 
+# The columns the position checks read of ``reclocked`` and ``errors``: the same for
+# every source, so one read serves every source's tables.
+POSITIONS = StructType(
+    [
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField(TIME, LongType()),
+        StructField(DIFF, LongType()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ExactlyOnceQuestion:
+    """Whether the records ``reclocked`` holds at times in ``[lower, upper)`` are exactly
+    the offsets from ``before`` up to ``after``, each once (``exactly_once``). Nothing to
+    judge when ``lower >= upper`` (the range is compacted)."""
+
+    reclocked: ShardReader
+    before: OffsetFrontier
+    after: OffsetFrontier
+    starts: Mapping[int, int]
+    lower: int
+    upper: int
+    gaps_allowed: bool
+    errors: ShardReader | None = None
+    holes: Mapping[int, Sequence[tuple[int, int]]] = field(default_factory=dict)
+
+
 def exactly_once(
     reclocked: ShardReader,
     before: OffsetFrontier,
@@ -212,51 +243,134 @@ def exactly_once(
 ) -> CheckOutcome:
     """The records reclocked at times in ``[lower, upper)`` are exactly the offsets from
     ``before`` (the remap at ``lower - 1``, or the configured start offsets) up to ``after``
-    (the remap at ``upper - 1``), each once: nothing outside that interval (which includes
-    an earlier window's record appearing again), no offset twice, none missing unless
-    gaps are allowed, ``errors`` holds the offset at those times (a damaged line is
-    bound at its position, as an error instead of a record) or it lies in one of the
-    partition's ``holes`` (``[low, high)`` ranges known to hold no record: ``sink_gaps``).
-    It reads only the range's updates, so a run pays for what it wrote; with every
-    window judged once, every offset appears exactly once overall. Where the range starts
-    below ``since`` it judges everything from the first offset."""
-    rows = _range_updates(reclocked, lower, upper)
-    if lower - 1 < (reclocked.since.time or 0):
-        before = OffsetFrontier()
-    per_record = rows.groupBy("partition", "offset").agg(F.sum("diff").alias("count"))
+    (the remap at ``upper - 1``), each once (``exactly_once_together`` for one source)."""
+    question = ExactlyOnceQuestion(
+        reclocked, before, after, starts, lower, upper, gaps_allowed, errors, holes or {}
+    )
+    return exactly_once_together(reclocked.spark, [question])[0]
 
-    def bound(frontier: OffsetFrontier) -> Column:
-        ends = F.create_map(*[F.lit(x) for p, o in frontier.offsets.items() for x in (p, o)])
-        return F.coalesce(ends[F.col("partition")], F.lit(0)) if frontier.offsets else F.lit(0)
 
-    outside = (F.col("offset") < bound(before)) | (F.col("offset") >= bound(after))
-    damaged: dict[int, int] = {}
-    if errors is not None and not gaps_allowed and errors.holds_updates():
-        # Positions of the range that only the errors hold: damaged lines bound there.
-        first_placed = F.greatest(bound(before), bound(OffsetFrontier(dict(starts))))
-        placed = _range_updates(errors, lower, upper).where(
-            (F.col("offset") >= first_placed) & (F.col("offset") < bound(after))
-        )
-        only = placed.select("partition", "offset").distinct().join(
-            per_record.select("partition", "offset"), ["partition", "offset"], "left_anti"
-        )
-        damaged = {r["partition"]: r["count"] for r in only.groupBy("partition").count().collect()}
-    summary = per_record.groupBy("partition").agg(
+def exactly_once_together(
+    spark: SparkSession, questions: Sequence[ExactlyOnceQuestion]
+) -> list[CheckOutcome]:
+    """Each question's verdict, in order: the records reclocked at times in ``[lower,
+    upper)`` are exactly the offsets from ``before`` up to ``after``, each once: nothing
+    outside that interval (which includes an earlier window's record appearing again), no
+    offset twice, none missing unless gaps are allowed, ``errors`` holds the offset at
+    those times (a damaged line is bound at its position, as an error instead of a
+    record) or it lies in one of the partition's ``holes`` (``[low, high)`` ranges known
+    to hold no record: ``sink_gaps``). It reads only the range's updates, so a run pays
+    for what it wrote; with every window judged once, every offset appears exactly once
+    overall. Where the range starts below ``since`` it judges everything from the first
+    offset. One Spark job for every question (the positions are every source's same
+    columns), and one more for those whose errors may hold damaged lines."""
+    judged = {str(i): q for i, q in enumerate(questions) if q.lower < q.upper}
+    befores = {
+        key: OffsetFrontier() if q.lower - 1 < (q.reclocked.since.time or 0) else q.before
+        for key, q in judged.items()
+    }
+    per_record = _per_position(
+        spark, {key: (q.reclocked, q.lower, q.upper) for key, q in judged.items()}
+    )
+    bounds = local_frame(
+        spark,
+        [(key, p, befores[key][p], q.after[p], max(befores[key][p], q.starts.get(p, 0)))
+         for key, q in judged.items() for p in set(q.after.partitions) | set(q.before.partitions)],
+        f"{KEY} string, partition int, _before long, _after long, _first_placed long",
+    )  # fmt: skip
+    placed = per_record.join(F.broadcast(bounds), [KEY, "partition"], "left")
+    outside = (F.col("offset") < F.coalesce("_before", F.lit(0))) | (
+        F.col("offset") >= F.coalesce("_after", F.lit(0))
+    )
+    summary = placed.groupBy(KEY, "partition").agg(
         F.count("*").alias("records"),
         F.sum(F.when(F.col("count") != 1, 1).otherwise(0)).alias("not_once"),
         F.sum(F.when(outside, 1).otherwise(0)).alias("outside"),
     )
+    seen: dict[str, dict[int, Row]] = {}
+    for row in summary.collect() if judged else ():
+        seen.setdefault(row[KEY], {})[row["partition"]] = row
+    damaged = _damaged_positions(spark, judged, per_record, bounds)
+    return [
+        _exactly_once_outcome(
+            q, befores[str(i)], seen.get(str(i), {}), damaged.get(str(i), {})
+        )
+        if str(i) in judged
+        else CheckOutcome(True, "the range is compacted: judged when it ran")
+        for i, q in enumerate(questions)
+    ]
+
+
+def _per_position(
+    spark: SparkSession, ranges: Mapping[str, tuple[ShardReader, int, int]]
+) -> DataFrame:
+    """Per key, partition and offset, the summed diff (``count``) of each shard's updates
+    at times ``[lower, upper)``; from its since on as a snapshot when the range starts
+    below it (earlier times are compacted into the since, and a position consolidated to
+    zero there is no row, as in a snapshot: a position's rows are one record's)."""
+    reads, early = {}, []
+    for key, (shard, lower, upper) in ranges.items():
+        since = shard.since.time or 0
+        below = lower - 1 < since
+        reads[key] = RangeRead(shard, None if below else lower - 1, upper - 1)
+        early.append((key, since if below else None))
+    rows = read_together(spark, reads, POSITIONS)
+    marks = local_frame(spark, early, f"{KEY} string, _early_through long")
+    is_early = F.coalesce(F.col(TIME) <= F.col("_early_through"), F.lit(False))
+    per_part = (
+        rows.join(F.broadcast(marks), KEY)
+        .groupBy(KEY, "partition", "offset", is_early.alias("_early"))
+        .agg(F.sum(DIFF).alias("count"))
+        .where(~F.col("_early") | (F.col("count") != 0))
+    )
+    return per_part.groupBy(KEY, "partition", "offset").agg(F.sum("count").alias("count"))
+
+
+def _damaged_positions(
+    spark: SparkSession,
+    judged: Mapping[str, ExactlyOnceQuestion],
+    per_record: DataFrame,
+    bounds: DataFrame,
+) -> dict[str, dict[int, int]]:
+    """Per key and partition, the positions of the judged range that only the errors
+    hold: damaged lines bound there (between the first offset placed and ``after``)."""
+    asking = {
+        key: (q.errors, q.lower, q.upper)
+        for key, q in judged.items()
+        if q.errors is not None and not q.gaps_allowed and q.errors.holds_updates()
+    }
+    if not asking:
+        return {}
+    placed = (
+        _per_position(spark, asking)
+        .join(F.broadcast(bounds), [KEY, "partition"])
+        .where((F.col("offset") >= F.col("_first_placed")) & (F.col("offset") < F.col("_after")))
+        .select(KEY, "partition", "offset")
+    )
+    only = placed.join(per_record.select(KEY, "partition", "offset"),
+                       [KEY, "partition", "offset"], "left_anti")  # fmt: skip
+    damaged: dict[str, dict[int, int]] = {}
+    for row in only.groupBy(KEY, "partition").count().collect():
+        damaged.setdefault(row[KEY], {})[row["partition"]] = row["count"]
+    return damaged
+
+
+def _exactly_once_outcome(
+    question: ExactlyOnceQuestion,
+    before: OffsetFrontier,
+    seen: Mapping[int, Row],
+    damaged: Mapping[int, int],
+) -> CheckOutcome:
+    """The verdict from a range's per-partition summary (``seen``) and damaged lines."""
+    after, starts, holes = question.after, question.starts, question.holes
     problems = []
     figures: dict[str, object] = {}
-    seen = {row["partition"]: row for row in summary.collect()}
     for partition in sorted(set(seen) | set(after.partitions)):
         row = seen.get(partition)
         records = row["records"] if row else 0
         low = max(before[partition], starts.get(partition, 0))
         high = after[partition]
-        empty = sum(
-            max(min(hi, high) - max(lo, low), 0) for lo, hi in (holes or {}).get(partition, ())
-        )
+        empty = sum(max(min(hi, high) - max(lo, low), 0) for lo, hi in holes.get(partition, ()))
         expected = max(high - low, 0) - empty
         figures[f"partition_{partition}"] = {"records": records, "from": low, "to": high}
         if row and row["not_once"]:
@@ -267,7 +381,7 @@ def exactly_once(
                 f"[{before[partition]}, {high})"
             )
         inside = records - (row["outside"] if row else 0) + damaged.get(partition, 0)
-        if not gaps_allowed and inside != expected:
+        if not question.gaps_allowed and inside != expected:
             problems.append(
                 f"partition {partition}: {inside} record(s) between offsets {low} and {high}, "
                 f"expected {expected}"
@@ -275,13 +389,59 @@ def exactly_once(
     return CheckOutcome(not problems, "; ".join(problems) or "exactly once", figures)
 
 
-def _range_updates(shard: ShardReader, lower: int, upper: int) -> DataFrame:
-    """The shard's updates at times ``[lower, upper)``; from its ``since`` on as a snapshot
-    when the range starts below it (earlier times are compacted into the since)."""
-    since = shard.since.time or 0
-    if lower - 1 >= since:
-        return shard.listen(lower - 1, upper - 1)
-    return shard.snapshot(since).unionByName(shard.listen(since, upper - 1))
+@dataclass(frozen=True)
+class AccountedQuestion:
+    """Whether nothing of ``files`` registered is in neither ``reclocked`` nor ``errors``,
+    judged at ``as_of`` (``accounted``)."""
+
+    reclocked: ShardReader
+    errors: ShardReader
+    files: Sequence[RegisteredFile]
+    frontier: OffsetFrontier
+    starts: Mapping[int, int]
+    as_of: int
+    stalled: Sequence[HeldPartition] = ()
+    checked: OffsetFrontier | None = None
+    bindings: Sequence[tuple[int, int, int]] = ()
+
+    def ranges(self) -> list[tuple[int, int, int, int, int, str]]:
+        """``(index, partition, low, high, records, file)`` of every registered range to
+        find in reclocked: wholly between the partition's start and the frontier, and
+        not below ``checked`` (judged with earlier windows)."""
+        starts, frontier, checked = self.starts, self.frontier, self.checked
+        return [
+            (index, s.partition, s.min_offset, s.max_offset, s.records, f.path)
+            for index, (f, s) in enumerate((f, s) for f in self.files for s in f.partitions)
+            if starts.get(s.partition, 0) <= s.min_offset and s.max_offset < frontier[s.partition]
+            and (checked is None or s.max_offset >= checked[s.partition])
+        ]  # fmt: skip
+
+    def flagged(self) -> list[str]:
+        """The live files whose errors are due: damage or lines without a position once a
+        run has read it, damaged lines with a position once their partition's range is
+        bound."""
+        starts, frontier = self.starts, self.frontier
+
+        def read(registered: RegisteredFile) -> bool:
+            """Whether a run has read the file: its first record of the source is below
+            the frontier (a file without one is reported by the first run after it
+            lands)."""
+            lowest = [
+                max(s.min_offset, starts.get(s.partition, 0)) < frontier[s.partition]
+                for s in registered.partitions
+                if s.max_offset >= starts.get(s.partition, 0)
+            ]
+            return not lowest or any(lowest)
+
+        def owes_row(registered: RegisteredFile) -> bool:
+            if registered.has_file_errors:
+                return read(registered)
+            return any(
+                s.damaged_lines and s.max_offset < frontier[s.partition]
+                for s in registered.partitions
+            )
+
+        return [f.path for f in self.files if not f.retired and f.has_errors and owes_row(f)]
 
 
 def accounted(
@@ -296,7 +456,19 @@ def accounted(
     checked: OffsetFrontier | None = None,
     bindings: Sequence[tuple[int, int, int]] = (),
 ) -> CheckOutcome:
-    """Nothing registered is in neither the outputs nor ``errors``, judged at ``as_of``:
+    """Nothing registered is in neither the outputs nor ``errors``, judged at ``as_of``
+    (``accounted_together`` for one source)."""
+    question = AccountedQuestion(
+        reclocked, errors, files, frontier, starts, as_of, stalled, checked, bindings
+    )
+    return accounted_together(reclocked.spark, [question])[0]
+
+
+def accounted_together(
+    spark: SparkSession, questions: Sequence[AccountedQuestion]
+) -> list[CheckOutcome]:
+    """Each question's verdict, in order: nothing registered is in neither the outputs
+    nor ``errors``, judged at ``as_of``:
 
     - every registered file's records of a partition, when its whole offset range lies
       between the partition's start and ``frontier`` (the remap at ``as_of``), are in
@@ -307,80 +479,115 @@ def accounted(
       counted nowhere else;
     - no partition is ``stalled``: registered offsets held back longer than the
       source's ``stall_after`` (the caller judges that from the registry, ``held``).
-    One Spark job per table, over a broadcast list of ranges; only counts return.
+    One Spark job per table kind for every question, over a broadcast list of ranges and
+    of files; only counts and file names return.
 
     ``checked``: the remap where the judged windows start; ranges wholly below it were
     judged with earlier windows, so a year of them costs nothing. ``bindings``: the
     remap's ``(partition, next offset, time)``, dating the ranges judged, so reclocked
     is read from the earliest binding time among them, not from its beginning."""
-
-    def read(registered: RegisteredFile) -> bool:
-        """Whether a run has read the file: its first record of the source is below the
-        frontier (a file without one is reported by the first run after it lands)."""
-        lowest = [
-            max(s.min_offset, starts.get(s.partition, 0)) < frontier[s.partition]
-            for s in registered.partitions
-            if s.max_offset >= starts.get(s.partition, 0)
-        ]
-        return not lowest or any(lowest)
-
-    def owes_row(registered: RegisteredFile) -> bool:
-        """Whether the file's errors are due: damage or lines without a position once it
-        was read, damaged lines with a position once their partition's range is bound."""
-        if registered.has_file_errors:
-            return read(registered)
-        return any(
-            s.damaged_lines and s.max_offset < frontier[s.partition]
-            for s in registered.partitions
-        )
-
-    ranges = [
-        (index, s.partition, s.min_offset, s.max_offset, s.records, f.path)
-        for index, (f, s) in enumerate((f, s) for f in files for s in f.partitions)
-        if starts.get(s.partition, 0) <= s.min_offset and s.max_offset < frontier[s.partition]
-        and (checked is None or s.max_offset >= checked[s.partition])
+    ranges = {str(i): q.ranges() for i, q in enumerate(questions)}
+    flagged = {str(i): q.flagged() for i, q in enumerate(questions)}
+    found = _found_in_ranges(spark, questions, ranges)
+    reported = _reported_files(spark, questions, flagged)
+    return [
+        _accounted_outcome(q, ranges[str(i)], found.get(str(i), {}), flagged[str(i)],
+                           reported.get(str(i), set()))  # fmt: skip
+        for i, q in enumerate(questions)
     ]
-    found: dict[int, int] = {}
-    if ranges:
-        # Diffs summed per range need no consolidation by the (wide) data columns.
-        records = _updates_from(
-            reclocked, [first_covering(bindings, p, low) for _, p, low, *_ in ranges], as_of
-        ).select("partition", "offset", "diff")
-        wanted = local_frame(
-            records.sparkSession,
-            [r[:4] for r in ranges],
-            "range int, partition int, low long, high long",
+
+
+def _found_in_ranges(
+    spark: SparkSession,
+    questions: Sequence[AccountedQuestion],
+    ranges: Mapping[str, list[tuple[int, int, int, int, int, str]]],
+) -> dict[str, dict[int, int]]:
+    """Per key and range, the records reclocked holds there (diffs summed per range need
+    no consolidation by the wide data columns)."""
+    reads = {}
+    for key, judged in ranges.items():
+        if judged:
+            q = questions[int(key)]
+            earliest = min(first_covering(q.bindings, p, low) for _, p, low, *_ in judged)
+            since = q.reclocked.since.time or 0
+            after = None if earliest - 1 < since else earliest - 1
+            reads[key] = RangeRead(q.reclocked, after, q.as_of)
+    if not reads:
+        return {}
+    records = read_together(spark, reads, POSITIONS)
+    wanted = local_frame(
+        spark,
+        [(key, index, p, low, high) for key in reads for index, p, low, high, *_ in ranges[key]],
+        f"{KEY} string, range int, partition int, low long, high long",
+    )
+    counted = (
+        records.join(
+            F.broadcast(wanted),
+            (records[KEY] == wanted[KEY])
+            & (records["partition"] == wanted["partition"])
+            & records["offset"].between(wanted["low"], wanted["high"]),
         )
-        counted = (
-            records.join(
-                F.broadcast(wanted),
-                (records["partition"] == wanted["partition"])
-                & records["offset"].between(wanted["low"], wanted["high"]),
-            )
-            .groupBy("range")
-            .agg(F.sum("diff").alias("count"))
-            .collect()
-        )
-        found = {row["range"]: row["count"] for row in counted}
+        .groupBy(wanted[KEY], "range")
+        .agg(F.sum(DIFF).alias("count"))
+        .collect()
+    )
+    found: dict[str, dict[int, int]] = {}
+    for row in counted:
+        found.setdefault(row[KEY], {})[row["range"]] = row["count"]
+    return found
+
+
+def _reported_files(
+    spark: SparkSession, questions: Sequence[AccountedQuestion], flagged: Mapping[str, list[str]]
+) -> dict[str, set[str]]:
+    """Per key, which of its flagged files the errors name at ``as_of`` (consolidated:
+    an errors row retracted names nothing)."""
+    reads = {
+        key: RangeRead(questions[int(key)].errors, None, questions[int(key)].as_of)
+        for key, paths in flagged.items()
+        if paths
+    }
+    if not reads:
+        return {}
+    rows = read_together(spark, reads, delta_io.shard_schema(ERROR))
+    standing = (
+        rows.groupBy(KEY, *ERROR.names).agg(F.sum(DIFF).alias(DIFF)).where(F.col(DIFF) != 0)
+    )
+    wanted = local_frame(
+        spark,
+        [(key, path) for key in reads for path in flagged[key]],
+        f"{KEY} string, file string",
+    )
+    named = standing.join(F.broadcast(wanted), [KEY, "file"]).select(KEY, "file").distinct()
+    reported: dict[str, set[str]] = {}
+    for row in named.collect():
+        reported.setdefault(row[KEY], set()).add(row["file"])
+    return reported
+
+
+def _accounted_outcome(
+    question: AccountedQuestion,
+    ranges: Sequence[tuple[int, int, int, int, int, str]],
+    found: Mapping[int, int],
+    flagged: Sequence[str],
+    reported: Collection[str],
+) -> CheckOutcome:
+    """The verdict from the records found per range and the flagged files reported."""
     short = [
         {"file": path, "partition": p, "offsets": f"{low}..{high}", "registered": n,
          "reclocked": found.get(index, 0)}
         for index, p, low, high, n, path in ranges
         if found.get(index, 0) < n
     ]  # fmt: skip
-    flagged = [f.path for f in files if not f.retired and f.has_errors and owes_row(f)]
-    reported: set[str] = set()
-    if flagged:
-        rows = errors.snapshot(as_of).where(F.col("file").isin(flagged)).select("file")
-        reported = {row["file"] for row in rows.distinct().collect()}
     unreported = [path for path in flagged if path not in reported]
+    stalled = question.stalled
     problems = []
     if short:
         problems.append(
             f"{len(short)} registered range(s) below the frontier miss records in reclocked: "
             + "; ".join(f"{s['file']} partition {s['partition']} offsets {s['offsets']}"
                         for s in short[:MAX_EXAMPLES])
-        )
+        )  # fmt: skip
     if unreported:
         problems.append(
             f"{len(unreported)} dump file(s) with bad lines, damage or no record, "
@@ -400,17 +607,7 @@ def accounted(
         {"ranges": len(ranges), "short": short[:MAX_EXAMPLES], "flagged_files": len(flagged),
          "unreported": unreported[:MAX_EXAMPLES],
          "stalled": [held.describe() for held in stalled[:MAX_EXAMPLES]]},
-    )
-
-
-def _updates_from(shard: ShardReader, times: Sequence[int], as_of: int) -> DataFrame:
-    """The shard's updates at times ``<= as_of`` from the earliest of ``times`` on (all of
-    them when a time is unknown, -1, or before the shard's since)."""
-    since = shard.since.time or 0
-    earliest = min(times, default=-1)
-    if earliest - 1 < since:
-        return shard.updates_until(as_of)
-    return shard.listen(earliest - 1, as_of)
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

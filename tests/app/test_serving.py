@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdc_core.app.materialize import LandedDumps, serve_together, serving_units
+from cdc_core.app.materialize import LandedDumps, Served, serve_together, serving_units
 from cdc_core.config import Config, load_config, parse_config
 from cdc_core.ingest import DumpFileChanged, list_dump_files
 from cdc_core.phases import ALL_SOURCES, PhaseEvent, observing
@@ -103,6 +103,30 @@ def test_sources_are_served_at_once_each_on_its_own(spark: SparkSession) -> None
     assert all(len(running & GROUP) <= 1 and len(running) <= 3 for running in recorder.overlaps)
     assert threading.current_thread().name not in recorder.threads
     assert idle_threads == {threading.current_thread().name}
+
+
+def test_a_finishing_stage_sees_every_source_once_all_are_served(spark: SparkSession) -> None:
+    """``finish`` runs once, after the last source is served, with every source as
+    served (failures too; one that could not be opened is yielded at once), off the
+    calling thread; what it returns is what is yielded."""
+    recorder = Recorder(failing_open="b", failing_serve="c")
+    seen: list[tuple[list[str], bool, str]] = []
+
+    def finish(served: list[Served[str]]) -> list[Served[str]]:
+        seen.append(([s.source for s in served], not recorder.running,
+                     threading.current_thread().name))  # fmt: skip
+        return [Served(s.source, result=f"{s.result} and finished") if s.result else s
+                for s in served]  # fmt: skip
+
+    served = list(serve_together(spark, deployment(), SOURCES, recorder.open,
+                                 idle=lambda: None, finish=finish))  # fmt: skip
+
+    ((names, all_done, thread),) = seen
+    assert sorted(names) == sorted(set(SOURCES) - {"b"}) and all_done
+    assert thread != threading.current_thread().name
+    assert {s.source: s.result for s in served if s.failure is None} == {
+        name: f"served {name} and finished" for name in ("a", "orders", "lines", "d")}  # fmt: skip
+    assert {s.source for s in served if s.failure is not None} == {"b", "c"}
 
 
 def test_a_failure_of_every_source_is_reported_not_raised(spark: SparkSession) -> None:
