@@ -8,9 +8,10 @@ process of their own), lands one more window and materializes it in this process
 ``reclock materialize --through`` would (checks and CDCv2 export included), with every
 Spark job labelled by the phase that started it. Prints per phase how many times it ran,
 its wall seconds summed over the sources (sources are served side by side, so these
-overlap), its Spark jobs and their seconds; then the window's wall seconds, Spark jobs and
-Delta commits. Phases of one source are summed over the sources; what a run does once for
-all sources shows under its own phase name.
+overlap), its Spark jobs and their seconds, and when it first started and last ended
+(seconds into the window); then the window's wall seconds, Spark jobs and Delta commits.
+Phases of one source are summed over the sources; what a run does once for all sources
+shows under its own phase name.
 """
 
 from __future__ import annotations
@@ -53,8 +54,12 @@ def main(argv: list[str] | None = None) -> None:
     spark = get_spark("local[2]", {**EVENT_LOG, "spark.eventLog.dir": str(events)})
     wall: dict[str, float] = defaultdict(float)
     runs: dict[str, int] = defaultdict(int)
+    spans: dict[str, list[float]] = {}  # first start, last end, from the window's start
 
     def timed(event: PhaseEvent) -> None:
+        moment = time.perf_counter() - began
+        span = spans.setdefault(event.name, [moment, moment])
+        span[1] = max(span[1], moment)
         if event.ended and event.seconds is not None:
             wall[event.name] += event.seconds
             runs[event.name] += 1
@@ -70,12 +75,15 @@ def main(argv: list[str] | None = None) -> None:
     jobs = sum(p.jobs for p in phases.values())
     print(f"{args.variant}, {args.sources} source(s), one window: {seconds:.1f} s wall, "
           f"{jobs} Spark jobs, {commits} Delta commits")  # fmt: skip
-    print(f"{'phase':32} {'runs':>5} {'wall s':>8} {'jobs':>5} {'job s':>8}")
+    print(f"{'phase':32} {'runs':>5} {'wall s':>8} {'jobs':>5} {'job s':>8} {'from s':>7} "
+          f"{'to s':>7}")  # fmt: skip
     for name in sorted(set(phases) | set(wall), key=lambda n: -wall.get(n, 0.0)):
         labelled = phases.get(name)
+        first, last = spans.get(name, [0.0, 0.0])
         print(f"{name:32} {runs.get(name, 0):5} {wall.get(name, 0.0):8.2f} "
               f"{labelled.jobs if labelled else 0:5} "
-              f"{labelled.job_seconds if labelled else 0.0:8.2f}")  # fmt: skip
+              f"{labelled.job_seconds if labelled else 0.0:8.2f} "
+              f"{first:7.1f} {last:7.1f}")  # fmt: skip
 
 
 if __name__ == "__main__":
