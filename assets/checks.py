@@ -181,15 +181,15 @@ def report_judged(
     blocked: list[str] = []
     for check, outcome in judged.judged:
         key = AssetCheckKey(output_key(name, check.asset), check.name)
+        if isinstance(outcome, Exception):  # re-raised once every other check reported
+            context.log.error(f"check {check.asset}.{check.name} failed to run: {outcome}")
+            failures.append(outcome)
+            continue
         if judged.window is None or outcome is None:
             yield from reports.report(context, AssetCheckResult(
                 asset_key=key.asset_key, check_name=check.name,
                 passed=True, description="no complete window yet",
             ))  # fmt: skip
-            continue
-        if isinstance(outcome, Exception):  # re-raised once every other check reported
-            context.log.error(f"check {check.asset}.{check.name} failed to run: {outcome}")
-            failures.append(outcome)
             continue
         if check.blocks(outcome):
             blocked.append(f"{check.asset}.{check.name}")

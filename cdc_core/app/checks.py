@@ -106,7 +106,8 @@ CHECKED_TABLES = ("reclocked", "changes", "errors", "history")
 @dataclass(frozen=True)
 class JudgedChecks:
     """A source's selected checks as judged over ``window`` (None: nothing complete yet,
-    and nothing judged): each with its outcome, or what it raised."""
+    or the source could not be read): each with its outcome, what it raised, or None
+    when nothing was judged."""
 
     source: SourceConfig
     window: tuple[int, int] | None
@@ -142,81 +143,79 @@ def judge_together(
     Why together: a run's checks are a few small Spark jobs per source, whose cost is the
     job, not the rows. So a check with a joint judgement (``SourceCheck.joint``) is one
     question per source, asked from its logs, and one answer for every source that
-    asks it: one job per check kind and table layout, however many sources. The other
-    checks are judged per source. Both kinds run from ``CONCURRENT_CHECKS`` threads,
-    each with its own handles (a delta-rs handle is not shared between threads).
+    asks it: one job per check kind and table layout, however many sources.
+
+    Stages: each source's handle is opened once, its window found and its questions
+    asked; then each source's other checks are judged; both per source, from
+    ``CONCURRENT_CHECKS`` threads. Then the joint answers are given, one kind after
+    another. So a handle is only ever used by one thread at a time (a delta-rs handle is
+    not shared between threads), and a run of hundreds of sources opens each once.
 
     A source's check that raises is that check's outcome: the others, its own and other
     sources', are judged all the same. A joint answer that raises is every asking
     source's outcome of that check."""
-    opened = threading.local()
-
-    def reader_of(index: int) -> SourceReader:
-        readers = opened.__dict__.setdefault("readers", {})
-        if index not in readers:
-            readers[index] = SourceReader.open(spark, config, asked[index].source,
-                                               asked[index].lake)  # fmt: skip
-        return readers[index]
-
-    windows: list[tuple[int, int] | None] = []
-    rows = 0
-    for index, request in enumerate(asked):
-        window = request.window or newest_window(config, reader_of(index))
-        windows.append(window)
-        if window is not None and request.chosen:
-            judged_from = {"reclocked": window[0], "errors": window[0]}
-            rows += reader_of(index).rows_to_read(*CHECKED_TABLES, after=judged_from)
+    readers: dict[int, SourceReader] = {}
+    windows: dict[int, tuple[int, int] | None] = {}
+    questions: dict[tuple[str, str], dict[tuple[int, int], object]] = {}
     outcomes: dict[tuple[int, int], checks.CheckOutcome | Exception] = {}
-    alone: list[tuple[int, int]] = []
-    joint: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    for index, (request, window) in enumerate(zip(asked, windows, strict=True)):
-        for position, check in enumerate(request.chosen if window else ()):
-            if check.joint is None:
-                alone.append((index, position))
-            else:
-                joint.setdefault(check.kind, []).append((index, position))
+    lock = threading.Lock()
 
-    def judged_alone(at: tuple[int, int]) -> None:
-        index, position = at
-        check, window = asked[index].chosen[position], windows[index]
-        assert window is not None
-        with _outcome_of(outcomes, [at]), phase(asked[index].source.name,
-                                                f"check {check.asset}.{check.name}"):  # fmt: skip
-            outcomes[at] = check.judge(reader_of(index), *window)
+    def ask(index: int) -> int:
+        """Open the source, find its window and ask its joint questions; the rows its
+        checks read."""
+        request = asked[index]
+        at = [(index, position) for position in range(len(request.chosen))]
+        with _outcome_of(outcomes, at):
+            reader = readers[index] = SourceReader.open(spark, config, request.source,
+                                                        request.lake)  # fmt: skip
+            window = windows[index] = request.window or newest_window(config, reader)
+            if window is None or not request.chosen:
+                return 0
+            for position, check in enumerate(request.chosen):
+                if check.joint is not None:
+                    with _outcome_of(outcomes, [(index, position)]):
+                        question = check.joint.ask(reader, *window)
+                        with lock:
+                            questions.setdefault(check.kind, {})[(index, position)] = question
+            judged_from = {"reclocked": window[0], "errors": window[0]}
+            return reader.rows_to_read(*CHECKED_TABLES, after=judged_from)
+        return 0
 
-    def judged_jointly(kind: tuple[str, str], at: list[tuple[int, int]]) -> None:
-        questions: dict[tuple[int, int], object] = {}
-        for index, position in at:
-            window = windows[index]
-            assert window is not None
-            joint_judgement = asked[index].chosen[position].joint
-            assert joint_judgement is not None
-            with _outcome_of(outcomes, [(index, position)]):
-                questions[(index, position)] = joint_judgement.ask(reader_of(index), *window)
-        if not questions:
-            return
-        first = asked[at[0][0]].chosen[at[0][1]].joint
-        assert first is not None
-        source = asked[at[0][0]].source.name if len(asked) == 1 else ALL_SOURCES
-        with _outcome_of(outcomes, list(questions)), phase(source, f"check {'.'.join(kind)}"):
-            answers = first.answer(spark, list(questions.values()))
-            outcomes.update(zip(questions, answers, strict=True))
+    def judge_alone(index: int) -> None:
+        """Judge the source's checks that have no joint judgement."""
+        window = windows.get(index)
+        for position, check in enumerate(asked[index].chosen if window else ()):
+            if check.joint is None and (index, position) not in outcomes:
+                assert window is not None
+                with _outcome_of(outcomes, [(index, position)]), phase(
+                    asked[index].source.name, f"check {check.asset}.{check.name}"
+                ):
+                    outcomes[(index, position)] = check.judge(readers[index], *window)
 
-    with planned_as(spark, is_small_step(rows), config.spark.conf), ThreadPoolExecutor(
-        CONCURRENT_CHECKS, thread_name_prefix="check"
-    ) as pool:
-        work = [pool.submit(judged_jointly, kind, at) for kind, at in joint.items()]
-        work += [pool.submit(judged_alone, at) for at in alone]
-        for done in work:
-            done.result()
+    def answer(kind: tuple[str, str], asking: dict[tuple[int, int], object]) -> None:
+        """Answer every source's question of one kind at once."""
+        index, position = next(iter(asking))
+        joint = asked[index].chosen[position].joint
+        assert joint is not None
+        source = asked[index].source.name if len(asked) == 1 else ALL_SOURCES
+        with _outcome_of(outcomes, list(asking)), phase(source, f"check {'.'.join(kind)}"):
+            outcomes.update(zip(asking, joint.answer(spark, list(asking.values())), strict=True))
+
+    sources = range(len(asked))
+    with ThreadPoolExecutor(CONCURRENT_CHECKS, thread_name_prefix="check") as pool:
+        rows = sum(pool.map(ask, sources))
+        with planned_as(spark, is_small_step(rows), config.spark.conf):
+            list(pool.map(judge_alone, sources))
+            for kind, asking in questions.items():
+                answer(kind, asking)
     return [
         JudgedChecks(
             request.source,
-            window,
-            [(check, outcomes.get((index, position)) if window else None)
+            windows.get(index),
+            [(check, outcomes.get((index, position)))
              for position, check in enumerate(request.chosen)],  # fmt: skip
         )
-        for index, (request, window) in enumerate(zip(asked, windows, strict=True))
+        for index, request in enumerate(asked)
     ]
 
 

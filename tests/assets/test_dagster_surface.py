@@ -690,15 +690,16 @@ def test_each_table_carries_its_uri_and_a_registered_one_its_catalog_name(
 def test_checks_of_several_sources_are_judged_at_once_and_report_in_their_order(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Two sources' checks judged together: those judged alone wait at one barrier, so
-    judged one after another the first would wait alone and break it. A check with a
-    joint judgement is answered once for both sources, their questions in order. Each
-    source's outcomes keep its checks' order, and what a check raises is its outcome
-    while the others still judge."""
+    """Two sources' checks judged together: each source's checks judged alone wait at
+    one barrier with the other source's, so judged one source after another the first
+    would wait alone and break it. A check with a joint judgement is answered once for
+    both sources, their questions in order. Each source's outcomes keep its checks'
+    order, and what a check raises is its outcome while the others still judge."""
     data = deployment_data()
     data["sources"].append({**data["sources"][0], "name": "orders", "topic": "orders"})
     config = parse_config(data, tmp_path)
-    barrier = threading.Barrier(CONCURRENT_CHECKS, timeout=30)
+    assert len(config.sources) <= CONCURRENT_CHECKS
+    barrier = threading.Barrier(len(config.sources), timeout=30)
     answered: list[list[str]] = []
 
     def alone(name: str) -> SourceCheck:
