@@ -696,10 +696,15 @@ def test_checks_of_several_sources_are_judged_at_once_and_report_in_their_order(
     both sources, their questions in order. Each source's outcomes keep its checks'
     order, and what a check raises is its outcome while the others still judge."""
     data = deployment_data()
-    data["sources"].append({**data["sources"][0], "name": "orders", "topic": "orders"})
+    for name in ("orders", "broken"):
+        data["sources"].append({**data["sources"][0], "name": name, "topic": name})
     config = parse_config(data, tmp_path)
+    # A source whose table cannot be read: every check of it fails to judge, alone.
+    log = tmp_path / "lake" / "broken" / "remap" / "_delta_log"
+    log.mkdir(parents=True)
+    (log / "00000000000000000000.json").write_text("{not json\n")
     assert len(config.sources) <= CONCURRENT_CHECKS
-    barrier = threading.Barrier(len(config.sources), timeout=30)
+    barrier = threading.Barrier(len(config.sources) - 1, timeout=30)
     answered: list[list[str]] = []
 
     def alone(name: str) -> SourceCheck:
@@ -723,7 +728,10 @@ def test_checks_of_several_sources_are_judged_at_once_and_report_in_their_order(
     judged = judge_together(spark, config, asked)
 
     assert answered == [[SOURCE, "orders"]]
-    for source, verdicts in zip(config.sources, judged, strict=True):
+    *readable, broken = judged
+    assert broken.window is None
+    assert all(isinstance(outcome, Exception) for _, outcome in broken.judged)
+    for source, verdicts in zip(config.sources, readable, strict=False):
         outcomes = [outcome for _, outcome in verdicts.judged]
         assert verdicts.source == source and verdicts.window == window
         assert [getattr(o, "description", None) for o in outcomes[:2]] == [
