@@ -193,7 +193,8 @@ def judge_together(
                     outcomes[(index, position)] = check.judge(readers[index], *window)
 
     def answer(kind: tuple[str, str], asking: dict[tuple[int, int], object]) -> None:
-        """Answer every source's question of one kind at once."""
+        """Answer every source's question of one kind at once, in the sources' order."""
+        asking = dict(sorted(asking.items()))
         index, position = next(iter(asking))
         joint = asked[index].chosen[position].joint
         assert joint is not None
