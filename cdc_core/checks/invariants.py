@@ -656,7 +656,7 @@ def state_counts_together(
 
 
 def _state_summaries(updates: DataFrame, names: Sequence[str], keys: list[str]) -> dict[str, Row]:
-    """Per ``target`` of ``updates`` (a table's rows), its rows, rows of a bad count,
+    """Per read of ``updates`` (its ``KEY``: a table's rows), its rows, rows of a bad count,
     their least count and its keys holding other than one row."""
     keyed = bool(keys)
     is_bad = F.col(DIFF) != 1 if keyed else F.col(DIFF) < 1

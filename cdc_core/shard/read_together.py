@@ -28,10 +28,12 @@ from cdc_core.spark import local_frame
 from cdc_core.storage import spark_path
 from cdc_core.updates import TIME
 
-KEY = "target"  # the rows' column naming the read (a key of the ranges) they belong to
-
-_FILE = "_file"
-_AFTER, _THROUGH = "_after", "_through"
+# The rows' column naming the read (a key of the ranges) they belong to; named so that no
+# table's own column can be mistaken for it (nor for the columns that join each file to
+# its read).
+KEY = "__reclock_read"
+_FILE = "__reclock_file"
+_AFTER, _THROUGH = "__reclock_after", "__reclock_through"
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class RangeRead:
 def read_together(
     spark: SparkSession, reads: Mapping[str, RangeRead], schema: StructType
 ) -> DataFrame:
-    """The updates of every read in ``reads``, with a ``target`` column naming its key:
+    """The updates of every read in ``reads``, with a ``KEY`` column naming its key:
     ``schema``'s columns (which must include ``time``; a column a file lacks reads as
     null, as in a one-shard read), by one Parquet scan per round of distinct file names
     (one round, unless tables share file names)."""
