@@ -8,15 +8,16 @@ source (ops and their outputs are what loading the definitions and resolving the
 cost), and a run is one step. A run that selects some assets (a UI pick of one source's
 tables, or of one table, one check, one export) serves only their sources.
 
-In the step the selected sources are served several at once
-(``cdc_core.app.materialize``), each whole (its windows, then its selected checks, then
-its export) and each on its own: a source that fails (damaged dumps, a drifted config, a
-held window) or whose blocking check fails never stops the others. Only the step's own
-thread reports to Dagster (its context is not thread-safe): the sources' progress is
-passed on from there, and each source's results as it finishes. The step reports every
-other source's results, then fails naming the sources that failed. A source's export is
-left out when one of its blocking checks failed: a consumer never receives a stream the
-lake itself judged incomplete.
+In the step the selected sources' windows are served several at once
+(``cdc_core.app.materialize``); then every source's selected checks are judged together
+(one Spark job per check kind, ``cdc_core.app.checks.judge_together``); then their
+exports are built. Each source stays on its own: a source that fails (damaged dumps, a
+drifted config, a held window) or whose blocking check fails never stops the others.
+Only the step's own thread reports to Dagster (its context is not thread-safe): the
+sources' progress is passed on from there, then each source's results. The step reports
+every other source's results, then fails naming the sources that failed. A source's
+export is left out when one of its blocking checks failed: a consumer never receives a
+stream the lake itself judged incomplete.
 """
 
 import functools
