@@ -277,13 +277,22 @@ def finish_sources(
     job per check kind, not per source), then the exports of those whose blocking checks
     passed, several at once; a source whose export fails fails alone."""
     ready = [s.result for s in served if s.result is not None]
-    asking = [(result, ask) for result in ready if (ask := result.step.checks_to_judge())]
+    failed: dict[str, Exception] = {}
+    asking = []
+    for result in ready:
+        try:
+            if ask := result.step.checks_to_judge():
+                asking.append((result, ask))
+        except Exception as failure:  # noqa: BLE001 - reported as the source's failure
+            failed[result.step.source.name] = failure
     judged = judge_together(spark, config, [ask for _, ask in asking])
     for (result, _), verdict in zip(asking, judged, strict=True):
         result.judged = verdict
 
     def exported(result: SourceServed) -> Served[SourceServed]:
         name = result.step.source.name
+        if name in failed:
+            return Served(name, failure=failed[name])
         try:
             if result.step.picked.export and not result.blocking_failed():
                 result.export = result.step.export()
