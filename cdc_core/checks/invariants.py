@@ -65,16 +65,6 @@ class CompletenessQuestion:
     on_driver: bool = False
 
 
-def completeness(
-    shard: ShardReader, lower: int, upper: int, *, on_driver: bool = False
-) -> CheckOutcome:
-    """Distinct ``(data, time)`` updates per time in ``[lower, upper)`` equal the counts
-    announced by the progress statements committed with them (``completeness_together``
-    for one shard)."""
-    question = CompletenessQuestion(shard, lower, upper, on_driver)
-    return completeness_together(shard.spark, [question])[0]
-
-
 def completeness_together(
     spark: SparkSession, questions: Sequence[CompletenessQuestion]
 ) -> list[CheckOutcome]:
@@ -215,7 +205,7 @@ POSITIONS = StructType(
 @dataclass(frozen=True)
 class ExactlyOnceQuestion:
     """Whether the records ``reclocked`` holds at times in ``[lower, upper)`` are exactly
-    the offsets from ``before`` up to ``after``, each once (``exactly_once``). Nothing to
+    the offsets from ``before`` up to ``after``, each once (``exactly_once_together``). Nothing to
     judge when ``lower >= upper`` (the range is compacted)."""
 
     reclocked: ShardReader
@@ -227,27 +217,6 @@ class ExactlyOnceQuestion:
     gaps_allowed: bool
     errors: ShardReader | None = None
     holes: Mapping[int, Sequence[tuple[int, int]]] = field(default_factory=dict)
-
-
-def exactly_once(
-    reclocked: ShardReader,
-    before: OffsetFrontier,
-    after: OffsetFrontier,
-    starts: Mapping[int, int],
-    lower: int,
-    upper: int,
-    *,
-    gaps_allowed: bool,
-    errors: ShardReader | None = None,
-    holes: Mapping[int, Sequence[tuple[int, int]]] | None = None,
-) -> CheckOutcome:
-    """The records reclocked at times in ``[lower, upper)`` are exactly the offsets from
-    ``before`` (the remap at ``lower - 1``, or the configured start offsets) up to ``after``
-    (the remap at ``upper - 1``), each once (``exactly_once_together`` for one source)."""
-    question = ExactlyOnceQuestion(
-        reclocked, before, after, starts, lower, upper, gaps_allowed, errors, holes or {}
-    )
-    return exactly_once_together(reclocked.spark, [question])[0]
 
 
 def exactly_once_together(
@@ -392,7 +361,7 @@ def _exactly_once_outcome(
 @dataclass(frozen=True)
 class AccountedQuestion:
     """Whether nothing of ``files`` registered is in neither ``reclocked`` nor ``errors``,
-    judged at ``as_of`` (``accounted``)."""
+    judged at ``as_of`` (``accounted_together``)."""
 
     reclocked: ShardReader
     errors: ShardReader
@@ -442,26 +411,6 @@ class AccountedQuestion:
             )
 
         return [f.path for f in self.files if not f.retired and f.has_errors and owes_row(f)]
-
-
-def accounted(
-    reclocked: ShardReader,
-    errors: ShardReader,
-    files: Sequence[RegisteredFile],
-    frontier: OffsetFrontier,
-    starts: Mapping[int, int],
-    as_of: int,
-    stalled: Sequence[HeldPartition] = (),
-    *,
-    checked: OffsetFrontier | None = None,
-    bindings: Sequence[tuple[int, int, int]] = (),
-) -> CheckOutcome:
-    """Nothing registered is in neither the outputs nor ``errors``, judged at ``as_of``
-    (``accounted_together`` for one source)."""
-    question = AccountedQuestion(
-        reclocked, errors, files, frontier, starts, as_of, stalled, checked, bindings
-    )
-    return accounted_together(reclocked.spark, [question])[0]
 
 
 def accounted_together(
@@ -618,12 +567,6 @@ class StateQuestion:
     changes: ShardReader
     key_columns: Sequence[str]
     as_of: int
-
-
-def state_counts(changes: ShardReader, key_columns: Sequence[str], as_of: int) -> CheckOutcome:
-    """The published state holds each row as often as its envelope allows
-    (``state_counts_together`` for one table)."""
-    return state_counts_together(changes.spark, [StateQuestion(changes, key_columns, as_of)])[0]
 
 
 def state_counts_together(

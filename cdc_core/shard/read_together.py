@@ -14,6 +14,7 @@ second round, so no row is ever counted under the wrong key.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,10 +69,7 @@ def read_together(
     if not frames:
         empty = StructType([StructField(KEY, StringType()), *schema.fields])
         return local_frame(spark, [], empty)
-    joined = frames[0]
-    for frame in frames[1:]:
-        joined = joined.unionByName(frame)
-    return joined
+    return functools.reduce(DataFrame.unionByName, frames)
 
 
 def _read_round(

@@ -25,7 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from cdc_core.checks.invariants import CompletenessQuestion, completeness, completeness_together
+from cdc_core.checks.invariants import CompletenessQuestion, completeness_together
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import (
     ProgressStatement,
@@ -37,6 +37,7 @@ from cdc_core.shard import (
     stored_upper,
 )
 from cdc_core.shard.log import merge_files
+from tests.judged_alone import completeness
 
 KV = StructType([StructField("k", StringType()), StructField("v", LongType())])
 UPDATE_DDL = "k string, v long, time long, diff long"

@@ -20,7 +20,6 @@ import pytest
 from dagster import DagsterInstance
 from deltalake import DeltaTable
 
-from cdc_core.checks.invariants import completeness
 from cdc_core.config import Config, load_config
 from cdc_core.frontier import TimeFrontier
 from cdc_core.reclock import Windows
@@ -33,6 +32,7 @@ from pipelines.build import build_definitions
 from pipelines.cli import main
 from pipelines.maintenance import MAINTENANCE_JOB
 from pipelines.run import materialize
+from tests.judged_alone import completeness
 from tests.upsert_config import write_upsert_config
 
 START = 1_767_311_520_000  # 2026-01-01T23:52:00Z

@@ -21,7 +21,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_core.app.status import statuses
-from cdc_core.checks.invariants import exactly_once
 from cdc_core.config import Config, load_config
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest.registry import sink_gaps
@@ -30,6 +29,7 @@ from cdc_core.reclock.remap import UnexpectedStartOffset
 from cdc_core.source import SourcePipeline
 from pipelines.build import ALL_WINDOWS_JOB, build_definitions
 from pipelines.run import materialize
+from tests.judged_alone import exactly_once
 from tests.spark_examples import SPARK_EXAMPLES
 from tests.upsert_config import write_upsert_config
 
