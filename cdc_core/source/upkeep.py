@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from cdc_core.phases import phase
 from cdc_core.reclock.transactions import TransactionGroupBinder
 from cdc_core.shard import stored_upper
 from cdc_core.source.layout import output_tables
@@ -36,16 +37,19 @@ def maintain_source(pipeline: SourcePipeline, now_ms: int) -> MaintenanceReport:
     retired = retire_source(pipeline, now_ms)
     horizon = pipeline.config.calendar.source_horizon(pipeline.source.name, now_ms)
     keep_ms = pipeline.config.readers.lease_ms
-    tables = {"remap": maintain_shard(pipeline.remap, None, keep_ms)}
-    for name in output_tables(pipeline.source):
-        tables[name] = maintain_shard(getattr(pipeline, name), horizon, keep_ms)
-    plain = {"state": str(pipeline.root / "state"), "history": str(pipeline.root / "history"),
-             "upstream": pipeline.upstream.path}
-    for name, path in plain.items():
-        table = maintain_table(path, keep_ms)
-        if table is not None:
-            tables[name] = table
-    tables.update(maintain_registry(pipeline.registry, keep_ms))
+    with phase(pipeline.source.name, "maintain tables"):
+        tables = {"remap": maintain_shard(pipeline.remap, None, keep_ms)}
+        for name in output_tables(pipeline.source):
+            tables[name] = maintain_shard(getattr(pipeline, name), horizon, keep_ms)
+        plain = {"state": str(pipeline.root / "state"),
+                 "history": str(pipeline.root / "history"),
+                 "upstream": pipeline.upstream.path}  # fmt: skip
+        for name, path in plain.items():
+            table = maintain_table(path, keep_ms)
+            if table is not None:
+                tables[name] = table
+    with phase(pipeline.source.name, "maintain registry"):  # its fold, once due
+        tables.update(maintain_registry(pipeline.registry, keep_ms))
     binder, group = pipeline.group, pipeline.config.transaction_group(pipeline.source.name)
     if binder is None or group is None:
         return MaintenanceReport(pipeline.source.name, retired, tables)
@@ -81,13 +85,14 @@ def _group_keep_from(
 
 def retire_source(pipeline: SourcePipeline, now_ms: int) -> RetireReport:
     """Commit the offset resumption frontier upstream and retire the dumps below it."""
-    return retire(
-        pipeline.remap,
-        pipeline.outputs,
-        pipeline.registry,
-        pipeline.upstream,
-        mode=pipeline.source.retire,
-        landing=pipeline.landing,
-        archive=pipeline.root / "archive",
-        now_ms=now_ms,
-    )
+    with phase(pipeline.source.name, "retire dumps"):
+        return retire(
+            pipeline.remap,
+            pipeline.outputs,
+            pipeline.registry,
+            pipeline.upstream,
+            mode=pipeline.source.retire,
+            landing=pipeline.landing,
+            archive=pipeline.root / "archive",
+            now_ms=now_ms,
+        )

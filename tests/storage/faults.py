@@ -158,6 +158,11 @@ class FaultProxy:
                                                                           "reset"))]
             return dict(Counter(f"{c} {k}" for c, k in zip(self.clients, kinds, strict=False)))
 
+    def paths(self, kind: str) -> list[str]:
+        """The paths of the requests of ``kind`` logged since the last ``clear``."""
+        with self._lock:
+            return [path for logged, path in self.log if logged == kind]
+
     def clear(self) -> None:
         with self._lock:
             self.log.clear()
@@ -311,6 +316,11 @@ class FaultControl:
         counted = self._call("by_client")
         assert isinstance(counted, dict)
         return Counter(counted)
+
+    def paths(self, kind: str) -> list[str]:
+        logged = self._call("paths", kind=kind)
+        assert isinstance(logged, list)
+        return logged
 
     def clear(self) -> None:
         self._call("clear")
