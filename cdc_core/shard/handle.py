@@ -28,6 +28,7 @@ from cdc_core.shard.log import (
     log_mark,
     open_or_create,
     read_frontier,
+    read_to_newest,
 )
 from cdc_core.storage import files
 from cdc_core.updates import DIFF, TIME
@@ -143,7 +144,7 @@ class ShardHandle:
         self._since = read_frontier(self._table, SINCE)
 
     def _reload(self) -> None:
-        self._table.update_incremental()
+        read_to_newest(self._table, self.path)
         if self._table.version() != self._version:  # a version never changes once written
             self._load_state()
 

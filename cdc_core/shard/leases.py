@@ -42,8 +42,14 @@ from cdc_core.frontier import TimeFrontier, iso
 from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import DataFile
 from cdc_core.shard.handle import SINCE
-from cdc_core.shard.log import commit_metadata, commit_once, read_frontier
-from cdc_core.storage import delta_options, files
+from cdc_core.shard.log import (
+    commit_metadata,
+    commit_once,
+    newest_table,
+    read_frontier,
+    read_to_newest,
+)
+from cdc_core.storage import files
 
 _log = logging.getLogger(__name__)
 
@@ -256,7 +262,7 @@ class LeaseBook:
     def __init__(self, path: str, shard: Shard | None = None) -> None:
         self.path = files.normalize(path)
         self.shard = shard
-        self._table = DeltaTable(self.path, storage_options=delta_options(self.path))
+        self._table = newest_table(self.path)
 
     @classmethod
     def of(cls, shard: Shard) -> LeaseBook:
@@ -265,7 +271,7 @@ class LeaseBook:
 
     def read(self) -> Leases:
         """The registrations as of the log's latest version."""
-        self._table.update_incremental()
+        read_to_newest(self._table, self.path)
         return read_leases(self.path, self._table)
 
     # ---- readers ----------------------------------------------------------------------
@@ -533,7 +539,7 @@ class Hold:
 
 def holds(table_path: str) -> list[Hold]:
     """Every registration of the shard at ``table_path`` and what it keeps (log only)."""
-    table = DeltaTable(table_path, storage_options=delta_options(table_path))
+    table = newest_table(table_path)
     leases = read_leases(table_path, table)
     if not leases.registrations:
         return []

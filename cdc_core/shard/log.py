@@ -179,7 +179,7 @@ def commit_once(
             ) from failure
         return False
     try:
-        table.update_incremental()
+        read_to_newest(table, path)
     except LOCATION_FAILURES as failure:
         raise storage_error(
             f"re-reading the log of {path} after a commit", failure, definitely_not_written=False
@@ -193,7 +193,7 @@ def _landed(
     """After a failed commit call: re-read the log and report whether the commit is in
     it anyway (e.g. it landed and a later step failed)."""
     try:
-        table.update_incremental()
+        read_to_newest(table, path)
         newer = table.version() - read_version
         history = table.history(limit=newer) if newer > 0 else []
     except LOCATION_FAILURES as unreadable:
@@ -264,7 +264,66 @@ def existing_table(location: str, version: int | None = None) -> DeltaTable | No
     with on_store(f"opening {location}", location):
         if not DeltaTable.is_deltatable(location, storage_options=options):
             return None
-        return DeltaTable(location, version=version, storage_options=options)
+        if version is not None:
+            return DeltaTable(location, version=version, storage_options=options)
+        return newest_table(location)
+
+
+def newest_table(location: str) -> DeltaTable:
+    """The Delta table at ``location`` at its log's newest commit, that commit confirmed
+    the newest (``confirmed_newest``); a failure of the store is a StorageFailure."""
+    with on_store(f"opening {location}", location):
+        table = DeltaTable(location, storage_options=delta_options(location))
+        return confirmed_newest(table, location)
+
+
+def read_to_newest(table: DeltaTable, location: str) -> DeltaTable:
+    """``table`` read on to its log's newest commit, that commit confirmed the newest
+    (``confirmed_newest``)."""
+    with on_store(f"reading the log of {location}", files.join(location, "_delta_log")):
+        table.update_incremental()
+    return confirmed_newest(table, location)
+
+
+def confirmed_newest(table: DeltaTable, location: str) -> DeltaTable:
+    """``table``, loaded at the newest commit a listing of its log found, once that
+    commit is confirmed the newest; a StorageFailure naming the next commit when the
+    listing ended early.
+
+    Why: delta-rs finds a table's newest commit by listing its log. A store, or a proxy
+    in front of it, that ends a listing early without saying so would leave the table at
+    an older version, and a run would decide on it: bind windows without dumps the
+    registry holds, or judge a commit of its own not written. So, as
+    ``files.list_after`` does for reclock's own listings, the listing's end is confirmed:
+    on an object store the commit after the loaded version must be absent (one HEAD).
+    While it is there the log is read again (a listing cut once may be whole the next
+    time); a read that ends at the same commit is the store failing, and is named.
+    Invariant: the version returned was the log's newest at the last lookup."""
+    if not is_remote(location):
+        return table
+    log = files.join(files.normalize(location), "_delta_log")
+    while files.is_object(following := files.join(log, f"{table.version() + 1:020d}.json")):
+        reached = table.version()
+        table.update_incremental()
+        if table.version() == reached:
+            raise StorageFailure(
+                f"listing the log of {location}",
+                following,
+                f"the listing ended at commit {reached} without saying so; the commit "
+                "after it exists",
+            )
+    return table
+    log = files.join(files.normalize(location), "_delta_log")
+    while files.is_object(files.join(log, f"{table.version() + 1:020d}.json")):
+        reached = table.version()
+        table.update_incremental()
+        if table.version() == reached:
+            raise StorageFailure(
+                f"listing the log of {location}",
+                log,
+                f"its commit {reached + 1} exists, but no listing returns it",
+            )
+    return table
 
 
 def open_or_create(
@@ -302,7 +361,7 @@ def open_or_create(
             except DeltaError:
                 if not DeltaTable.is_deltatable(location, storage_options=options):
                     raise
-        table = DeltaTable(location, storage_options=options)
+        table = newest_table(location)
     check_table_features(table, location)
     return table
 
@@ -324,7 +383,7 @@ def add_missing_columns(table: DeltaTable, path: str, wanted: DeltaSchema) -> li
         table.alter.add_columns(missing, commit_properties=properties)
     except LOCATION_FAILURES as failure:
         with location_failure(f"re-reading the log of {path}"):
-            table.update_incremental()
+            read_to_newest(table, path)
         if set(names) - set(table.schema().to_arrow().names):
             raise ShardStorageError(
                 f"adding columns {names} to {path} failed: {failure}", definitely_not_written=True

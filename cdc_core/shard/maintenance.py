@@ -24,8 +24,8 @@ from cdc_core.shard.log import (
     commit_metadata,
     frontier_transactions,
     location_failure,
+    newest_table,
 )
-from cdc_core.storage import delta_options
 from cdc_core.updates import TIME, consolidate
 
 # Physical compaction aims at files of about this size; files under half of it are small.
@@ -151,7 +151,7 @@ def tidy_table(path: str, keep_ms: int) -> tuple[list[str], list[str]]:
     published ``state`` stays the table's newest commit). Returns the data files and the
     log files deleted."""
     with location_failure(f"tidying {path}"):
-        table = DeltaTable(path, storage_options=delta_options(path))
+        table = newest_table(path)
         collected = collect_garbage(path, table, keep_ms)
         table.create_checkpoint()
         trimmed = delta_io.trim_log(path, table.version(), int(time.time() * 1000) - keep_ms)

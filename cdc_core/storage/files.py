@@ -119,6 +119,23 @@ def exists(text: str) -> bool:
     return bool(fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
 
 
+@store_call("lookup")
+def is_object(text: str) -> bool:
+    """Whether a file is at ``text``: on S3 one HEAD of that key (pyarrow's lookup would
+    also list the key as a folder when no object is there)."""
+    _, path, location = resolve(text)
+    if location.is_local:
+        return os.path.isfile(path)
+    client = _s3_client(settings.current())
+    try:
+        client.head_object(Bucket=location.bucket, Key=location.path)
+    except client.exceptions.ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise
+    return True
+
+
 @store_call("listing")
 def list_files(text: str, *, recursive: bool = True) -> list[FileEntry]:
     """Every file under the folder ``text`` (none when it is missing), sorted by path."""

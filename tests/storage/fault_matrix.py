@@ -143,8 +143,8 @@ class Steps:
         self.now_ms = now_ms
         bucket = f"m{uuid.uuid4().hex[:12]}"
         boto3.client("s3", endpoint_url=store.direct).create_bucket(Bucket=bucket)
-        workdir = Path(tempfile.mkdtemp(prefix="fault-matrix-"))
-        path = s3_config(f"s3://{bucket}", workdir)
+        self.workdir = Path(tempfile.mkdtemp(prefix="fault-matrix-"))
+        path = s3_config(f"s3://{bucket}", self.workdir)
         data = yaml.safe_load(path.read_text())
         path.write_text(yaml.safe_dump({**data, "storage": {"retries": POLICY}}))
         self.config: Config = load_config(path)
@@ -198,7 +198,9 @@ def _judge(store: FaultyStore, fault: str, at: str, clean: dict[str, Counter],
     else:
         outcome.seconds_to_failure = ended - armed_at[0] if armed_at else None
         if NAMED not in said:
-            broken.append(f"not named: {said[-400:]!r}")
+            kept = steps.workdir / "run-output.txt"
+            kept.write_text(said)
+            broken.append(f"not named (its output: {kept}): {said[-400:]!r}")
         took = outcome.seconds_to_failure or 0.0
         if took > DEADLINE_S + WIND_DOWN_S:
             broken.append(f"failed {took:.0f} s after the fault")

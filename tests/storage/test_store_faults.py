@@ -17,6 +17,7 @@ import yaml
 from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.config import Config, load_config
+from cdc_core.shard.log import existing_table, read_to_newest
 from cdc_core.storage import RetryPolicy, S3Settings, StorageFailure, files, settings
 from pipelines.run import materialize
 from tests.storage.conftest import FaultyStore
@@ -83,6 +84,37 @@ def test_a_cut_listing_hides_no_dump_and_a_store_down_fails_named(
         files.read_bytes(names[0])
     assert (caught.value.operation, caught.value.location) == ("read", names[0])
     assert "NETWORK_CONNECTION" in caught.value.cause
+
+
+def test_a_cut_listing_of_a_delta_log_leaves_no_table_behind_its_newest_commit(
+    faulty_store: tuple[FaultyStore, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, bucket = faulty_store
+    use_policy(monkeypatch, QUICK)
+    table = f"s3://{bucket}/lake/t"
+    options = settings.current().delta_options()
+    for n in range(6):  # commits 0 to 5
+        write_deltalake(table, pa.table({"id": [n]}), mode="append", storage_options=options)
+    # Every listing cut to its first half: delta-rs alone takes the log to end early.
+    store.http.truncate(100)
+    assert DeltaTable(table, storage_options=options).version() < 5
+    # Opened by reclock, the commit after the one listed last is looked up, found, and
+    # the table refused with the storage error naming it.
+    with pytest.raises(StorageFailure) as caught:
+        existing_table(table)
+    assert caught.value.location.startswith(f"s3://{bucket}/lake/t/_delta_log/0000")
+    assert "ended at commit" in caught.value.cause
+    store.http.truncate(0)
+    opened = existing_table(table)
+    assert opened is not None and opened.version() == 5
+    assert sorted(opened.to_pyarrow_table()["id"].to_pylist()) == list(range(6))
+    for n in range(6, 9):  # commits 6 to 8, by another writer
+        write_deltalake(table, pa.table({"id": [n]}), mode="append", storage_options=options)
+    store.http.truncate(100)  # a read on from commit 5 lists 6 to 8, cut to 6 and 7
+    with pytest.raises(StorageFailure):
+        read_to_newest(opened, table)
+    store.http.truncate(0)
+    assert read_to_newest(opened, table).version() == 8
 
 
 # The runs below: the reliability tests' config and dumps (one source, four windows) on a
