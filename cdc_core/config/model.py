@@ -156,8 +156,9 @@ class RetrySettings(Section):
     request_timeout: Annotated[Duration, AfterValidator(positive)] = "20s"
     """How long one try may connect, or wait for the store's answer, before it fails."""
     deadline: Annotated[Duration, AfterValidator(positive)] = "3m"
-    """How long the store may stay unreachable before the run fails: refused when the
-    tries and backoffs above could take longer."""
+    """The longest one request may take, every retry included: refused when the tries
+    and backoffs above could take longer. A store that is down fails a request, and the
+    run, once the tries are spent: within the deadline, sooner when it refuses at once."""
 
     @model_validator(mode="after")
     def _within_deadline(self) -> RetrySettings:
@@ -194,7 +195,7 @@ class StorageSettings(Section):
     secret_access_key: Text | None = None
     """The secret access key (default: AWS_SECRET_ACCESS_KEY)."""
     retries: RetrySettings = RetrySettings()
-    """How requests to the store are retried, and how long it may stay down."""
+    """How requests to the store are retried, and how long a request may take."""
 
     @model_validator(mode="after")
     def _safe(self) -> StorageSettings:

@@ -3,8 +3,9 @@
 A request to the store is tried at most ``attempts`` times, each try bounded by
 ``request_timeout_ms``, with exponential backoff between tries starting at
 ``base_backoff_ms`` and capped at ``max_backoff_ms`` where the client lets it be set.
-``deadline_ms`` is how long a store may stay unreachable before a request, and so the run
-making it, fails.
+``deadline_ms`` is the longest a request may take, every retry included: a store that
+stays down fails the request, and so the run making it, within it (once the tries are
+spent, which against a store refusing connections takes only the backoffs).
 
 Why a bound rather than a clock: only delta-rs (object_store's ``retry_timeout``) stops
 retrying by elapsed time; the others count tries. So the policy itself is refused
