@@ -48,6 +48,12 @@ EMPTY_SUFFIX = ".empty"
 
 LOCATION_FAILURES = (DeltaError, OSError, PySparkException, Py4JError)
 
+# Opening a table reads its newest checkpoint and every commit after it, and a run opens
+# each of its tables several times a window. delta-rs checkpoints after the commit that
+# reaches the interval; its default of 100 lets a table of one-minute windows replay up
+# to 99 commits (a GetObject each) at every open, so reclock's tables checkpoint every 10.
+CHECKPOINT_INTERVAL = {"delta.checkpointInterval": "10"}
+
 
 class ShardStorageError(RuntimeError):
     """The storage location failed. ``definitely_not_written`` says whether the write is
@@ -353,7 +359,8 @@ def open_or_create(
                     mode="error",
                     description=described.text if described else None,
                     storage_options=options,
-                    configuration={**(described.properties if described else {}),
+                    configuration={**CHECKPOINT_INTERVAL,
+                                   **(described.properties if described else {}),
                                    **(configuration or {})},  # fmt: skip
                     commit_properties=properties,
                     raise_if_key_not_exists=False,  # reclock's own properties

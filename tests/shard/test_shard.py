@@ -91,6 +91,16 @@ def test_a_new_shard_starts_at_the_minimum_and_reopens_with_its_state(spark, tmp
     assert (reopened.upper, reopened.since, reopened.version) == (at(3), at(0), 1)
 
 
+def test_a_shard_checkpoints_its_log_so_an_open_replays_fewer_than_ten_commits(spark, shard):
+    for t in range(12):
+        batch = updates(spark, [("a", t, t, 1)])
+        assert shard.compare_and_append(batch, at(t), at(t + 1)) is None
+    last = json.loads(Path(shard.path, "_delta_log", "_last_checkpoint").read_text())
+    assert shard.version >= 12 and shard.version - last["version"] < 10
+    reopened = Shard.open(spark, shard.path, KV)
+    assert (reopened.upper, reopened.version) == (at(12), shard.version)
+
+
 def test_opening_with_another_schema_names_the_differing_columns(spark, tmp_path):
     path = str(tmp_path / "s")
     Shard.open(spark, path, KV)

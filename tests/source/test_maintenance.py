@@ -99,13 +99,14 @@ def test_maintain_bounds_every_table_and_keeps_what_it_publishes(aged: Config, s
     files, commits = len(live_files(DeltaTable(changes))), log_commits(changes)
     assert files >= WINDOWS and commits >= WINDOWS  # a file and a commit per window at least
     # A reader holds changes from 5 minutes before the horizon: its since stops there.
-    LeaseBook.of(pipeline.changes).register("analyst", MIDNIGHT - 5 * MINUTE, 3_600_000)
+    pinned = LeaseBook.of(pipeline.changes).register("analyst", MIDNIGHT - 5 * MINUTE, 3_600_000)
     time.sleep(1.5)  # the log files written so far are older than the 1 s lease
 
     held = maintain_source(pipeline, NOW)
 
     assert held.tables["changes"].since == TimeFrontier.at(MIDNIGHT - 5 * MINUTE)
-    assert log_commits(changes) >= commits, "the version the reader pins stays readable"
+    # The version the reader pins stays readable, its files and all.
+    assert DeltaTable(changes, version=pinned.version).to_pyarrow_table().num_rows > 0
     for name in ("reclocked", "errors"):
         assert held.tables[name].since == TimeFrontier.at(MIDNIGHT), name
     assert len(live_files(DeltaTable(changes))) <= 2, "small files merged"

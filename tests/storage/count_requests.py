@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import boto3
 import yaml
@@ -87,9 +88,11 @@ def _sources(workdir: Path, bucket: str, n: int) -> tuple[Path, int, int]:
 
 
 def _shape(path: str) -> str:
-    """A request's path with its query and the parts that vary (names made of digits or
-    hex, a source's number) starred, so alike requests count together."""
-    key = path.split("?")[0].split("/", 2)[-1]
+    """A request's key (a listing's prefix) with the parts that vary (names made of digits
+    or hex, a source's number) starred, so alike requests count together."""
+    route, _, query = path.partition("?")
+    prefix = parse_qs(query).get("prefix")
+    key = prefix[0] if prefix else route.split("/", 2)[-1]
     return re.sub(r"[0-9a-f]{8,}(-[0-9a-f]{4,})*|\d+", "*", key)
 
 
@@ -118,7 +121,8 @@ def main(which: str, n: int) -> None:
             took = time.monotonic() - began
             counts = proxy.counts()
             clients = proxy.by_client()
-            heads = Counter(_shape(path) for path in proxy.paths("HeadObject"))
+            asked = {kind: Counter(_shape(path) for path in proxy.paths(kind))
+                     for kind in ("GetObject", "HeadObject", "ListObjectsV2")}  # fmt: skip
         total = sum(counts.values())
         print(f"{which}: {len(config.sources)} source(s), {windows} windows, {took:.0f} s")
         for kind, count in counts.most_common():
@@ -126,9 +130,10 @@ def main(which: str, n: int) -> None:
         print(f"  {'total':28} {total:6}  {total / windows:8.1f} per window")
         for kind, count in sorted(clients.items()):
             print(f"  {kind:28} {count:6}")
-        print("HeadObject by path, the most asked:")
-        for shape, count in heads.most_common(12):
-            print(f"  {count:6}  {shape}")
+        for kind, shapes in asked.items():
+            print(f"{kind} by path, the most asked:")
+            for shape, count in shapes.most_common(12):
+                print(f"  {count:6}  {shape}")
     finally:
         server.terminate()
         server.wait(timeout=30)
