@@ -319,17 +319,6 @@ def confirmed_newest(table: DeltaTable, location: str) -> DeltaTable:
                 "after it exists",
             )
     return table
-    log = files.join(files.normalize(location), "_delta_log")
-    while files.is_object(files.join(log, f"{table.version() + 1:020d}.json")):
-        reached = table.version()
-        table.update_incremental()
-        if table.version() == reached:
-            raise StorageFailure(
-                f"listing the log of {location}",
-                log,
-                f"its commit {reached + 1} exists, but no listing returns it",
-            )
-    return table
 
 
 def open_or_create(
