@@ -266,13 +266,20 @@ class Registry:
     def _tables(self) -> _Tables:
         """The registry's tables, read again only when ``files`` or ``retired`` is another
         table or has a new version: a run asks the registry many times, from each of its
-        steps. The process keeps the last read."""
-        files, retired = existing_table(self.files_path), existing_table(self.retired_path)
-        versions = (_version(files), _version(retired))
+        steps. The process keeps the last read, and a look at each log's mark
+        (``log_mark``: on an object store one listing from the known version, on local
+        disk two lookups) finds whether it still holds, without opening either table."""
         with _READS_LOCK:
             cached = _READS.get(self.files_path)
-        if cached is None or cached.versions != versions:
-            cached = _Tables.read(files, retired, versions)
+        paths = (self.files_path, self.retired_path)
+        known = (None, None) if cached is None else cached.marks
+        marks = (log_mark(paths[0], known[0]), log_mark(paths[1], known[1]))
+        if cached is None or cached.marks != marks:
+            files, retired = (
+                None if mark is None else existing_table(path, mark.version)
+                for path, mark in zip(paths, marks, strict=True)
+            )
+            cached = _Tables.read(files, retired, marks)
             with _READS_LOCK:
                 _READS[self.files_path] = cached
         return cached
@@ -561,12 +568,6 @@ _READS: dict[str, _Tables] = {}
 _READS_LOCK = threading.Lock()
 
 
-def _version(table: DeltaTable | None) -> tuple[str, int]:
-    """A Delta table's identity and version (("", -1) before it exists): a table deleted
-    and created again at the same place counts as another table."""
-    return ("", -1) if table is None else (str(table.metadata().id), table.version())
-
-
 def _parts(table: DeltaTable | None, schema: pa.Schema) -> tuple[pa.Table, pa.dataset.Dataset]:
     """A registry table's rows outside its folded files (read now, with ``schema``'s
     columns), and its folded files (a dataset, read only when asked)."""
@@ -620,14 +621,14 @@ def _ahead(rows: pa.Table, reaching: Mapping[int, int]) -> pa.Array:
 
 @dataclass(frozen=True)
 class _Tables:
-    """One read of a registry at ``versions`` (files, retired), as Arrow: the (file,
+    """One read of a registry at ``marks`` (files, retired), as Arrow: the (file,
     partition) rows outside folded files, those of live files, the paths of live files
     with errors, the ``retired`` rows outside folded files (path, archived_to), per Kafka
     partition the tops of the folded rows, and the folded files themselves (read only when
     asked). What it reads stays as small as on day one once maintenance folds the
     registry, and a run or ``inspect`` turns into Python objects only the rows it asks for."""
 
-    versions: tuple[tuple[str, int], tuple[str, int]]
+    marks: tuple[LogMark | None, LogMark | None]
     rows: pa.Table
     live_rows: pa.Table
     live_with_errors: pa.Array
@@ -642,9 +643,9 @@ class _Tables:
         cls,
         files: DeltaTable | None,
         retired: DeltaTable | None,
-        versions: tuple[tuple[str, int], tuple[str, int]],
+        marks: tuple[LogMark | None, LogMark | None],
     ) -> _Tables:
-        """Read both tables (at ``versions``) but their folded files."""
+        """Read both tables (loaded at their ``marks``) but their folded files."""
         rows, folded_files = _parts(files, FILES_SCHEMA)
         gone, folded_retired = _parts(retired, RETIRED_SCHEMA)
         live = rows.join(gone.select(["path"]), "path", join_type="left anti")
@@ -668,7 +669,7 @@ class _Tables:
             assert kind is not None and paired is not None
             stored.setdefault(paired, {})[kind] = path
         return cls(
-            versions, rows, live, with_errors, gone.select(["path", "archived_to"]),
+            marks, rows, live, with_errors, gone.select(["path", "archived_to"]),
             _folded_tops(files), folded_files, folded_retired, stored,
         )  # fmt: skip
 

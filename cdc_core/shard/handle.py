@@ -19,6 +19,8 @@ from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import DataFile
 from cdc_core.shard.log import (
+    SINCE,
+    UPPER,
     LogMark,
     TableDescription,
     commit_once,
@@ -32,9 +34,6 @@ from cdc_core.shard.log import (
 )
 from cdc_core.storage import files
 from cdc_core.updates import DIFF, TIME
-
-UPPER = "reclock.upper"
-SINCE = "reclock.since"
 
 # Progress statements live in the commit history, so the log must never expire.
 TABLE_CONFIGURATION = {"delta.enableExpiredLogCleanup": "false"}

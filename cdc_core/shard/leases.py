@@ -43,6 +43,8 @@ from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import DataFile
 from cdc_core.shard.handle import SINCE
 from cdc_core.shard.log import (
+    LEASES_APP_ID,
+    app_version,
     commit_metadata,
     commit_once,
     newest_table,
@@ -56,7 +58,6 @@ _log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from cdc_core.shard import Shard
 
-LEASES_APP_ID = "reclock.leases"
 LEASES_KEY = "reclock.leases"
 READER = "reader"
 WRITER = "writer"
@@ -171,7 +172,7 @@ def _commit_ms(table_path: str, version: int) -> int:
 def read_leases(table_path: str, table: DeltaTable) -> Leases:
     """The registrations at the version ``table`` has loaded."""
     version = table.version()
-    pointer = table.transaction_version(LEASES_APP_ID)
+    pointer = app_version(table, LEASES_APP_ID)
     log_ms = _commit_ms(table_path, version)
     if pointer is None:
         return Leases(version, log_ms, None)

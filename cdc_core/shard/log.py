@@ -13,14 +13,18 @@ versions, so they move in the same commit as the data they describe.
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
+import threading
 import uuid
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -45,6 +49,23 @@ USER_METADATA_KEY = "userMetadata"
 
 # The empty frontier ("finished") is its own app id, so no magic time stands for it.
 EMPTY_SUFFIX = ".empty"
+
+# The app ids reclock keeps on its tables: a shard's upper and since, its lease table's
+# commit, the time ``state`` was published as of, the upstream commit a rebuild resumes
+# from. Every commit reclock makes carries each one's version forward and says so under
+# ``CARRIES_KEY``, so the newest commit alone answers them all (``app_version``).
+UPPER = "reclock.upper"
+SINCE = "reclock.since"
+LEASES_APP_ID = "reclock.leases"
+STATE_AS_OF = "reclock.state_as_of"
+UPSTREAM_COMMIT = "upstream-commit"
+KEPT_APP_IDS = tuple(
+    app_id + suffix
+    for app_id in (UPPER, SINCE, LEASES_APP_ID, STATE_AS_OF, UPSTREAM_COMMIT)
+    for suffix in ("", EMPTY_SUFFIX)
+)
+CARRIES_KEY = "reclock.carries"
+CARRIES = "every kept app transaction"
 
 LOCATION_FAILURES = (DeltaError, OSError, PySparkException, Py4JError)
 
@@ -127,9 +148,73 @@ def frontier_transactions(app_id: str, frontier: TimeFrontier) -> list[Transacti
 
 def read_frontier(table: DeltaTable, app_id: str) -> TimeFrontier:
     """The frontier stored under ``app_id`` at the table's loaded version ([0] if none)."""
-    if table.transaction_version(app_id + EMPTY_SUFFIX):
+    if app_version(table, app_id + EMPTY_SUFFIX):
         return TimeFrontier.empty()
-    return TimeFrontier.at(table.transaction_version(app_id) or 0)
+    return TimeFrontier.at(app_version(table, app_id) or 0)
+
+
+def app_version(table: DeltaTable, app_id: str) -> int | None:
+    """The version of ``app_id``'s app transaction at the table's loaded version (None
+    when it has none).
+
+    Why: delta-rs answers ``transaction_version`` by replaying the log from its newest
+    checkpoint, a GetObject per commit file on an object store, for every app id asked,
+    and a shard's frontiers ask four. A commit reclock makes carries the version of every
+    app id in ``KEPT_APP_IDS`` (``commit_once``), so one read of the loaded version's
+    commit file answers them all, once per table and version. A commit that does not say
+    it carries them (another writer's, or one reclock made before it carried them) leaves
+    the question to delta-rs. Invariant: the answer is what delta-rs would give."""
+    carried = _carried(table) if app_id in KEPT_APP_IDS else None
+    if carried is None:
+        return table.transaction_version(app_id)
+    return carried.get(app_id)
+
+
+def _carried(table: DeltaTable) -> Mapping[str, int] | None:
+    """The app-transaction versions the loaded version's commit carries, when it says it
+    carries every kept one; kept per table object and version (a version never changes)."""
+    version = table.version()
+    with _CARRIED_LOCK:
+        known = _CARRIED.get(id(table))
+    if known is not None and known[0] == version:
+        return known[1]
+    uri = table.table_uri
+    location = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+    commit = files.join(files.normalize(location), "_delta_log", f"{version:020d}.json")
+    with on_store(f"reading the log of {location}", commit):
+        lines = files.read_bytes(commit).decode().splitlines()
+    actions = [json.loads(line) for line in lines if line.strip()]
+    carries = any(a.get("commitInfo", {}).get(CARRIES_KEY) == CARRIES for a in actions)
+    carried = (
+        {a["txn"]["appId"]: a["txn"]["version"] for a in actions if "txn" in a}
+        if carries else None
+    )  # fmt: skip
+    with _CARRIED_LOCK:
+        if id(table) not in _CARRIED:  # forgotten with the table object
+            weakref.finalize(table, _forget, id(table))
+        _CARRIED[id(table)] = (version, carried)
+    return carried
+
+
+def _forget(table_id: int) -> None:
+    """Drop what ``_carried`` kept of a table object that is gone."""
+    with _CARRIED_LOCK:
+        _CARRIED.pop(table_id, None)
+
+
+# What ``_carried`` read, per live table object (by id, as a DeltaTable is unhashable):
+# the version read and the versions it carries.
+_CARRIED: dict[int, tuple[int, Mapping[str, int] | None]] = {}
+_CARRIED_LOCK = threading.RLock()  # a finalizer may run while it is held
+
+
+def carried_forward(table: DeltaTable, app_transactions: Sequence[Transaction]
+                    ) -> list[Transaction]:  # fmt: skip
+    """``app_transactions`` and, for every other kept app id with a version at the
+    table's loaded version, that version again: what a commit on it carries."""
+    own = {transaction.app_id for transaction in app_transactions}
+    kept = ((app_id, app_version(table, app_id)) for app_id in KEPT_APP_IDS if app_id not in own)
+    return [*app_transactions, *(Transaction(a, v) for a, v in kept if v is not None)]
 
 
 def commit_batches_once(
@@ -167,10 +252,16 @@ def commit_once(
     when it is definitely not written, or when the log cannot be re-read to tell.
     ``table`` is up to date with the log afterwards in every outcome but the last."""
     read_version = table.version()
+    try:
+        transactions = carried_forward(table, app_transactions)
+    except (*LOCATION_FAILURES, StorageFailure) as failure:
+        raise storage_error(
+            f"reading the log of {path}", failure, definitely_not_written=True
+        ) from failure
     properties = CommitProperties(
         max_commit_retries=0,
-        app_transactions=list(app_transactions),
-        custom_metadata=dict(metadata),
+        app_transactions=transactions,
+        custom_metadata={**metadata, CARRIES_KEY: CARRIES},
     )
     try:
         table.create_write_transaction(
@@ -339,7 +430,7 @@ def open_or_create(
         if not DeltaTable.is_deltatable(location, storage_options=options):
             properties = CommitProperties(
                 app_transactions=list(app_transactions),
-                custom_metadata=commit_metadata("create", detail),
+                custom_metadata={**commit_metadata("create", detail), CARRIES_KEY: CARRIES},
             )
             try:
                 DeltaTable.create(

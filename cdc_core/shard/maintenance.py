@@ -20,7 +20,9 @@ from cdc_core.shard import delta_io, leases
 from cdc_core.shard.delta_io import DataFile, WrittenFile
 from cdc_core.shard.handle import SINCE, ShardHandle, ShardUsageError
 from cdc_core.shard.log import (
+    LEASES_APP_ID,
     ShardStorageError,
+    app_version,
     commit_metadata,
     frontier_transactions,
     location_failure,
@@ -53,7 +55,7 @@ class ShardMaintainer(ShardHandle):
             ) -> bool:
                 return (
                     self._since < target
-                    and self._table.transaction_version(leases.LEASES_APP_ID) == pointer
+                    and app_version(self._table, LEASES_APP_ID) == pointer
                 )
 
             committed = self._commit(

@@ -32,13 +32,18 @@ from cdc_core.shard.delta_io import (
     remove_action,
     write_arrow,
 )
-from cdc_core.shard.log import commit_metadata, commit_once, open_or_create
+from cdc_core.shard.log import (
+    UPSTREAM_COMMIT,
+    app_version,
+    commit_metadata,
+    commit_once,
+    open_or_create,
+)
 from cdc_core.shard.read import ShardReader
 from cdc_core.storage import LocationLike, located
 from cdc_core.storage import files as storage_files
 from cdc_core.vocabulary import RetirePolicy
 
-COMMIT_APP_ID = "upstream-commit"
 COMMIT_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64())])
 
 
@@ -90,7 +95,7 @@ class UpstreamCommit:
 
     @staticmethod
     def _frontiers(table: DeltaTable) -> ResumptionFrontiers | None:
-        time = table.transaction_version(COMMIT_APP_ID)
+        time = app_version(table, UPSTREAM_COMMIT)
         if time is None:
             return None
         rows = table.to_pyarrow_table().to_pylist()
@@ -129,7 +134,7 @@ class UpstreamCommit:
             actions: list[AddAction | RemoveAction] = [remove_action(f) for f in live_files(table)]
             actions.append(add_action(written, data_change=True))
             metadata = commit_metadata("upstream commit", f"{frontiers.offsets} at {time}")
-            transactions = [Transaction(COMMIT_APP_ID, time)]
+            transactions = [Transaction(UPSTREAM_COMMIT, time)]
             try:
                 if commit_once(table, self.path, actions, transactions, metadata):
                     return frontiers

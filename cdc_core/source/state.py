@@ -28,14 +28,15 @@ from cdc_core.shard.delta_io import (
     write_files,
 )
 from cdc_core.shard.log import (
+    STATE_AS_OF,
     TableDescription,
+    app_version,
     commit_batches_once,
     commit_metadata,
     open_or_create,
 )
 from cdc_core.updates import DIFF, TIME, consolidate
 
-STATE_AS_OF = "reclock.state_as_of"
 # Commit info of a publish: the rows it left in the table.
 ROWS_KEY = "reclock.state_rows"
 
@@ -44,7 +45,7 @@ def published_as_of(path: str) -> int | None:
     """The time ``state`` at ``path`` was last published as of (None: never), from its
     Delta log alone."""
     table = existing_table(path)
-    return None if table is None else table.transaction_version(STATE_AS_OF)
+    return None if table is None else app_version(table, STATE_AS_OF)
 
 
 def current_rows(snapshot: DataFrame, schema: StructType) -> DataFrame:
@@ -74,7 +75,7 @@ def refresh_state(
     table = open_or_create(
         path, nullable_delta_schema(schema), detail="state, not published", described=described
     )
-    published = table.transaction_version(STATE_AS_OF)
+    published = app_version(table, STATE_AS_OF)
     if published == as_of:
         return False
     published_files = live_files(table)
@@ -112,7 +113,7 @@ def published_updates(
     if table is None:
         return None
     files = live_files(table)
-    if table.transaction_version(STATE_AS_OF) != as_of or not _untouched_since_published(
+    if app_version(table, STATE_AS_OF) != as_of or not _untouched_since_published(
         table, files
     ):
         return None

@@ -36,7 +36,8 @@ from cdc_core.shard import (
     delta_io,
     stored_upper,
 )
-from cdc_core.shard.log import merge_files
+from cdc_core.shard.leases import reading, writing
+from cdc_core.shard.log import KEPT_APP_IDS, app_version, merge_files
 from tests.judged_alone import completeness
 
 KV = StructType([StructField("k", StringType()), StructField("v", LongType())])
@@ -99,6 +100,34 @@ def test_a_shard_checkpoints_its_log_so_an_open_replays_fewer_than_ten_commits(s
     assert shard.version >= 12 and shard.version - last["version"] < 10
     reopened = Shard.open(spark, shard.path, KV)
     assert (reopened.upper, reopened.version) == (at(12), shard.version)
+
+
+def test_the_newest_commit_answers_for_every_frontier_as_a_replay_of_the_log_does(spark, shard):
+    """A shard's upper, since and lease pointer are read from its newest commit alone
+    (every commit reclock makes carries them); at every version the answer is delta-rs's
+    own replay of the log, also once another writer's commit, which carries nothing, is
+    the newest."""
+    with writing([shard], "run-1", 3_600_000):
+        for t in range(3):
+            batch = updates(spark, [("a", t, t, 1)])
+            assert shard.compare_and_append(batch, at(t), at(t + 1)) is None
+    with reading(shard, "reader-1", 1, 3_600_000):
+        shard.downgrade_since(at(1))
+    carrying = shard.version
+    # Another writer's commit (delta-rs's own append of nothing) carries no frontier.
+    DeltaTable(shard.path).create_write_transaction([], "append", DeltaTable(shard.path).schema())
+    for version in range(carrying + 2):
+        replayed = DeltaTable(shard.path, version=version)
+        read = DeltaTable(shard.path, version=version)
+        assert {a: app_version(read, a) for a in KEPT_APP_IDS} == {
+            a: replayed.transaction_version(a) for a in KEPT_APP_IDS
+        }, version
+    newest = [json.loads(line) for line in
+              Path(shard.path, "_delta_log", f"{carrying:020d}.json").read_text().splitlines()]
+    carried = {a["txn"]["appId"]: a["txn"]["version"] for a in newest if "txn" in a}
+    assert carried == {"reclock.upper": 3, "reclock.since": 1, "reclock.leases": carrying}
+    reopened = Shard.open(spark, shard.path, KV)
+    assert (reopened.upper, reopened.since) == (at(3), at(1))
 
 
 def test_opening_with_another_schema_names_the_differing_columns(spark, tmp_path):
