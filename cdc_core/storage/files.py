@@ -344,9 +344,19 @@ def open_input(text: str) -> pafs.NativeFile:
 
 @store_call("read")
 def read_bytes(text: str) -> bytes:
-    """The whole file (log files, small metadata)."""
-    with open_input(text) as stream:
-        return stream.read()
+    """The whole file (log files, small metadata): on S3 one GET of the key (pyarrow's
+    stream would look the key up with a HEAD first, a second request per read)."""
+    _, _, location = resolve(text)
+    if location.is_local:
+        with open_input(text) as stream:
+            return stream.read()
+    client = _s3_client(settings.current())
+    try:
+        answer = client.get_object(Bucket=location.bucket, Key=location.path)
+    except client.exceptions.NoSuchKey:
+        raise FileNotFoundError(f"{text} does not exist") from None
+    body: bytes = answer["Body"].read()
+    return body
 
 
 @store_call("write")
