@@ -181,8 +181,11 @@ def _carried(table: DeltaTable) -> Mapping[str, int] | None:
     uri = table.table_uri
     location = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
     commit = files.join(files.normalize(location), "_delta_log", f"{version:020d}.json")
-    with on_store(f"reading the log of {location}", commit):
-        lines = files.read_bytes(commit).decode().splitlines()
+    try:
+        with on_store(f"reading the log of {location}", commit):
+            lines = files.read_bytes(commit).decode().splitlines()
+    except FileNotFoundError:  # an old version whose commit the log's cleanup removed
+        lines = []
     actions = [json.loads(line) for line in lines if line.strip()]
     carries = any(a.get("commitInfo", {}).get(CARRIES_KEY) == CARRIES for a in actions)
     carried = (
@@ -326,20 +329,44 @@ def log_mark(location: str, known: LogMark | None = None) -> LogMark | None:
     commit and creates nothing. With the ``known`` mark of an earlier look: on local disk
     two lookups find whether it still holds (its commit file as it was, no next one),
     whatever the log's length; on an object store one listing from its version on (the
-    commits before it cost no request). Else the log is listed whole."""
+    commits before it cost no request). Without one, the listing starts at the newest
+    checkpoint (``_last_checkpoint``, read once), so a log of a year of windows, which
+    never expires, costs what a day's does; only a log without a checkpoint is listed
+    whole, and it is short."""
     log = files.join(files.normalize(location), "_delta_log")
-    if known is not None and not is_remote(location) and _still_at(log, known):
-        return known
-    first = 0 if known is None else known.version
+    if known is not None:
+        if not is_remote(location) and _still_at(log, known):
+            return known
+        mark = _newest_from(log, known.version)
+        if mark is not None:
+            return mark  # else the known commit is gone: another table, looked at afresh
+    checkpoint = _checkpointed(log)
+    mark = _newest_from(log, checkpoint)
+    return mark if mark is not None or not checkpoint else _newest_from(log, 0)
+
+
+def _newest_from(log: str, first: int) -> LogMark | None:
+    """The mark of the newest commit in the log folder ``log`` at or after version
+    ``first`` (None when it holds none), listed from there."""
     after = files.join(log, f"{first - 1:020d}.json") if first else None
     listed = files.list_after(log, after, recursive=False)
     commits = [(version, entry) for entry in listed
                if (found := COMMIT_FILE.match(posixpath.basename(entry.path)))
                and (version := int(found[1])) >= first]  # fmt: skip
-    if not commits:  # no table, or not the known one: its commit is gone
-        return None if after is None else log_mark(location)
+    if not commits:
+        return None
     version, entry = max(commits, key=lambda commit: commit[0])
     return LogMark(version, entry.size, entry.mtime_ms)
+
+
+def _checkpointed(log: str) -> int:
+    """The version of the newest checkpoint of the log folder ``log`` (0 without one):
+    every commit from there on is still in the log."""
+    try:
+        text = files.read_bytes(files.join(log, "_last_checkpoint"))
+    except FileNotFoundError:
+        return 0
+    return int(json.loads(text)["version"])
 
 
 def _still_at(log: str, known: LogMark) -> bool:

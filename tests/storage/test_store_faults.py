@@ -7,9 +7,11 @@ HTTP fault proxy (toxiproxy works on TCP and cannot answer HTTP)."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pyarrow as pa
 import pytest
@@ -17,7 +19,7 @@ import yaml
 from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.config import Config, load_config
-from cdc_core.shard.log import existing_table, read_to_newest
+from cdc_core.shard.log import existing_table, log_mark, read_to_newest
 from cdc_core.storage import RetryPolicy, S3Settings, StorageFailure, files, settings
 from pipelines.run import materialize
 from tests.storage.conftest import FaultyStore
@@ -115,6 +117,30 @@ def test_a_cut_listing_of_a_delta_log_leaves_no_table_behind_its_newest_commit(
         read_to_newest(opened, table)
     store.http.truncate(0)
     assert read_to_newest(opened, table).version() == 8
+
+
+def test_a_look_at_a_long_log_lists_it_from_its_newest_checkpoint(
+    faulty_store: tuple[FaultyStore, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, bucket = faulty_store
+    use_policy(monkeypatch, QUICK)
+    table = f"s3://{bucket}/lake/long"
+    options = settings.current().delta_options()
+    for n in range(12):  # commits 0 to 11, checkpointed at 10
+        write_deltalake(table, pa.table({"id": [n]}), mode="append", storage_options=options,
+                        configuration={"delta.checkpointInterval": "10"})  # fmt: skip
+    checkpoint = json.loads(files.read_bytes(f"{table}/_delta_log/_last_checkpoint"))["version"]
+    assert checkpoint >= 9
+    store.http.clear()
+    mark = log_mark(table)
+    assert mark is not None and mark.version == 11
+    # Every listing starts after the commit before the checkpoint: the commits before it,
+    # which a log that never expires holds by the hundred thousand, cost no request.
+    started = [parse_qs(urlsplit(path).query).get("start-after", [""])[0]
+               for path in store.http.paths("ListObjectsV2")]  # fmt: skip
+    assert min(started) == f"lake/long/_delta_log/{checkpoint - 1:020d}.json"
+    assert any(path.endswith("_delta_log/_last_checkpoint")
+               for path in store.http.paths("GetObject"))  # fmt: skip
 
 
 # The runs below: the reliability tests' config and dumps (one source, four windows) on a
