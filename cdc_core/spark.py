@@ -53,6 +53,11 @@ DEFAULT_CONF: dict[str, str] = {
     # encodings find nothing to compress there and cost CPU to try.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
     "spark.sql.files.maxPartitionBytes": "64m",
+    # Each task moves its files straight into the batch's staging folder when it commits
+    # (version 1 moves them twice, through a job folder: on S3 a copy and a delete each).
+    # Safe here: a staging folder is no table until its Delta commit names its files, and
+    # a task tried again writes the same file names over its first attempt's.
+    "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "2",
     # Reads name their files exactly (from a Delta log or the dump registry): listing
     # them is a stat per file, which the driver does at once; above the default threshold
     # (32 paths) Spark would run a listing job with a task per file for every read.
