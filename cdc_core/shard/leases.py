@@ -45,8 +45,10 @@ from cdc_core.shard.handle import SINCE
 from cdc_core.shard.log import (
     LEASES_APP_ID,
     app_version,
+    carried_at,
     commit_metadata,
     commit_once,
+    log_mark,
     newest_table,
     read_frontier,
     read_to_newest,
@@ -169,6 +171,21 @@ def _commit_ms(table_path: str, version: int) -> int:
         return 0
 
 
+def _stored(table_path: str, pointer: int) -> dict[str, dict[str, Any]]:
+    """The lease table the commit ``pointer`` stored, by kind then holder; empty for a
+    commit log cleanup expired (unchanged for longer than any lease)."""
+    try:
+        stored = delta_io.commit_info(table_path, pointer)[LEASES_KEY]
+    except FileNotFoundError:
+        return {}
+    return json.loads(stored) if isinstance(stored, str) else stored
+
+
+def _registered(table_path: str, pointer: int) -> bool:
+    """Whether the lease table the commit ``pointer`` stored holds any registration."""
+    return any(_stored(table_path, pointer).get(kind) for kind in (READER, WRITER))
+
+
 def read_leases(table_path: str, table: DeltaTable) -> Leases:
     """The registrations at the version ``table`` has loaded."""
     version = table.version()
@@ -176,12 +193,7 @@ def read_leases(table_path: str, table: DeltaTable) -> Leases:
     log_ms = _commit_ms(table_path, version)
     if pointer is None:
         return Leases(version, log_ms, None)
-    try:
-        stored = delta_io.commit_info(table_path, pointer)[LEASES_KEY]
-    except FileNotFoundError:  # expired by log cleanup: unchanged for longer than any lease
-        return Leases(version, log_ms, pointer)
-    if isinstance(stored, str):
-        stored = json.loads(stored)
+    stored = _stored(table_path, pointer)
     registrations = {
         holder: Registration(
             holder=holder,
@@ -539,7 +551,17 @@ class Hold:
 
 
 def holds(table_path: str) -> list[Hold]:
-    """Every registration of the shard at ``table_path`` and what it keeps (log only)."""
+    """Every registration of the shard at ``table_path`` and what it keeps (log only).
+
+    Most of the time a shard has none (a run releases its leases as it ends): then its
+    newest commit, which carries the lease table's pointer (``log.carried_at``), and the
+    commit it points to say so, without opening the table."""
+    mark = log_mark(table_path)
+    carried = None if mark is None else carried_at(table_path, mark.version)
+    if carried is not None:
+        pointer = carried.get(LEASES_APP_ID)
+        if pointer is None or not _registered(table_path, pointer):
+            return []
     table = newest_table(table_path)
     leases = read_leases(table_path, table)
     if not leases.registrations:

@@ -171,32 +171,33 @@ def app_version(table: DeltaTable, app_id: str) -> int | None:
 
 
 def _carried(table: DeltaTable) -> Mapping[str, int] | None:
-    """The app-transaction versions the loaded version's commit carries, when it says it
-    carries every kept one; kept per table object and version (a version never changes)."""
+    """``carried_at`` the table's loaded version, kept per table object and version (a
+    version never changes)."""
     version = table.version()
     with _CARRIED_LOCK:
         known = _CARRIED.get(id(table))
     if known is not None and known[0] == version:
         return known[1]
     uri = table.table_uri
-    location = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
-    commit = files.join(files.normalize(location), "_delta_log", f"{version:020d}.json")
-    try:
-        with on_store(f"reading the log of {location}", commit):
-            lines = files.read_bytes(commit).decode().splitlines()
-    except FileNotFoundError:  # an old version whose commit the log's cleanup removed
-        lines = []
-    actions = [json.loads(line) for line in lines if line.strip()]
-    carries = any(a.get("commitInfo", {}).get(CARRIES_KEY) == CARRIES for a in actions)
-    carried = (
-        {a["txn"]["appId"]: a["txn"]["version"] for a in actions if "txn" in a}
-        if carries else None
-    )  # fmt: skip
+    carried = carried_at(unquote(urlparse(uri).path) if uri.startswith("file:") else uri, version)
     with _CARRIED_LOCK:
         if id(table) not in _CARRIED:  # forgotten with the table object
             weakref.finalize(table, _forget, id(table))
         _CARRIED[id(table)] = (version, carried)
     return carried
+
+
+def carried_at(location: str, version: int) -> Mapping[str, int] | None:
+    """The app-transaction versions the commit ``version`` of the table at ``location``
+    carries, when it says it carries every kept one (else None: ask delta-rs). One read of
+    one commit file; a commit the log's cleanup removed carries nothing."""
+    try:
+        actions = delta_io.commit_actions(files.normalize(location), version)
+    except FileNotFoundError:
+        return None
+    if not any(a.get("commitInfo", {}).get(CARRIES_KEY) == CARRIES for a in actions):
+        return None
+    return {a["txn"]["appId"]: a["txn"]["version"] for a in actions if "txn" in a}
 
 
 def _forget(table_id: int) -> None:

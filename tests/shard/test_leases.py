@@ -29,8 +29,10 @@ from cdc_core.shard.leases import (
     Leases,
     LeaseUsageError,
     Registration,
+    holds,
     read_leases,
     reading,
+    writing,
 )
 from cdc_core.source.resumption import UpstreamCommit, retire
 from pipelines.cli import main
@@ -337,3 +339,22 @@ def test_the_readers_command_registers_lists_renews_and_releases(
         reclock("heartbeat", *holder, "--lease", "0m")
     assert reclock("release", *holder)[0] == 0
     assert reclock()[1] == "source users:\n  no registered readers or writers\n"
+
+
+def test_holds_names_every_live_registration_and_nothing_once_they_are_released(spark, tmp_path):
+    shard = Shard.open(spark, str(tmp_path / "shard"), KV)
+    assert holds(shard.path) == []
+
+    def registered() -> set[tuple[str, str]]:
+        return {(h.registration.kind, h.registration.holder) for h in holds(shard.path)}
+
+    with writing([shard], "run-1", HOUR_MS):
+        assert shard.compare_and_append(updates(spark, [("a", 1, 0, 1)]), at(0), at(1)) is None
+        with reading(shard, "reader-1", 0, HOUR_MS):
+            assert registered() == {(WRITER, "run-1"), (READER, "reader-1")}
+            # Another writer's commit on top carries no lease pointer: the log says the same.
+            table = DeltaTable(shard.path)
+            table.create_write_transaction([], "append", table.schema())
+            assert registered() == {(WRITER, "run-1"), (READER, "reader-1")}
+        assert registered() == {(WRITER, "run-1")}
+    assert holds(shard.path) == []
