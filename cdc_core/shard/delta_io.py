@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 import posixpath
+import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -289,8 +290,53 @@ def read_arrow(table_path: str, chosen: Sequence[DataFile], schema: pa.Schema) -
     """The rows of the ``chosen`` files of a table of metadata, read on the driver, in
     ``schema`` (each file cast on its own: another Delta writer may store strings as
     views; columns a file written by an older reclock lacks read as nulls)."""
-    tables = [files.read_parquet(files.join(table_path, f.path)) for f in chosen]
+    tables = [_metadata_file(files.join(table_path, f.path), f.size) for f in chosen]
     return pa.concat_tables([schema.empty_table(), *(conformed(t, schema) for t in tables)])
+
+
+def _metadata_file(location: str, size: int) -> pa.Table:
+    """The rows of one file of a metadata table, read once per process (``_METADATA``)."""
+    kept = _METADATA.get((location, size))
+    if kept is None:
+        kept = files.read_parquet(location)
+        _METADATA.put((location, size), kept)
+    return kept
+
+
+class _ReadFiles:
+    """Files of metadata tables this process read, by location and size, the least
+    recently used dropped beyond ``limit`` bytes.
+
+    Why: a run reads the remap's files again at each step that needs a binding, each read
+    a HEAD and a GET on an object store. A file a Delta log names never changes (a new
+    version adds new files, under new names), so what was read of it stays true."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int]) -> pa.Table | None:
+        """The rows kept for ``key`` (location, size), or None."""
+        with self._lock:
+            rows = self._rows.get(key)
+            if rows is not None:
+                self._rows.move_to_end(key)
+            return rows
+
+    def put(self, key: tuple[str, int], rows: pa.Table) -> None:
+        """Keep ``rows`` for ``key``, dropping the least recently used beyond the limit."""
+        with self._lock:
+            if key in self._rows:
+                return
+            self._rows[key] = rows
+            self._bytes += rows.nbytes
+            while self._bytes > self.limit and len(self._rows) > 1:
+                self._bytes -= self._rows.popitem(last=False)[1].nbytes
+
+
+_METADATA = _ReadFiles(64 * 2**20)
 
 
 def conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:

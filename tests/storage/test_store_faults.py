@@ -19,6 +19,7 @@ import yaml
 from deltalake import DeltaTable, write_deltalake
 
 from cdc_core.config import Config, load_config
+from cdc_core.shard import delta_io
 from cdc_core.shard.log import existing_table, log_mark, read_to_newest
 from cdc_core.storage import RetryPolicy, S3Settings, StorageFailure, files, settings
 from pipelines.run import materialize
@@ -141,6 +142,26 @@ def test_a_look_at_a_long_log_lists_it_from_its_newest_checkpoint(
     assert min(started) == f"lake/long/_delta_log/{checkpoint - 1:020d}.json"
     assert any(path.endswith("_delta_log/_last_checkpoint")
                for path in store.http.paths("GetObject"))  # fmt: skip
+
+
+def test_a_file_of_a_metadata_table_is_read_once_per_process(
+    faulty_store: tuple[FaultyStore, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, bucket = faulty_store
+    use_policy(monkeypatch, QUICK)
+    table = f"s3://{bucket}/lake/remap"
+    options = settings.current().delta_options()
+    for n in range(2):
+        write_deltalake(table, pa.table({"time": [n]}), mode="append", storage_options=options)
+    chosen = delta_io.live_files(DeltaTable(table, storage_options=options))
+    schema = pa.schema([("time", pa.int64())])
+    store.http.clear()
+    assert sorted(delta_io.read_arrow(table, chosen, schema)["time"].to_pylist()) == [0, 1]
+    first = [p for p in store.http.paths("GetObject") if p.endswith(".parquet")]
+    assert len({p.split("?")[0] for p in first}) == 2
+    store.http.clear()  # a Delta data file never changes: read again, it costs no request
+    assert sorted(delta_io.read_arrow(table, chosen, schema)["time"].to_pylist()) == [0, 1]
+    assert store.http.counts() == {}
 
 
 # The runs below: the reliability tests' config and dumps (one source, four windows) on a
