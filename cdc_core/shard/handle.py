@@ -24,7 +24,7 @@ from cdc_core.shard.log import (
     LogMark,
     TableDescription,
     commit_once,
-    existing_table,
+    frontier_at,
     frontier_transactions,
     location_failure,
     log_mark,
@@ -177,8 +177,7 @@ def stored_upper(path: str) -> TimeFrontier:
         return TimeFrontier.at(0)
     if kept is not None and kept[0] == mark:
         return kept[1]
-    table = existing_table(path, mark.version)
-    upper = TimeFrontier.at(0) if table is None else read_frontier(table, UPPER)
+    upper = frontier_at(path, mark.version, UPPER)
     with _STORED_UPPERS_LOCK:
         _STORED_UPPERS[path] = (mark, upper)
     return upper

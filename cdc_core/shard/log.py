@@ -20,7 +20,7 @@ import re
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -148,9 +148,31 @@ def frontier_transactions(app_id: str, frontier: TimeFrontier) -> list[Transacti
 
 def read_frontier(table: DeltaTable, app_id: str) -> TimeFrontier:
     """The frontier stored under ``app_id`` at the table's loaded version ([0] if none)."""
-    if app_version(table, app_id + EMPTY_SUFFIX):
+    return _frontier(lambda asked: app_version(table, asked), app_id)
+
+
+def frontier_at(location: str, version: int, app_id: str) -> TimeFrontier:
+    """The frontier stored under ``app_id`` at commit ``version`` of the table at
+    ``location`` ([0] if none), from that commit alone when it carries it."""
+    return _frontier(lambda asked: app_version_at(location, version, asked), app_id)
+
+
+def _frontier(version_of: Callable[[str], int | None], app_id: str) -> TimeFrontier:
+    """The frontier stored under ``app_id``, as ``version_of`` reads app ids."""
+    if version_of(app_id + EMPTY_SUFFIX):
         return TimeFrontier.empty()
-    return TimeFrontier.at(app_version(table, app_id) or 0)
+    return TimeFrontier.at(version_of(app_id) or 0)
+
+
+def app_version_at(location: str, version: int, app_id: str) -> int | None:
+    """``app_version`` at commit ``version`` of the table at ``location`` (a version a
+    look at its log found, ``log_mark``): one read of that commit file when it carries
+    the kept app ids, else the table opened at that version."""
+    carried = carried_at(location, version) if app_id in KEPT_APP_IDS else None
+    if carried is not None:
+        return carried.get(app_id)
+    table = existing_table(location, version)
+    return None if table is None else app_version(table, app_id)
 
 
 def app_version(table: DeltaTable, app_id: str) -> int | None:

@@ -31,8 +31,10 @@ from cdc_core.shard.log import (
     STATE_AS_OF,
     TableDescription,
     app_version,
+    app_version_at,
     commit_batches_once,
     commit_metadata,
+    log_mark,
     open_or_create,
 )
 from cdc_core.updates import DIFF, TIME, consolidate
@@ -43,9 +45,9 @@ ROWS_KEY = "reclock.state_rows"
 
 def published_as_of(path: str) -> int | None:
     """The time ``state`` at ``path`` was last published as of (None: never), from its
-    Delta log alone."""
-    table = existing_table(path)
-    return None if table is None else app_version(table, STATE_AS_OF)
+    Delta log alone: its newest commit, when that carries it."""
+    mark = log_mark(path)
+    return None if mark is None else app_version_at(path, mark.version, STATE_AS_OF)
 
 
 def current_rows(snapshot: DataFrame, schema: StructType) -> DataFrame:
