@@ -89,15 +89,26 @@ def test_a_cut_listing_hides_no_dump_and_a_store_down_fails_named(
     assert "Could not connect to the endpoint" in caught.value.cause  # one GET, by boto3
 
 
+def committed_table(
+    faulty_store: tuple[FaultyStore, str], monkeypatch: pytest.MonkeyPatch, name: str,
+    commits: int, configuration: dict[str, str | None] | None = None,
+) -> tuple[FaultyStore, str, dict[str, str]]:
+    """The store, and the Delta table ``name`` on it after ``commits`` appends (commit n
+    adds the row ``id`` = n), with the quick policy in force; and the tables' options."""
+    store, bucket = faulty_store
+    use_policy(monkeypatch, QUICK)
+    table = f"s3://{bucket}/lake/{name}"
+    options = settings.current().delta_options()
+    for n in range(commits):
+        write_deltalake(table, pa.table({"id": [n]}), mode="append", storage_options=options,
+                        configuration=configuration)  # fmt: skip
+    return store, table, options
+
+
 def test_a_cut_listing_of_a_delta_log_leaves_no_table_behind_its_newest_commit(
     faulty_store: tuple[FaultyStore, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store, bucket = faulty_store
-    use_policy(monkeypatch, QUICK)
-    table = f"s3://{bucket}/lake/t"
-    options = settings.current().delta_options()
-    for n in range(6):  # commits 0 to 5
-        write_deltalake(table, pa.table({"id": [n]}), mode="append", storage_options=options)
+    store, table, options = committed_table(faulty_store, monkeypatch, "t", 6)  # commits 0-5
     # Every listing cut to its first half: delta-rs alone takes the log to end early.
     store.http.truncate(100)
     assert DeltaTable(table, storage_options=options).version() < 5
@@ -105,7 +116,7 @@ def test_a_cut_listing_of_a_delta_log_leaves_no_table_behind_its_newest_commit(
     # the table refused with the storage error naming it.
     with pytest.raises(StorageFailure) as caught:
         existing_table(table)
-    assert caught.value.location.startswith(f"s3://{bucket}/lake/t/_delta_log/0000")
+    assert caught.value.location.startswith(f"{table}/_delta_log/0000")
     assert "ended at commit" in caught.value.cause
     store.http.truncate(0)
     opened = existing_table(table)
@@ -123,13 +134,8 @@ def test_a_cut_listing_of_a_delta_log_leaves_no_table_behind_its_newest_commit(
 def test_a_look_at_a_long_log_lists_it_from_its_newest_checkpoint(
     faulty_store: tuple[FaultyStore, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store, bucket = faulty_store
-    use_policy(monkeypatch, QUICK)
-    table = f"s3://{bucket}/lake/long"
-    options = settings.current().delta_options()
-    for n in range(12):  # commits 0 to 11, checkpointed at 10
-        write_deltalake(table, pa.table({"id": [n]}), mode="append", storage_options=options,
-                        configuration={"delta.checkpointInterval": "10"})  # fmt: skip
+    store, table, _ = committed_table(faulty_store, monkeypatch, "long", 12,
+                                      {"delta.checkpointInterval": "10"})  # fmt: skip
     checkpoint = json.loads(files.read_bytes(f"{table}/_delta_log/_last_checkpoint"))["version"]
     assert checkpoint >= 9
     store.http.clear()
@@ -147,20 +153,15 @@ def test_a_look_at_a_long_log_lists_it_from_its_newest_checkpoint(
 def test_a_file_of_a_metadata_table_is_read_once_per_process(
     faulty_store: tuple[FaultyStore, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store, bucket = faulty_store
-    use_policy(monkeypatch, QUICK)
-    table = f"s3://{bucket}/lake/remap"
-    options = settings.current().delta_options()
-    for n in range(2):
-        write_deltalake(table, pa.table({"time": [n]}), mode="append", storage_options=options)
+    store, table, options = committed_table(faulty_store, monkeypatch, "remap", 2)
     chosen = delta_io.live_files(DeltaTable(table, storage_options=options))
-    schema = pa.schema([("time", pa.int64())])
+    schema = pa.schema([("id", pa.int64())])
     store.http.clear()
-    assert sorted(delta_io.read_arrow(table, chosen, schema)["time"].to_pylist()) == [0, 1]
+    assert sorted(delta_io.read_arrow(table, chosen, schema)["id"].to_pylist()) == [0, 1]
     first = [p for p in store.http.paths("GetObject") if p.endswith(".parquet")]
     assert len({p.split("?")[0] for p in first}) == 2
     store.http.clear()  # a Delta data file never changes: read again, it costs no request
-    assert sorted(delta_io.read_arrow(table, chosen, schema)["time"].to_pylist()) == [0, 1]
+    assert sorted(delta_io.read_arrow(table, chosen, schema)["id"].to_pylist()) == [0, 1]
     assert store.http.counts() == {}
 
 
