@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -37,7 +36,14 @@ from pyspark.errors import PySparkException
 from cdc_core.frontier import TimeFrontier
 from cdc_core.shard import delta_io
 from cdc_core.shard.delta_io import check_table_features
-from cdc_core.storage import StorageFailure, delta_options, files, is_remote, store_failure
+from cdc_core.storage import (
+    StorageFailure,
+    delta_options,
+    files,
+    from_spark_path,
+    is_remote,
+    store_failure,
+)
 from cdc_core.storage.failures import on_store
 
 # Commit metadata keys (Delta commitInfo): what a commit did, the id that lets a writer
@@ -200,8 +206,7 @@ def _carried(table: DeltaTable) -> Mapping[str, int] | None:
         known = _CARRIED.get(id(table))
     if known is not None and known[0] == version:
         return known[1]
-    uri = table.table_uri
-    carried = carried_at(unquote(urlparse(uri).path) if uri.startswith("file:") else uri, version)
+    carried = carried_at(from_spark_path(table.table_uri), version)  # a URI like Spark's
     with _CARRIED_LOCK:
         if id(table) not in _CARRIED:  # forgotten with the table object
             weakref.finalize(table, _forget, id(table))
