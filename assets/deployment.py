@@ -72,6 +72,7 @@ from cdc_core.app.status import Backlog
 from cdc_core.calendar import Windows
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import PhaseEvent, observing
+from cdc_core.source import SourcePipeline
 from resources.lake import LakeResource
 
 # The one op (and step) of every source's assets.
@@ -236,6 +237,12 @@ class SourceStep:
             return []
         return self.pipeline.landed_dumps(self.run.now_ms, self.run.arrived)
 
+    def binding(self) -> tuple[SourcePipeline, Windows] | None:
+        """Its windows, to bind with the run's other sources' (a run of one range only)."""
+        if self.pipeline is None or len(self.run.runs) != 1:
+            return None
+        return self.pipeline, self.run.runs[0]
+
     @property
     def readers_check(self) -> AssetCheckKey:
         """The key of the source's readers check (judged from the lease table alone)."""
@@ -259,8 +266,9 @@ class SourceStep:
         picked beyond its readers check)."""
         if not self.picked.checks - {self.readers_check}:
             return None
+        reader = None if self.pipeline is None else self.pipeline.reader
         return checks_to_judge(self.context, self.config, self.source, self.lake,
-                               self.picked.checks)  # fmt: skip
+                               self.picked.checks, reader)  # fmt: skip
 
     def export(self) -> SourceExport:
         """Build the source's CDCv2 export of the run's windows."""

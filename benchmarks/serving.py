@@ -51,6 +51,10 @@ class Window:
         """What the window registers first."""
         return self.pipeline.landed_dumps(arrival_ms=int(time.time() * 1000))
 
+    def binding(self) -> tuple[SourcePipeline, Windows]:
+        """The window, to bind with the other sources'."""
+        return self.pipeline, self.windows
+
     def serve(self) -> int:
         """Materialize the window; how many windows it reported."""
         now = int(time.time() * 1000)

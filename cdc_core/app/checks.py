@@ -117,12 +117,15 @@ class JudgedChecks:
 @dataclass(frozen=True)
 class ChecksToJudge:
     """What a run asks of one source: its ``chosen`` checks over ``window`` (a run's
-    windows; None: the newest complete window), its tables under ``lake``."""
+    windows; None: the newest complete window), its tables under ``lake``; ``reader``:
+    the source's read handle when the run holds one open already (its pipeline's, whose
+    tables the run just wrote), else the judging opens its own."""
 
     source: SourceConfig
     lake: LocationLike
     window: tuple[int, int] | None
     chosen: Sequence[SourceCheck]
+    reader: SourceReader | None = None
 
 
 def newest_window(config: Config, reader: SourceReader) -> tuple[int, int] | None:
@@ -145,7 +148,8 @@ def judge_together(
     question per source, asked from its logs, and one answer for every source that
     asks it: one job per check kind and table layout, however many sources.
 
-    Stages: each source's handle is opened once, its window found and its questions
+    Stages: each source's handle is opened once (or taken from the run), its window found
+    and its questions
     asked; then each source's other checks are judged; both per source, from
     ``CONCURRENT_CHECKS`` threads. Then the joint answers are given, one kind after
     another. So a handle is only ever used by one thread at a time (a delta-rs handle is
@@ -166,8 +170,9 @@ def judge_together(
         request = asked[index]
         at = [(index, position) for position in range(len(request.chosen))]
         with _outcome_of(outcomes, at):
-            reader = readers[index] = SourceReader.open(spark, config, request.source,
-                                                        request.lake)  # fmt: skip
+            reader = readers[index] = request.reader or SourceReader.open(
+                spark, config, request.source, request.lake
+            )
             window = windows[index] = request.window or newest_window(config, reader)
             if window is None or not request.chosen:
                 return 0

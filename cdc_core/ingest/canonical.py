@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,12 +26,15 @@ from cdc_core.ingest.connect_files import layout_of
 from cdc_core.ingest.dump_bytes import (
     DumpDamage,
 )
-from cdc_core.ingest.dumps import error_rows, read_dumps
+from cdc_core.ingest.dumps import FILE_TOPIC, error_rows, read_dumps
 from cdc_core.ingest.registry import RegisteredFile, Registry, sink_gaps
 from cdc_core.schemas import ERROR, HEADERS, reclocked_schema
 from cdc_core.spark import local_frame
 from cdc_core.storage import files as storage_files
 from cdc_core.vocabulary import DumpLayout
+
+# The lines' column telling the parts of a read of many sources' files apart.
+SOURCE = "_source"
 
 
 class MissingDumpFile(FileNotFoundError):
@@ -48,13 +52,28 @@ class CanonicalRecords:
     ``unreadable``: ERROR rows of files that could not be read. Records, positions,
     conflicts and errors are views of the one frame, so persisting it (``CanonicalReads``)
     parses and sorts every line once. ``headers``: whether the records carry their headers.
+    A read of many sources' files tells them apart by ``SOURCE`` (their index among the
+    read's parts): ``of_source`` is one source's part of it.
     """
 
     lines: DataFrame
     catalog: DataFrame
     unreadable: DataFrame
     headers: bool = False
-    covered: DataFrame | None = None  # ``partition``, ``offset``, ``covers``: see positions
+    covered: DataFrame | None = None  # ``SOURCE``, ``partition``, ``offset``, ``covers``
+    unreadable_files: tuple[frozenset[str], ...] = ()  # per part, its files in ``unreadable``
+
+    def of_source(self, part: int) -> CanonicalRecords:
+        """The part ``part`` of a read of many sources' files, as a read of its files alone
+        would give it (every view filters the one frame: persisted, it is parsed once)."""
+        mine = F.col(SOURCE) == part
+        covered = None if self.covered is None else self.covered.where(mine)
+        unreadable = self.unreadable.where(F.col("file").isin(sorted(self.unreadable_files[part])))
+        return dataclasses.replace(
+            self, lines=self.lines.where(mine), catalog=self.catalog.where(mine),
+            unreadable=unreadable, covered=covered,
+            unreadable_files=(self.unreadable_files[part],),
+        )  # fmt: skip
 
     @property
     def records(self) -> DataFrame:
@@ -71,23 +90,28 @@ class CanonicalRecords:
         accounts for, its own, or for the last record of a Kafka Connect sink file the
         offset before the next file's start (``sink_gaps``)."""
         kept = (F.col("reason").isNull() | F.col("positioned")) & (F.col("_copy") == 1)
-        positions = self.lines.where(kept).select("partition", "offset", "ts", "arrival_ms")
+        columns = (SOURCE, "partition", "offset", "ts", "arrival_ms")
+        positions = self.lines.where(kept).select(*columns)
         if self.covered is None:
             return positions.withColumn("covers", F.col("offset"))
-        return positions.join(F.broadcast(self.covered), ["partition", "offset"], "left").select(
-            "partition", "offset", "ts", "arrival_ms",
-            F.coalesce("covers", "offset").alias("covers"),
+        on = [SOURCE, "partition", "offset"]
+        return positions.join(F.broadcast(self.covered), on, "left").select(
+            *columns, F.coalesce("covers", "offset").alias("covers"),
         )  # fmt: skip
 
     @property
     def conflicts(self) -> DataFrame:
         """ERROR rows of every distinct dropped copy that contradicts the kept one."""
-        kept_file = self.catalog.select(F.col("_file").alias("_kept_file"),
-                                        F.col("file").alias("_kept_path"))
+        kept_file = self.catalog.select(
+            F.col("_file").alias("_kept_file"), F.col("file").alias("_kept_path")
+        )
         compared = _compared(self.headers)
         reason = F.format_string(
             f"conflicting copy of partition %d offset %d: {'/'.join(compared)} differ from the "
-            "kept copy in %s", F.col("partition"), F.col("offset"), F.col("_kept_path"),
+            "kept copy in %s",
+            F.col("partition"),
+            F.col("offset"),
+            F.col("_kept_path"),
         )
         return (
             self.lines.where(F.col("_kept_file").isNotNull())
@@ -126,6 +150,16 @@ class CanonicalRecords:
         return lines.join(F.broadcast(self.catalog.select("_file", "file")), "_file")
 
 
+@dataclass(frozen=True)
+class SourceFiles:
+    """One source's part of a canonical read: registered dump files of its topic, read at
+    or above ``starts`` (partition -> first offset; partitions not listed start at 0)."""
+
+    topic: str
+    files: Sequence[RegisteredFile]
+    starts: Mapping[int, int]
+
+
 class CanonicalReads:
     """The canonical reads of one run, persisted and reused: binding a run's windows and
     reclocking them then parse and sort each dump line once. A read serves any later
@@ -135,7 +169,11 @@ class CanonicalReads:
     ``headers`` the records carry their headers (``reclocked_schema``)."""
 
     def __init__(
-        self, spark: SparkSession, registry: Registry, *, persist: bool = True,
+        self,
+        spark: SparkSession,
+        registry: Registry,
+        *,
+        persist: bool = True,
         headers: bool = False,
     ) -> None:
         self.spark = spark
@@ -143,6 +181,7 @@ class CanonicalReads:
         self.persist = persist
         self.headers = headers
         self._reads: list[tuple[frozenset[str], dict[int, int], CanonicalRecords]] = []
+        self._persisted: list[DataFrame] = []
 
     def read(self, files: Sequence[RegisteredFile], starts: Mapping[int, int]) -> CanonicalRecords:
         """Canonical records of ``files`` at or above ``starts``."""
@@ -150,18 +189,53 @@ class CanonicalReads:
         for known, known_starts, canonical in self._reads:
             if paths <= known and known_starts == dict(starts):
                 return canonical
-        keep = F.col("offset") >= starts_column(self.spark, starts)
-        canonical = read_canonical(self.spark, self.registry, files, keep, headers=self.headers)
+        part = SourceFiles(self.registry.topic, files, starts)
+        canonical = read_canonical(self.spark, [part], headers=self.headers)
         if self.persist:
             canonical = dataclasses.replace(canonical, lines=canonical.lines.persist())
+            self._persisted.append(canonical.lines)
             self._reads.append((paths, dict(starts), canonical))
         return canonical
 
+    def adopt(
+        self, files: Sequence[RegisteredFile], starts: Mapping[int, int],
+        canonical: CanonicalRecords,
+    ) -> None:  # fmt: skip
+        """Serve later requests for ``files`` at ``starts`` from ``canonical``: a read made
+        for this run elsewhere (one source's part of a read of many sources' dumps, whose
+        ``SharedReads`` persists and releases it)."""
+        self._reads.append((frozenset(f.path for f in files), dict(starts), canonical))
+
     def release(self) -> None:
-        """Unpersist every canonical read cached by this run."""
-        for _, _, canonical in self._reads:
-            canonical.lines.unpersist()
+        """Unpersist every canonical read cached by this run (an adopted read is left to
+        the ``SharedReads`` that persisted it)."""
+        for lines in self._persisted:
+            lines.unpersist()
+        self._persisted.clear()
         self._reads.clear()
+
+
+class SharedReads:
+    """Canonical reads made once for the runs of many sources (each run's reads adopt its
+    part), persisted until every run is done: ``release`` when the last one is."""
+
+    def __init__(self) -> None:
+        self._frames: list[DataFrame] = []
+        self._lock = threading.Lock()
+
+    def persist(self, canonical: CanonicalRecords) -> CanonicalRecords:
+        """``canonical`` persisted, to be released with the others."""
+        lines = canonical.lines.persist()
+        with self._lock:
+            self._frames.append(lines)
+        return dataclasses.replace(canonical, lines=lines)
+
+    def release(self) -> None:
+        """Unpersist every read persisted here."""
+        with self._lock:
+            frames, self._frames = self._frames, []
+        for frame in frames:
+            frame.unpersist()
 
 
 def starts_column(spark: SparkSession, starts: Mapping[int, int]) -> Column:
@@ -171,6 +245,23 @@ def starts_column(spark: SparkSession, starts: Mapping[int, int]) -> Column:
         return F.lit(0).cast("bigint")
     lookup = F.create_map(*pairs)
     return F.coalesce(lookup[F.col("partition")], F.lit(0)).cast("bigint")
+
+
+def parts_starts_column(spark: SparkSession, parts: Sequence[SourceFiles]) -> Column:
+    """A column with each line's partition start in its part (``SOURCE``) of a read."""
+    if len(parts) == 1:
+        return starts_column(spark, parts[0].starts)
+    pairs = [
+        x for k, part in enumerate(parts) if part.starts
+        for x in (F.lit(k), F.create_map(*[
+            c for p, o in sorted(part.starts.items())
+            for c in (F.lit(p).cast("int"), F.lit(o).cast("bigint"))
+        ]))
+    ]  # fmt: skip
+    if not pairs:
+        return F.lit(0).cast("bigint")
+    lookup = F.create_map(*pairs)
+    return F.coalesce(lookup[F.col(SOURCE)][F.col("partition")], F.lit(0)).cast("bigint")
 
 
 def require_present(files: Iterable[RegisteredFile]) -> None:
@@ -193,14 +284,11 @@ def _compared(headers: bool) -> tuple[str, ...]:
 
 
 def read_canonical(
-    spark: SparkSession,
-    registry: Registry,
-    files: Sequence[RegisteredFile],
-    keep: Column,
-    *,
-    headers: bool = False,
+    spark: SparkSession, parts: Sequence[SourceFiles], *, headers: bool = False
 ) -> CanonicalRecords:
-    """Read ``files`` and keep one copy per (partition, offset) among records passing ``keep``.
+    """Read each part's files and keep one copy per (partition, offset) of its topic at or
+    above its starts; the parts (the sources of a run, or one) are told apart by
+    ``SOURCE``, and a part's rows are those a read of its files alone would give.
 
     The kept copy is a kcat copy before a Kafka Connect sink copy (which knows neither the
     key nor the true timestamp), then the one of the earliest-arriving file, then the
@@ -208,75 +296,95 @@ def read_canonical(
     key and header files registered for it, and not at all while it waits for them);
     dropped copies of the kept copy's layout that differ in ts, key or payload become
     conflict rows. Identical redeliveries
-    simply collapse. The lines are shuffled once, by Kafka partition, and sorted by
-    offset: the copy ranking and every later per-partition pass in offset order (the
+    simply collapse. The lines are shuffled once, by part and Kafka partition, and sorted
+    by offset: the copy ranking and every later per-partition pass in offset order (the
     binding times) reuse that layout. Gzip damage comes from the registry (judged when
     the immutable files were registered). ``headers``: the records carry their headers,
     "[]" for a kcat record without any; a sink record's from its headers file, null
-    without one (unknown, not absent); and copies must agree on them too.
+    without one (unknown, not absent); and copies must agree on them too. One scan
+    reads every part's files (a file two parts share, once).
     """
-    gaps = sink_gaps(files)
-    readable = (  # a key or header file is read with its value file, never alone
-        f for f in files if not f.unreadable and not f.waiting_for and f.stored_kind is None
-    )
-    files = sorted(readable, key=lambda f: f.path)
+    entries: list[tuple[str, int, RegisteredFile]] = []
+    covered_rows: list[tuple[int, int, int, int]] = []
+    for k, part in enumerate(parts):
+        covered_rows += [
+            (k, p, low - 1, high - 1)
+            for p, spans in sink_gaps(part.files).items() for low, high in spans
+        ]  # fmt: skip
+        entries += [  # a key or header file is read with its value file, never alone
+            (f.path, k, f) for f in part.files
+            if not f.unreadable and not f.waiting_for and f.stored_kind is None
+        ]  # fmt: skip
+    # File ids in path order, so ordering copies by id orders them by path.
+    entries.sort(key=lambda entry: entry[:2])
+    files = list({path: f for path, _, f in entries}.values())
     require_present(files)
     damage = {f.path: DumpDamage.from_reason(f.problem) for f in files if f.problem}
-    dumps = read_dumps(
-        spark, [f.path for f in files], topic=registry.topic, damaged=damage, headers=headers,
-        stored={f.path: f.stored for f in files if f.stored},
-    )  # fmt: skip
-    # File ids in path order, so ordering copies by id orders them by path.
     catalog = local_frame(
         spark,
         pa.table(
-            {"file": [f.path for f in files], "_file": list(range(len(files))),
-             "arrival_ms": [f.arrival_ms for f in files],
-             "_from_sink": [layout_of(f.path) is DumpLayout.CONNECT for f in files]},
+            {
+                "file": [path for path, _, _ in entries],
+                "_file": list(range(len(entries))),
+                SOURCE: [k for _, k, _ in entries],
+                "arrival_ms": [f.arrival_ms for _, _, f in entries],
+                "_from_sink": [layout_of(path) is DumpLayout.CONNECT for path, _, _ in entries],
+                FILE_TOPIC: [parts[k].topic for _, k, _ in entries],
+            },
             schema=pa.schema(
-                [("file", pa.string()), ("_file", pa.int32()), ("arrival_ms", pa.int64()),
-                 ("_from_sink", pa.bool_())]
+                [
+                    ("file", pa.string()),
+                    ("_file", pa.int32()),
+                    (SOURCE, pa.int32()),
+                    ("arrival_ms", pa.int64()),
+                    ("_from_sink", pa.bool_()),
+                    (FILE_TOPIC, pa.string()),
+                ]
             ),
         ),
     )
+    dumps = read_dumps(
+        spark, [f.path for f in files], damaged=damage, headers=headers,
+        stored={f.path: f.stored for f in files if f.stored}, catalog=catalog,
+    )  # fmt: skip
     good = F.col("reason").isNull()
-    # A left join (every line's file is in the catalog): an inner one would add a
-    # not-null filter on ``file`` that Spark computes apart, decoding every path twice.
-    lines = dumps.lines.join(F.broadcast(catalog), "file", "left").drop("file")
+    lines = dumps.lines.drop("file", FILE_TOPIC)
     if headers:
         known = F.coalesce(F.col(HEADERS.name), F.lit("[]"))
         sink = F.col(HEADERS.name)  # its headers file's, or unknown (null) without one
         lines = lines.withColumn(HEADERS.name, F.when(F.col("_from_sink"), sink).otherwise(known))
-    lines = lines.repartition("partition")
+    lines = lines.repartition(SOURCE, "partition")
     # Good records sort before bad lines at the same position, so a bad line never
     # displaces a good copy, and positioned bad lines before the rest (another topic's
     # line may claim any position); the kept copy is the first row of its position.
     # A kcat copy is preferred to a sink copy, which lacks the key and the true timestamp;
     # copies of different layouts are not compared (a sink rewrites the value's JSON).
-    copies = Window.partitionBy("partition", "offset").orderBy(
+    copies = Window.partitionBy(SOURCE, "partition", "offset").orderBy(
         ~good, ~F.col("positioned"), "_from_sink", "arrival_ms", "_file"
     )
     compared = _compared(headers)
     kept = {c: F.first(c).over(copies) for c in (*compared, "_file", "_from_sink")}
-    same = functools.reduce(
-        operator.and_, [F.col(c).eqNullSafe(kept[c]) for c in compared]
-    )
+    same = functools.reduce(operator.and_, [F.col(c).eqNullSafe(kept[c]) for c in compared])
     rank = F.row_number().over(copies)
     same_layout = F.col("_from_sink") == kept["_from_sink"]
     conflict = F.when(good & (rank > 1) & same_layout & ~same, kept["_file"])
-    # ``keep`` applies after the ranking, which it cannot change (a position is ranked on
-    # its own). Before the shuffle Spark would push it into the parse and parse each line
-    # twice, and tested on ``reason`` first, evaluate every check of every line.
+    # Keeping the offsets at or above the starts applies after the ranking, which it
+    # cannot change (a position is ranked on its own). Before the shuffle Spark would push
+    # it into the parse and parse each line twice, and tested on ``reason`` first,
+    # evaluate every check of every line.
+    keep = F.col("offset") >= parts_starts_column(spark, parts)
     ranked = lines.select("*", rank.alias("_copy"), conflict.alias("_kept_file")).where(
         keep | ~good
     )
     covered = None
-    if gaps:
+    if covered_rows:
         covered = local_frame(
-            spark, [(p, low - 1, high - 1) for p, spans in gaps.items() for low, high in spans],
-            "partition int, offset bigint, covers bigint",
-        )  # fmt: skip
+            spark, covered_rows, f"{SOURCE} int, partition int, offset bigint, covers bigint"
+        )
+    unreadable_files = tuple(
+        frozenset(f.path for f in part.files if f.path in damage) for part in parts
+    )
     return CanonicalRecords(
-        lines=ranked, catalog=catalog, unreadable=dumps.unreadable, headers=headers,
-        covered=covered,
+        lines=ranked, catalog=catalog.drop(FILE_TOPIC), unreadable=dumps.unreadable,
+        headers=headers, covered=covered, unreadable_files=unreadable_files,
     )  # fmt: skip

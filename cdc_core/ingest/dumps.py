@@ -46,6 +46,8 @@ from cdc_core.storage import files as storage_files
 from cdc_core.vocabulary import DumpLayout
 
 IN_PROGRESS_SUFFIXES = (".tmp", ".partial")
+# A read's per-file column naming the topic the file's lines must name (see ``read_dumps``).
+FILE_TOPIC = "_topic"
 
 # How a line is parsed: position fields typed (a wrong JSON type yields null and fills
 # ``_corrupt_record``), key/payload (and headers, when asked for) as text.
@@ -174,6 +176,7 @@ def read_dumps(
     damaged: Mapping[str, DumpDamage] | None = None,
     headers: bool = False,
     stored: Mapping[str, Stored] | None = None,
+    catalog: DataFrame | None = None,
 ) -> DumpRead:
     """Parse dump files into records and errors, data-parallel.
 
@@ -197,12 +200,25 @@ def read_dumps(
     were registered), which spares that job. Files that do not exist raise
     ``FileNotFoundError``. ``headers``: also read each record's headers (as JSON text,
     null when the line has none). ``stored``: the key and header files a Kafka Connect
-    sink value file is read with (by its path).
+    sink value file is read with (by its path). ``catalog``: per-file columns (``file``
+    and what the caller carries along, its ids or arrival times) joined to every line
+    before it is parsed; its ``FILE_TOPIC`` column, when it has one, is the topic each
+    file's lines must name (so one read serves the dumps of many topics).
     """
     readable, damaged = _readable(spark, files, damaged)
     fields = [*_RECORD_FIELDS, *([HEADERS] if headers else [])]
     line_schema = StructType([*fields, StructField(_CORRUPT, StringType())])
-    parsed = _parse(_read_lines(spark, readable, damaged, stored), line_schema, topic)
+    lines = _read_lines(spark, readable, damaged, stored)
+    carried: list[str] = []
+    if catalog is not None:
+        # A left join (every line's file is in the catalog): an inner one would add a
+        # not-null filter on ``file`` that Spark computes apart, decoding every path twice.
+        lines = lines.join(F.broadcast(catalog), "file", "left")
+        carried = [name for name in catalog.columns if name != "file"]
+    by_file = FILE_TOPIC in carried
+    if by_file and topic is not None:
+        raise ValueError("a read checks either one topic or each file's, not both")
+    parsed = _parse(lines, line_schema, topic, by_file=by_file)
     unreadable = local_frame(
         spark,
         [(None, None, None, None, d.reason, path) for path, d in sorted(damaged.items())],
@@ -215,6 +231,7 @@ def read_dumps(
             "reason",
             "positioned",
             "dropped",
+            *carried,
         ),
         unreadable=unreadable,
     )
@@ -327,33 +344,49 @@ def _position_stats(lines: DataFrame) -> DataFrame:
     )
 
 
-def _parse(lines: DataFrame, schema: StructType, topic: str | None) -> DataFrame:
+def _parse(
+    lines: DataFrame, schema: StructType, topic: str | None, *, by_file: bool = False
+) -> DataFrame:
     """``value``, ``file``, the fields of ``schema``, ``reason`` (null for a record),
     ``positioned`` (a failed line whose position is known) and ``dropped`` (for a record
-    followed by more text on its line: that text is lost)."""
+    followed by more text on its line: that text is lost), then the lines' other columns.
+    A line must name ``topic`` (any topic when None), or with ``by_file`` the one in its
+    ``FILE_TOPIC`` column."""
     parsed = F.from_json("value", schema, {"mode": "PERMISSIVE"}).alias("j")
-    judged = lines.select("value", "file", parsed).select(
-        "value", "file", "j.*", _problem(topic).alias("reason")
+    carried = [name for name in lines.columns if name not in ("value", "file")]
+    judged = lines.select("value", "file", parsed, *carried).select(
+        "value", "file", "j.*", _problem(topic, by_file).alias("reason"), *carried
     )
-    positioned = F.col("reason").isNotNull() & _positioned(topic)
+    positioned = F.col("reason").isNotNull() & _positioned(topic, by_file)
     return judged.withColumn("positioned", positioned).withColumn(
         "dropped", F.when(F.col("reason").isNull(), _dropped_text())
     )
 
 
+def _expected_topic(topic: str | None, by_file: bool) -> Column | None:
+    """The topic a line must name: ``topic``, or its file's (``FILE_TOPIC``) with
+    ``by_file``; None when any goes."""
+    if by_file:
+        return F.col(FILE_TOPIC)
+    return None if topic is None else F.lit(topic)
+
+
 @built_once
-def _positioned(topic: str | None) -> Column:
+def _positioned(topic: str | None, by_file: bool) -> Column:
     """Whether a line still says where it sits in the topic: a whole JSON object (a line
     cut short could end in a cut number) whose partition and offset read and are not
     negative, and whose topic, when it names one, is the dump's. Such a line is bound
     like a record even when the rest of it is damaged, so it never holds back the
     records after it in its partition."""
     known = (
-        F.col("partition").isNotNull() & F.col("offset").isNotNull()
-        & (F.col("partition") >= 0) & (F.col("offset") >= 0)
+        F.col("partition").isNotNull()
+        & F.col("offset").isNotNull()
+        & (F.col("partition") >= 0)
+        & (F.col("offset") >= 0)
     )
-    if topic is not None:
-        known &= F.col("topic").isNull() | (F.col("topic") == F.lit(topic))
+    expected = _expected_topic(topic, by_file)
+    if expected is not None:
+        known &= F.col("topic").isNull() | (F.col("topic") == expected)
     whole = F.json_object_keys(F.make_valid_utf8("value")).isNotNull()
     return F.coalesce(known & whole, F.lit(False))
 
@@ -405,8 +438,9 @@ def _verdicts(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 "reason": [damage.reason for _, damage in damaged],
                 "salvaged": [damage.salvaged for _, damage in damaged],
             },
-            schema=pa.schema([("path", pa.string()), ("reason", pa.string()),
-                              ("salvaged", pa.bool_())]),  # fmt: skip
+            schema=pa.schema(
+                [("path", pa.string()), ("reason", pa.string()), ("salvaged", pa.bool_())]
+            ),  # fmt: skip
         )
 
 
@@ -486,13 +520,14 @@ def _dropped_text() -> Column:
     trailing = F.regexp_replace("value", _STRING_LITERAL, '""').rlike(_AFTER_BRACE)
     return F.when(
         suspect & trailing,
-        F.concat(F.lit("text after the JSON object is lost (two records on one line?): "),
-                 _snippet()),
+        F.concat(
+            F.lit("text after the JSON object is lost (two records on one line?): "), _snippet()
+        ),
     )
 
 
 @built_once
-def _problem(topic: str | None) -> Column:
+def _problem(topic: str | None, by_file: bool) -> Column:
     """The first thing wrong with a parsed line (null when the line is a good record).
     Every reason is valid UTF-8: a snippet of a line that is not shows its invalid bytes
     as U+FFFD, so the errors table stays readable by any reader."""
@@ -517,11 +552,12 @@ def _problem(topic: str | None) -> Column:
         (F.col("partition") < 0, F.concat(F.lit("negative partition "), F.col("partition"))),
         (F.col("offset") < 0, F.concat(F.lit("negative offset "), F.col("offset"))),
     ]
-    if topic is not None:
+    expected = _expected_topic(topic, by_file)
+    if expected is not None:
         checks.append(
             (
-                F.col("topic") != F.lit(topic),
-                F.concat(F.lit("topic "), F.col("topic"), F.lit(f" found in a dump of {topic}")),
+                F.col("topic") != expected,
+                F.concat(F.lit("topic "), F.col("topic"), F.lit(" found in a dump of "), expected),
             )
         )
     checks.append((F.col(_CORRUPT).isNotNull(), F.concat(F.lit("malformed record: "), snippet)))

@@ -226,16 +226,18 @@ def reclock_windows(
     *,
     reported: Collection[str],
     imposed: ImposedBindings | None = None,
+    bound: RangeBindings | None = None,
 ) -> ReclockedWindows:
     """Bind ``windows`` (or read their bindings back) and reclock the binding times
     ``[lower, windows.end + 1)``, where ``lower`` is where the caller's output shards stand
     (their meet of uppers, at most ``windows.end``). Pass the run's ``reads`` to parse the
     dumps once for both, and release them once the reclocked range is written;
     ``reported``: the files whose error rows the caller's outputs hold already;
-    ``imposed``: bindings a transaction group imposes on the source."""
+    ``imposed``: bindings a transaction group imposes on the source; ``bound``: the
+    bindings of ``windows`` minted for this run already (bound with other sources')."""
     if lower > windows.end:
         raise ShardUsageError(f"outputs at {lower} are already past {windows.end}")
-    bindings = mint_bindings(spark, source, registry, remap, windows, reads, imposed)
+    bindings = bound or mint_bindings(spark, source, registry, remap, windows, reads, imposed)
     known = bindings if lower == windows.start + 1 else None
     reclocked = reclock_range(
         spark, source, registry, remap, lower, windows.end + 1, known, reads, reported=reported

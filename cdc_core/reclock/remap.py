@@ -26,6 +26,7 @@ raises ``UnexpectedStartOffset`` until ``start_offsets`` accepts where it really
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,14 @@ from pyspark.sql.window import Window
 
 from cdc_core.calendar import Windows
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
-from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry, starts_column
+from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry
+from cdc_core.ingest.canonical import (
+    SOURCE,
+    SharedReads,
+    SourceFiles,
+    parts_starts_column,
+    read_canonical,
+)
 from cdc_core.shard import Shard, ShardUsageError
 from cdc_core.shard.read import ShardReader
 from cdc_core.vocabulary import ReclockPolicy
@@ -119,9 +127,7 @@ def check_start_offsets(
             seen = earliest.get(s.partition)
             if seen is None or s.min_offset < seen[0]:
                 earliest[s.partition] = (s.min_offset, registered.path)
-    wrong = {
-        p: (o, path) for p, (o, path) in earliest.items() if o > start_offset(source, p)
-    }
+    wrong = {p: (o, path) for p, (o, path) in earliest.items() if o > start_offset(source, p)}
     if wrong:
         details = "; ".join(
             f"partition {p} starts at offset {o} in {path}, expected {start_offset(source, p)}"
@@ -136,9 +142,12 @@ def check_start_offsets(
 def first_end_after(windows: Windows, moment: Column) -> Column:
     """The first end of ``windows`` strictly after ``moment`` (the first end when ``moment``
     is earlier), or null when no window of the range ends after it."""
-    steps = F.when(moment < windows.start, 0).otherwise(
-        F.floor((moment - F.lit(windows.start)) / windows.width).cast("long")
-    ) + 1
+    steps = (
+        F.when(moment < windows.start, 0).otherwise(
+            F.floor((moment - F.lit(windows.start)) / windows.width).cast("long")
+        )
+        + 1
+    )
     end = F.lit(windows.start) + steps * windows.width
     return F.when(end <= windows.end, end)
 
@@ -151,10 +160,12 @@ def bind_times(
     allow_gaps: bool,
 ) -> DataFrame:
     """Canonical positions (``CanonicalRecords.positions``: one per offset, with ``ts``,
-    ``arrival_ms`` and ``covers``) at or above their partition's start -> ``partition``,
-    ``offset``, ``covers``, ``time``: the first window end whose binding covers the
-    position (null when none of ``windows`` does). A damaged line whose ``ts`` does not
-    read is eligible under event-time as soon as the records before it are.
+    ``arrival_ms`` and ``covers``) at or above their partition's start -> ``SOURCE``,
+    ``partition``, ``offset``, ``covers``, ``time``: the first window end whose binding
+    covers the position (null when none of ``windows`` does). Each source's partitions
+    (``SOURCE``, for a read of many sources' files) are bound on their own. A damaged line
+    whose ``ts`` does not read is eligible under event-time as soon as the records before
+    it are.
 
     A record is covered at ``end`` when every record of the prefix up to it is eligible:
     under event-time its running maximum ts is below ``end``; under arrival every record
@@ -168,7 +179,7 @@ def bind_times(
         expected = ", ".join(ReclockPolicy)
         raise ValueError(f"unknown reclock policy {policy!r}; expected one of {expected}")
     candidates = records.withColumn("_start", starts).filter(F.col("offset") >= F.col("_start"))
-    by_offset = Window.partitionBy("partition").orderBy("offset")
+    by_offset = Window.partitionBy(SOURCE, "partition").orderBy("offset")
     before = by_offset.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     if policy == ReclockPolicy.EVENT_TIME:
         eligible = F.max(F.coalesce(F.col("ts"), F.lit(-(2**63)))).over(before)
@@ -183,28 +194,7 @@ def bind_times(
         follows = F.col("offset") <= F.coalesce(reached, F.col("_start") - 1) + 1
         candidates = candidates.withColumn("_follows", follows.cast("int"))
         time = F.when(F.min("_follows").over(before) == 1, time)
-    return candidates.select("partition", "offset", "covers", time.alias("time"))
-
-
-def frontiers_from_times(
-    previous: OffsetFrontier, times: DataFrame, windows: Windows
-) -> list[OffsetFrontier]:
-    """The frontier at each window end from ``bind_times`` (only per-(partition, time)
-    maxima reach the driver): the previous frontier joined with every record bound so far."""
-    tops = (
-        times.filter(F.col("time").isNotNull())
-        .groupBy("partition", "time")
-        .agg((F.max("covers") + 1).alias("offset"))
-        .collect()
-    )
-    frontiers = []
-    frontier = previous
-    for end in windows.ends:
-        frontier = frontier.join(
-            OffsetFrontier({r["partition"]: r["offset"] for r in tops if r["time"] == end})
-        )
-        frontiers.append(frontier)
-    return frontiers
+    return candidates.select(SOURCE, "partition", "offset", "covers", time.alias("time"))
 
 
 def candidate_files(
@@ -239,31 +229,101 @@ def candidate_files(
     ]
 
 
+@dataclass(frozen=True)
+class FrontierRequest:
+    """What a source's policy is asked to bind: ``windows``, from the frontier
+    ``previous``; ``reads``: the dump reads of the source's run (see
+    ``propose_frontiers``)."""
+
+    source: ReclockSource
+    registry: Registry
+    previous: OffsetFrontier
+    windows: Windows
+    reads: CanonicalReads | None = None
+
+
 def propose_frontiers(
-    spark: SparkSession,
-    source: ReclockSource,
-    registry: Registry,
-    previous: OffsetFrontier,
-    windows: Windows,
-    reads: CanonicalReads | None = None,
-) -> list[OffsetFrontier]:
-    """The frontiers the source's policy binds at each end of ``windows``, from ``previous``
-    (``reads``: the run's shared dump reads; a private one otherwise)."""
-    starts = effective_starts(source, previous)
-    files = registry.files(reaching=starts)
-    check_start_offsets(source, previous, files)
-    needed = candidate_files(files, starts, windows.end, source.reclock)
-    if not needed:
-        return [previous for _ in windows.ends]
-    canonical = (reads or CanonicalReads(spark, registry, persist=False)).read(needed, starts)
-    times = bind_times(
-        canonical.positions,
-        starts_column(spark, starts),
-        windows,
-        source.reclock,
-        source.allow_offset_gaps,
-    )
-    return frontiers_from_times(previous, times, windows)
+    spark: SparkSession, requests: Sequence[FrontierRequest], *, shared: SharedReads | None = None
+) -> list[list[OffsetFrontier] | Exception]:
+    """Per request, the frontiers its source's policy binds at each end of its windows,
+    or why it cannot bind (``UnexpectedStartOffset``): every request's dumps read in one
+    scan and bound in one job, each source's partitions on their own, so binding many
+    sources costs one job, not one each.
+
+    A lone request with ``reads`` reads through them. Many requests are read together;
+    with ``shared``, the read is persisted there and each request's ``reads`` adopt its
+    part (so the requests' runs reclock from it), which needs their reads to agree on
+    headers."""
+    answers: list[list[OffsetFrontier] | Exception] = []
+    parts: list[SourceFiles] = []
+    asking: dict[int, int] = {}  # request -> its part of the read
+    for i, request in enumerate(requests):
+        starts = effective_starts(request.source, request.previous)
+        files = request.registry.files(reaching=starts)
+        try:
+            check_start_offsets(request.source, request.previous, files)
+        except UnexpectedStartOffset as refused:
+            answers.append(refused)
+            continue
+        answers.append([request.previous for _ in request.windows.ends])
+        needed = candidate_files(files, starts, request.windows.end, request.source.reclock)
+        if needed:
+            asking[i] = len(parts)
+            parts.append(SourceFiles(request.registry.topic, needed, starts))
+    if not parts:
+        return answers
+    adopting = {i: reads for i in asking if (reads := requests[i].reads) is not None}
+    if len(parts) == 1 and adopting:
+        (reads,) = adopting.values()
+        canonical = reads.read(parts[0].files, parts[0].starts)
+    else:
+        headers = {reads.headers for reads in adopting.values()}
+        if len(headers) > 1:
+            raise ValueError("sources bound together must all keep their headers, or none")
+        canonical = read_canonical(spark, parts, headers=headers == {True})
+        if shared is not None:
+            canonical = shared.persist(canonical)
+    # One binding per kind of request (policy, gaps, windows): a few plans, whatever the
+    # number of sources.
+    kinds: dict[tuple[str, bool, Windows], list[int]] = {}
+    for i, k in asking.items():
+        source = requests[i].source
+        kinds.setdefault((source.reclock, source.allow_offset_gaps, requests[i].windows),
+                         []).append(k)  # fmt: skip
+    positions = canonical.positions
+    starts_col = parts_starts_column(spark, parts)
+    times = [
+        bind_times(
+            positions if len(kinds) == 1 else positions.where(F.col(SOURCE).isin(ks)),
+            starts_col, windows, policy, gaps,
+        )
+        for (policy, gaps, windows), ks in kinds.items()
+    ]  # fmt: skip
+    # Only the per-(source, partition, time) maxima reach the driver.
+    tops: dict[int, dict[int, dict[int, int]]] = {}  # part -> time -> partition -> offset
+    for row in (
+        functools.reduce(DataFrame.unionByName, times)
+        .filter(F.col("time").isNotNull())
+        .groupBy(SOURCE, "partition", "time")
+        .agg((F.max("covers") + 1).alias("offset"))
+        .toArrow()
+        .to_pylist()
+    ):
+        tops.setdefault(row[SOURCE], {}).setdefault(row["time"], {})[row["partition"]] = row[
+            "offset"
+        ]
+    for i, k in asking.items():
+        request, mine = requests[i], tops.get(k, {})
+        frontier, frontiers = request.previous, []
+        for end in request.windows.ends:  # the previous frontier joined with each binding
+            frontier = frontier.join(OffsetFrontier(mine.get(end, {})))
+            frontiers.append(frontier)
+        answers[i] = frontiers
+    if len(parts) > 1 and shared is not None:  # read whole: the runs reclock from it
+        for i, reads in adopting.items():
+            k = asking[i]
+            reads.adopt(parts[k].files, parts[k].starts, canonical.of_source(k))
+    return answers
 
 
 def binding_updates(
@@ -285,8 +345,12 @@ def binding_updates(
                 rows.append((p, frontier[p], time, 1))
         previous = frontier
     schema = pa.schema(
-        [("partition", pa.int32()), ("offset", pa.int64()), ("time", pa.int64()),
-         ("diff", pa.int64())]
+        [
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("time", pa.int64()),
+            ("diff", pa.int64()),
+        ]
     )
     return pa.Table.from_pylist([dict(zip(schema.names, row, strict=True)) for row in rows], schema)
 
@@ -372,8 +436,11 @@ class RangeBindings:
 
     def at(self, time: int | None) -> OffsetFrontier:
         """``remap[time]`` inside the range (the top when ``time`` is None)."""
-        moved = {p: o for p, o, t in sorted(self.bindings, key=lambda b: b[2])
-                 if time is None or t <= time}
+        moved = {
+            p: o
+            for p, o, t in sorted(self.bindings, key=lambda b: b[2])
+            if time is None or t <= time
+        }
         return self.base.join(OffsetFrontier(moved))
 
     @classmethod
@@ -404,6 +471,46 @@ class RangeBindings:
         return cls(previous, tuple(sorted(bindings)), frozenset(t for t, _ in bound))
 
 
+@dataclass(frozen=True)
+class UnboundWindows:
+    """What a run's ``windows`` leave its remap to bind: the windows after its upper
+    ``bound`` (``unbound``), from the frontier ``previous``; ``done``: the bindings of
+    the run's windows the remap holds already (None when there are none)."""
+
+    windows: Windows
+    unbound: Windows
+    bound: int
+    previous: OffsetFrontier
+    done: RangeBindings | None
+
+    @classmethod
+    def of(cls, remap: Shard, windows: Windows) -> UnboundWindows | None:
+        """What the remap has yet to bind of ``windows`` (None: it holds them all)."""
+        lower = windows.start + 1
+        bound = remap.refresh().upper.time
+        if bound is None or bound >= windows.end + 1:
+            return None
+        if bound > lower:
+            done = RangeBindings.read(remap, lower, bound)
+            return cls(windows, windows.from_end(bound - 1), bound, done.top, done)
+        return cls(windows, windows, bound, frontier_at(remap, bound - 1), None)
+
+    def commit(
+        self, remap: Shard, minted: Sequence[tuple[int, OffsetFrontier]]
+    ) -> RangeBindings | None:
+        """Bind ``minted`` (a frontier per binding time, from ``bound`` through the
+        windows' end: skipped windows bound to the unchanged frontier) with one
+        compare_and_append: the run's bindings, or None when another process bound first."""
+        updates = binding_updates(self.previous, minted)
+        upper = TimeFrontier.at(self.windows.end + 1)
+        if remap.compare_and_append(updates, TimeFrontier.at(self.bound), upper):
+            return None
+        new = RangeBindings.of(self.previous, minted)
+        if self.done is None:
+            return new
+        return RangeBindings(self.done.base, self.done.bindings + new.bindings, new.minted)
+
+
 def mint_bindings(
     spark: SparkSession,
     source: ReclockSource,
@@ -421,26 +528,18 @@ def mint_bindings(
 
     On an upper mismatch another process won: re-read and adopt or retry.
     """
-    lower, upper = windows.start + 1, windows.end + 1
     while True:
-        bound = remap.refresh().upper.time
-        if bound is None or bound >= upper:
-            return RangeBindings.read(remap, lower, upper)
-        if bound > lower:
-            unbound = windows.from_end(bound - 1)
-            done = RangeBindings.read(remap, lower, bound)
-            previous = done.top
-        else:
-            unbound, done, previous = windows, None, frontier_at(remap, bound - 1)
+        pending = UnboundWindows.of(remap, windows)
+        if pending is None:
+            return RangeBindings.read(remap, windows.start + 1, windows.end + 1)
         if imposed is None:
-            frontiers = propose_frontiers(spark, source, registry, previous, unbound, reads)
-            minted = list(zip(unbound.ends, frontiers, strict=True))
+            request = FrontierRequest(source, registry, pending.previous, pending.unbound, reads)
+            (frontiers,) = propose_frontiers(spark, [request])
+            if isinstance(frontiers, Exception):
+                raise frontiers
+            minted = list(zip(pending.unbound.ends, frontiers, strict=True))
         else:
-            minted = imposed(previous, bound, windows)
-        updates = binding_updates(previous, minted)
-        if remap.compare_and_append(updates, TimeFrontier.at(bound), TimeFrontier.at(upper)):
-            continue
-        new = RangeBindings.of(previous, minted)
-        if done is None:
-            return new
-        return RangeBindings(done.base, done.bindings + new.bindings, new.minted)
+            minted = imposed(pending.previous, pending.bound, windows)
+        bound = pending.commit(remap, minted)
+        if bound is not None:
+            return bound

@@ -62,6 +62,7 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, CanonicalRecords, Registry, starts_column
 from cdc_core.reclock.admission import OPEN_MARK, TRANSACTION_TOPIC, Admission, End, Run
 from cdc_core.reclock.remap import (
+    FrontierRequest,
     ReclockSource,
     RemapError,
     bind_times,
@@ -198,8 +199,11 @@ class TransactionGroupBinder:
                 f"source {member}: remap at {bound - 1} is {previous}, its transaction group "
                 f"bound {base}; a source bound before it joined a group needs a new name"
             )
-        rows = [(p, o, t) for m, p, o, t, d in self._updates(upper - 1)
-                if m == member and d > 0 and t >= bound]
+        rows = [
+            (p, o, t)
+            for m, p, o, t, d in self._updates(upper - 1)
+            if m == member and d > 0 and t >= bound
+        ]
         times = {t for _, _, t in rows} | {end for end in windows.ends if end >= bound}
         result: list[tuple[int, OffsetFrontier]] = []
         frontier = previous
@@ -361,12 +365,18 @@ class TransactionGroupBinder:
         self, previous: Mapping[str, OffsetFrontier], windows: Windows
     ) -> list[dict[str, OffsetFrontier]]:
         """Per window end, each member's frontier by its own policy."""
-        proposed = {
-            name: propose_frontiers(
-                self.spark, m.source, m.registry, previous.get(name, OffsetFrontier()), windows
-            )
+        requests = [
+            FrontierRequest(m.source, m.registry, previous.get(name, OffsetFrontier()), windows)
             for name, m in self.members.items()
-        }
+        ]  # every member bound in one job
+        answers = propose_frontiers(self.spark, requests)
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+        proposed = {
+            name: answer for name, answer in zip(self.members, answers, strict=True)
+            if not isinstance(answer, Exception)
+        }  # fmt: skip
         return [
             {name: frontiers[i] for name, frontiers in proposed.items()}
             for i in range(len(windows.ends))
@@ -382,9 +392,7 @@ class TransactionGroupBinder:
             files = [f for f in files if f.overlaps(starts.offsets, below)]
         if not files:
             return None
-        return CanonicalReads(self.spark, self.registry, persist=False).read(
-            files, starts.offsets
-        )
+        return CanonicalReads(self.spark, self.registry, persist=False).read(files, starts.offsets)
 
     def _transaction_records(self, read: CanonicalRecords | None) -> DataFrame | None:
         """The transaction topic's records of ``read``, one per offset, with their parsed
@@ -406,13 +414,17 @@ class TransactionGroupBinder:
         records = self._transaction_records(read)
         if read is None or records is None:
             return self.spark.createDataFrame(
-                [], "tpartition int, toffset bigint, txid string, known bigint, "
-                "counts map<string,bigint>"
+                [],
+                "tpartition int, toffset bigint, txid string, known bigint, "
+                "counts map<string,bigint>",
             )
         # Every position binds, damaged lines too: one never holds back the ENDs after it.
         times = bind_times(
-            read.positions, starts_column(self.spark, frontier.offsets), windows,
-            ReclockPolicy.EVENT_TIME, False,
+            read.positions,
+            starts_column(self.spark, frontier.offsets),
+            windows,
+            ReclockPolicy.EVENT_TIME,
+            False,
         )
         return (
             records.where(F.col("e.status") == "END")
@@ -510,9 +522,7 @@ class TransactionGroupBinder:
             if not files:
                 continue
             records = CanonicalReads(self.spark, m.registry, persist=False).read(files, starts)
-            value = unwrap_connect_envelope(
-                records.records, "payload", m.value_schema, "_value"
-            )
+            value = unwrap_connect_envelope(records.records, "payload", m.value_schema, "_value")
             frames.append(
                 value.select(
                     F.lit(name).alias("member"),

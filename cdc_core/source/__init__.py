@@ -9,9 +9,11 @@ handle: status, inspect and snapshots, writing nothing), ``layout`` (which table
 has, and where), ``state`` (the published
 current rows), ``history`` (the SCD type 2 versions, when a source keeps them),
 ``resumption`` (bounded input reliance: inspect and retire), ``evolution`` (appended value
-columns; other drift refused), ``rebuild`` and ``swap`` (new tables beside the old, swapped in).
+columns; other drift refused), ``rebuild`` and ``swap`` (new tables beside the old, swapped in),
+``binding`` (many sources' windows bound in one job before their runs).
 """
 
+from cdc_core.source.binding import bind_together
 from cdc_core.source.history import history_upper
 from cdc_core.source.layout import published_tables, stored_outputs_upper
 from cdc_core.source.pipeline import SourcePipeline, WindowReport, unregistered_dumps
@@ -30,6 +32,7 @@ __all__ = [
     "SourceReader",
     "SourceStatus",
     "WindowReport",
+    "bind_together",
     "history_upper",
     "published_as_of",
     "published_tables",

@@ -40,7 +40,7 @@ from cdc_core.ingest.registering import LandedDumps, register_landed
 from cdc_core.phases import phase
 from cdc_core.reclock import HeldPartition, Windows, frontier_at, held_partitions, reclock_windows
 from cdc_core.reclock.reclocking import ReclockedRange
-from cdc_core.reclock.remap import ImposedBindings
+from cdc_core.reclock.remap import ImposedBindings, RangeBindings, UnboundWindows
 from cdc_core.reclock.transactions import (
     PendingTransactions,
     transaction_registry,
@@ -171,6 +171,9 @@ class SourcePipeline:
         self.upstream = UpstreamCommit(self.root / "upstream")
         # The landing zone as ``input_bytes`` listed it, for the next registration.
         self._sized: list[list[DumpFile]] | None = None
+        # What a joint binding prepared for the next run: its reads and its bindings.
+        self._reads: CanonicalReads | None = None
+        self._bound: dict[Windows, RangeBindings] = {}
         self.group = transaction_binder(spark, config, group_lake or lake, source.name)
         shards = {name: getattr(self, name) for name in shard_tables(source)}
         self.reader = SourceReader(spark, config, source, self.root, shards, self.group)
@@ -274,21 +277,20 @@ class SourcePipeline:
         lower = held.time
         done: list[WindowReport] = []
         if lower - 1 > windows.start:
-            # Windows the outputs already hold are not bound or read again: their
-            # bindings may lie below the remap's since, compacted by a retire.
             done = self._reused(Windows(windows.start, lower - 1, windows.width))
-            windows = windows.from_end(lower - 1)
+        windows = _after_held(windows, lower)
         # Registered writers: a crash leaves staging that gc collects once the lease ran out.
         shards = [self.remap, *self.outputs]
         planned = planned_for_input(self.spark, self._input_bytes(lower), self.config.spark.conf)
         with writing(shards, unique_reader_id("run"), self.config.readers.lease_ms), planned:
-            reads = CanonicalReads(self.spark, self.registry, headers=self.source.keeps_headers)
+            reads, self._reads = self.run_reads(), None
             try:
                 with phase(self.source.name, "bind windows"):
                     run = reclock_windows(
                         self.spark, self.source, self.registry, self.remap, lower, windows, reads,
                         reported=self._reported_files(lower),
                         imposed=self.imposed_bindings,
+                        bound=self._bound.pop(windows, None),
                     )
                 upper = windows.end + 1
                 with phase(self.source.name, "append reclocked") as figures:
@@ -322,6 +324,34 @@ class SourcePipeline:
             for end in windows.ends
         ]
         return self._with_pending(reports)
+
+    def binding_ahead(self, windows: Windows) -> tuple[Windows, UnboundWindows] | None:
+        """For a run of ``windows`` served with other sources' runs: the windows it will
+        bind and reclock, and what of them the remap has yet to bind by the source's own
+        policy (None when nothing is: the outputs or the remap hold them, or the source's
+        transaction group binds them). ``bound_ahead`` hands the run what was bound."""
+        if self.group is not None:
+            return None
+        held = self.outputs_upper()
+        if held.time is None or held.time > windows.end:
+            return None
+        windows = _after_held(windows, held.time)
+        pending = UnboundWindows.of(self.remap, windows)
+        return None if pending is None else (windows, pending)
+
+    def bound_ahead(self, windows: Windows, bindings: RangeBindings) -> None:
+        """The bindings of ``windows`` (as ``binding_ahead`` gave them), minted for the
+        source's next run together with other sources': the run takes them as its own."""
+        self._bound[windows] = bindings
+
+    def run_reads(self) -> CanonicalReads:
+        """The dump reads of the source's next run: those a joint binding prepared (holding
+        the source's part of its read), else new ones. The run releases them."""
+        if self._reads is None:
+            self._reads = CanonicalReads(
+                self.spark, self.registry, headers=self.source.keeps_headers
+            )
+        return self._reads
 
     def _input_bytes(self, lower: int) -> int:
         """What a run from ``lower`` reads, in stored bytes (``planning.run_input_bytes``)."""
@@ -527,6 +557,13 @@ class SourcePipeline:
                 figures["changed"] = len(self.registration.sync())
         with phase(self.source.name, "status"):
             return self.reader.status()
+
+
+def _after_held(windows: Windows, lower: int) -> Windows:
+    """The part of ``windows`` a run binds and reclocks when its outputs stand at
+    ``lower``: windows the outputs already hold are not bound or read again (their
+    bindings may lie below the remap's since, compacted by a retire)."""
+    return windows.from_end(lower - 1) if lower - 1 > windows.start else windows
 
 
 def _new_bytes(landed: Iterable[LandedDumps]) -> int:

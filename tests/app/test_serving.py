@@ -65,6 +65,9 @@ class Work:
     def landed_dumps(self) -> list:
         return []
 
+    def binding(self) -> None:
+        return None
+
     def serve(self) -> str:
         recorder = self.recorder
         with recorder.lock:
@@ -161,6 +164,9 @@ class Registering:
 
     def landed_dumps(self) -> list[LandedDumps]:
         return self.pipeline.landed_dumps(self.now_ms)
+
+    def binding(self) -> None:
+        return None
 
     def serve(self) -> int:
         return self.pipeline.register_dumps(self.now_ms)

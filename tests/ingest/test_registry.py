@@ -10,11 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from cdc_core.ingest import DumpFileChanged, MissingDumpFile, Registry, list_dump_files
 from cdc_core.ingest import registry as registry_module
-from cdc_core.ingest.canonical import read_canonical
+from cdc_core.ingest.canonical import SourceFiles, read_canonical
 from cdc_core.ingest.registry import (
     FILES_SCHEMA,
     PATH_ROW_GROUP,
@@ -182,7 +181,7 @@ def test_canonical_copy_is_earliest_arrival_and_conflicts_are_reported(
     late = write_dump(landing, "t", "a_late.json", [Rec(0, 0, 1), Rec(0, 1, 2, payload="other")])
     register_new(spark, registry, landing, arrival_ms=50)
 
-    canonical = read_canonical(spark, registry, registry.files(), F.lit(True))
+    canonical = read_canonical(spark, [SourceFiles(registry.topic, registry.files(), {})])
     # Offset 1's copies differ: the kept payload is the early file's.
     kept = {(r["offset"], r["payload"]) for r in canonical.records.collect()}
     assert kept == {(0, '{"v": "v0-0"}'), (1, '{"v": "v0-1"}'), (2, '{"v": "v0-2"}')}
@@ -200,7 +199,7 @@ def test_a_missing_needed_file_is_named_with_its_offsets(
     register_new(spark, registry, landing, arrival_ms=1)
     path.unlink()
     with pytest.raises(MissingDumpFile, match=r"a\.json \(partition 3 offsets 7\.\.8\)"):
-        read_canonical(spark, registry, registry.files(), F.lit(True))
+        read_canonical(spark, [SourceFiles(registry.topic, registry.files(), {})])
 
 
 def _registrations(paths: list[str]) -> pa.Table:

@@ -11,6 +11,7 @@ from cdc_core.calendar import MisalignedWindow, Windows
 from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.ingest import Registry
 from cdc_core.reclock.remap import (
+    FrontierRequest,
     NonMonotoneBinding,
     UnexpectedStartOffset,
     binding_updates,
@@ -24,9 +25,18 @@ from cdc_core.shard import Shard
 from tests.reclock.test_reclock_support import Options, Rec, register_new, write_dump
 
 
+def proposed(spark, source, registry, previous, windows):
+    """The frontiers ``source`` binds at the ends of ``windows`` from ``previous``, asked
+    alone (what it cannot bind is raised)."""
+    (answer,) = propose_frontiers(spark, [FrontierRequest(source, registry, previous, windows)])
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
 def propose_frontier(spark, source, registry, previous, end):
     """The frontier one window ending at ``end`` binds from ``previous``."""
-    return propose_frontiers(spark, source, registry, previous, Windows.one(0, end))[0]
+    return proposed(spark, source, registry, previous, Windows.one(0, end))[0]
 
 
 def mint_binding(spark, source, registry, remap, start, end):
@@ -157,7 +167,7 @@ def test_arrival_bindings_of_a_run_jump_gaps_only_when_allowed(
     windows = Windows(0, 50, 25)
 
     def frontiers(source: Options) -> list[dict[int, int]]:
-        bound = propose_frontiers(spark, source, registry, OffsetFrontier(), windows)
+        bound = proposed(spark, source, registry, OffsetFrontier(), windows)
         return [f.offsets for f in bound]
 
     assert frontiers(Options(reclock="arrival")) == [{}, {0: 4}]

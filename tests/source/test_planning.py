@@ -34,6 +34,7 @@ from cdc_core.spark import (
     planned_as,
     planned_for_input,
     planned_together,
+    session_conf,
 )
 from pipelines.run import materialize
 from pipelines.sample import write_sample
@@ -305,6 +306,11 @@ def test_a_small_run_publishes_checks_and_exports_planned_small(
         if not event.ended:
             seen[(event.source, event.name)] = settings(spark)
 
+    # The run's session takes the deployment's settings (its resource applies them, the
+    # same in every run of the process): the planning must give exactly those back.
+    configured = session_conf(config.spark.master, config.spark.conf)
+    for key in SETTINGS:
+        spark.conf.set(key, configured.get(key, spark.conf.get(key)))
     before = settings(spark)
     with observing(record):
         assert materialize(config, config.start_ms + config.window_ms)

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from cdc_core.ingest import MissingDumpFile, Registry, list_dump_files
-from cdc_core.ingest.canonical import read_canonical
+from cdc_core.ingest.canonical import SourceFiles, read_canonical
 from cdc_core.ingest.connect_files import layout_of
 from cdc_core.ingest.registry import RegisteredPaths, fold_registry
 from cdc_core.spark import get_spark
@@ -122,9 +121,8 @@ def test_dumps_on_s3_register_and_read_as_the_same_dumps_in_a_folder(
     assert RegisteredPaths(on_s3.files_path).missing([known, late]) == [late]
 
     def records(registry: Registry) -> list[tuple]:
-        canonical = read_canonical(
-            spark, registry, registry.files(), F.lit(True), headers=True
-        )
+        part = SourceFiles(registry.topic, registry.files(), {})
+        canonical = read_canonical(spark, [part], headers=True)
         columns = ("partition", "offset", "ts", "payload", "key", "headers")
         return sorted(tuple(row) for row in canonical.records.select(*columns).collect())
 
@@ -142,7 +140,7 @@ def test_dumps_on_s3_register_and_read_as_the_same_dumps_in_a_folder(
     assert salvaged and salvaged == set(range(20, 20 + len(salvaged)))
     sink_file = files.join(remote, TOPIC, f"partition=2/{TOPIC}+2+40.json")
     assert {ts for p, _, ts, *_ in s3_records if p == 2} == {files.mtime_ms(sink_file)}
-    canonical = read_canonical(spark, on_s3, on_s3.files(), F.lit(True))
+    canonical = read_canonical(spark, [SourceFiles(on_s3.topic, on_s3.files(), {})])
     errors = {(row.file, row.reason.split(":")[0]) for row in canonical.read_errors.collect()}
     assert (known, "not a JSON object") in errors
     undecodable = files.join(remote, TOPIC, "undecodable.json")
@@ -157,4 +155,4 @@ def test_a_needed_dump_gone_from_s3_is_named_with_its_offsets(
     registry = registered(spark, remote, f"s3://{s3_bucket}/lake/users/dumps")
     files.delete_file(files.join(remote, TOPIC, "a.json"))
     with pytest.raises(MissingDumpFile, match=r"a\.json \(partition 0 offsets 0\.\.4\)"):
-        read_canonical(spark, registry, registry.files(), F.lit(True))
+        read_canonical(spark, [SourceFiles(registry.topic, registry.files(), {})])
