@@ -78,8 +78,14 @@ class CanonicalRecords:
     @property
     def records(self) -> DataFrame:
         """``reclocked_schema`` columns plus ``arrival_ms``, one row per (partition, offset)."""
+        return self.sourced_records.drop(SOURCE)
+
+    @property
+    def sourced_records(self) -> DataFrame:
+        """``records`` with ``SOURCE``: which part of the read each belongs to."""
         kept = F.col("reason").isNull() & (F.col("_copy") == 1)
-        return self.lines.where(kept).select(*reclocked_schema(self.headers).names, "arrival_ms")
+        names = reclocked_schema(self.headers).names
+        return self.lines.where(kept).select(SOURCE, *names, "arrival_ms")
 
     @property
     def positions(self) -> DataFrame:

@@ -40,6 +40,7 @@ transactions reach the driver; records stay on the executors.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -57,9 +58,10 @@ from pyspark.sql.types import (
 from pyspark.sql.window import Window
 
 from cdc_core.calendar import Windows
-from cdc_core.envelopes.decode import unwrap_connect_envelope
+from cdc_core.envelopes.decode import CONNECT_WRAPPER_FIELDS, unwrap_connect_envelope
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, CanonicalRecords, Registry, starts_column
+from cdc_core.ingest.canonical import SOURCE, SourceFiles, read_canonical
 from cdc_core.reclock.admission import OPEN_MARK, TRANSACTION_TOPIC, Admission, End, Run
 from cdc_core.reclock.remap import (
     FrontierRequest,
@@ -514,31 +516,40 @@ class TransactionGroupBinder:
         self, previous: Mapping[str, OffsetFrontier], top: Mapping[str, OffsetFrontier]
     ) -> DataFrame:
         """Records of every member in ``[previous, top)`` that belong to a transaction:
-        ``member``, ``partition``, ``offset``, ``txid``."""
-        frames = []
+        ``member``, ``partition``, ``offset``, ``txid``; every member's dumps read in one
+        scan, whatever the number of members."""
+        parts, names, schemas = [], [], []
         for name, m in self.members.items():
             starts = effective_starts(m.source, previous.get(name, OffsetFrontier()))
             files = [f for f in m.registry.files(reaching=starts) if f.overlaps(starts, top[name])]
-            if not files:
-                continue
-            records = CanonicalReads(self.spark, m.registry, persist=False).read(files, starts)
-            value = unwrap_connect_envelope(records.records, "payload", m.value_schema, "_value")
+            if files:
+                parts.append(SourceFiles(m.registry.topic, files, starts))
+                names.append(name)
+                schemas.append(m.value_schema)
+        if not parts:
+            return self.spark.createDataFrame(
+                [], "member string, partition int, offset bigint, txid string"
+            )
+        records = read_canonical(self.spark, parts).sourced_records
+        member = F.element_at(F.array(*[F.lit(n) for n in names]), F.col(SOURCE) + 1)
+        # A value is unwrapped from a Kafka Connect envelope unless its schema has the
+        # envelope's fields: one plan for each of the two kinds, not one per member.
+        kinds: dict[bool, list[int]] = {}
+        for k, schema in enumerate(schemas):
+            kinds.setdefault(bool(set(CONNECT_WRAPPER_FIELDS) & set(schema.names)), []).append(k)
+        frames = []
+        for ks in kinds.values():
+            mine = records if len(kinds) == 1 else records.where(F.col(SOURCE).isin(ks))
+            value = unwrap_connect_envelope(mine, "payload", schemas[ks[0]], "_value")
             frames.append(
                 value.select(
-                    F.lit(name).alias("member"),
+                    member.alias("member"),
                     "partition",
                     "offset",
                     F.get_json_object("_value", "$.transaction.id").alias("txid"),
                 ).where(F.col("txid").isNotNull())
             )
-        if not frames:
-            return self.spark.createDataFrame(
-                [], "member string, partition int, offset bigint, txid string"
-            )
-        union = frames[0]
-        for frame in frames[1:]:
-            union = union.unionByName(frame)
-        return union
+        return functools.reduce(DataFrame.unionByName, frames)
 
     def _constrain(
         self,
