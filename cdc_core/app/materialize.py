@@ -15,7 +15,7 @@ Invariants:
   register each other's dumps and bind from the group's shards.
 - Work of the same kind for every source runs once for all of them: a run's new dumps
   are registered in one scan, each registry with its own commit, and its windows bound
-  in one job, each remap with its own commit.
+  and reclocked in one job each, each table with its own commit.
 - The plan settings are the session's, so sources served together are planned once,
   from what they read together (``planned_together``); a single unit keeps its own
   per-phase plans.
@@ -33,11 +33,10 @@ from typing import Generic, Protocol, TypeVar
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig
-from cdc_core.ingest.canonical import SharedReads
 from cdc_core.ingest.registering import LandedDumps, register_landed
 from cdc_core.phases import ALL_SOURCES, phase
 from cdc_core.reclock import Windows
-from cdc_core.source import SourcePipeline, SourceStatus, WindowReport, bind_together
+from cdc_core.source import RunsTogether, SourcePipeline, SourceStatus, WindowReport
 from cdc_core.spark import planned_together
 from cdc_core.storage import LocationLike
 
@@ -156,9 +155,9 @@ def serve_together(
 
     Stages: every source is opened and sized; then, when several units share the
     session, planned once from their sizes together, their new dumps are registered in
-    one scan (``register_together``) and their windows bound in one job
-    (``bind_together``, which keeps the read for their runs until all are done); then
-    they are served. ``finish``, when given, is
+    one scan (``register_together``) and their windows bound and reclocked in one job
+    each (``RunsTogether``, which keeps what they share until all are done); then they
+    are served. ``finish``, when given, is
     what the run does once every source is served, for all of them together (judging
     their checks by one job per kind, then their exports): given every source as served
     (a source that could not be opened is yielded at once), what to yield for each."""
@@ -180,13 +179,13 @@ def serve_together(
             yield from _finished(_drain_while(pool, jobs, idle, done), pool, idle, finish)
             return
         sizes = sum(size for unit in works for _, _, size in unit)
-        shared = SharedReads()
+        shared = RunsTogether()
         with planned_together(spark, sizes, config.spark.conf):
             sized = [work for unit in works for _, work, _ in unit]
             _run_all(pool, [functools.partial(register_together, spark, sized)], idle)
             runs = [run for work in sized if (run := work.binding()) is not None]
             try:
-                _run_all(pool, [functools.partial(bind_together, spark, runs, shared)], idle)
+                _run_all(pool, [functools.partial(shared.prepare, spark, runs)], idle)
                 yield from _finished(_drain_while(pool, jobs, idle, done), pool, idle, finish)
             finally:
                 shared.release()

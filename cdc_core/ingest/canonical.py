@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StructField, StructType
 from pyspark.sql.window import Window
 
 from cdc_core.ingest.connect_files import layout_of
@@ -49,7 +50,7 @@ class CanonicalRecords:
     ``_copy`` (1 for the kept copy) and, for a dropped copy whose ts/key/payload differ
     from the kept one, ``_kept_file``; files appear as small ids (``_file``), which
     ``catalog`` maps to their paths, so the shuffled and cached rows stay narrow.
-    ``unreadable``: ERROR rows of files that could not be read. Records, positions,
+    ``unreadable``: ``SOURCE`` and ERROR rows of files that could not be read. Records, positions,
     conflicts and errors are views of the one frame, so persisting it (``CanonicalReads``)
     parses and sorts every line once. ``headers``: whether the records carry their headers.
     A read of many sources' files tells them apart by ``SOURCE`` (their index among the
@@ -61,18 +62,19 @@ class CanonicalRecords:
     unreadable: DataFrame
     headers: bool = False
     covered: DataFrame | None = None  # ``SOURCE``, ``partition``, ``offset``, ``covers``
-    unreadable_files: tuple[frozenset[str], ...] = ()  # per part, its files in ``unreadable``
 
     def of_source(self, part: int) -> CanonicalRecords:
         """The part ``part`` of a read of many sources' files, as a read of its files alone
-        would give it (every view filters the one frame: persisted, it is parsed once)."""
-        mine = F.col(SOURCE) == part
-        covered = None if self.covered is None else self.covered.where(mine)
-        unreadable = self.unreadable.where(F.col("file").isin(sorted(self.unreadable_files[part])))
+        would give it (its rows relabelled as part 0; every view filters the one frame, so
+        persisted, it is parsed once)."""
+
+        def mine(frame: DataFrame) -> DataFrame:
+            return frame.where(F.col(SOURCE) == part).withColumn(SOURCE, F.lit(0))
+
         return dataclasses.replace(
-            self, lines=self.lines.where(mine), catalog=self.catalog.where(mine),
-            unreadable=unreadable, covered=covered,
-            unreadable_files=(self.unreadable_files[part],),
+            self, lines=mine(self.lines), catalog=mine(self.catalog),
+            unreadable=mine(self.unreadable),
+            covered=None if self.covered is None else mine(self.covered),
         )  # fmt: skip
 
     @property
@@ -124,7 +126,9 @@ class CanonicalRecords:
             .dropDuplicates(["partition", "offset", "_file", *compared])
             .join(F.broadcast(self.catalog.select("_file", "file")), "_file")
             .join(F.broadcast(kept_file), "_kept_file")
-            .select(*[(reason if n == "reason" else F.col(n)).alias(n) for n in ERROR.names])
+            .select(
+                SOURCE, *[(reason if n == "reason" else F.col(n)).alias(n) for n in ERROR.names]
+            )
         )
 
     @property
@@ -142,14 +146,14 @@ class CanonicalRecords:
         records whose line went on after their JSON object. They belong to the binding
         of their position."""
         placed = self.lines.where(F.col("positioned") | F.col("dropped").isNotNull())
-        return error_rows(self._named(placed))
+        return error_rows(self._named(placed), (SOURCE,))
 
     @property
     def read_errors(self) -> DataFrame:
         """ERROR rows of malformed lines without a position (file known) and unreadable
         files: they belong to the first read of their file."""
         unplaced = self.lines.where(F.col("reason").isNotNull() & ~F.col("positioned"))
-        return error_rows(self._named(unplaced)).unionByName(self.unreadable)
+        return error_rows(self._named(unplaced), (SOURCE,)).unionByName(self.unreadable)
 
     def _named(self, lines: DataFrame) -> DataFrame:
         """``lines`` with their file's path."""
@@ -236,6 +240,14 @@ class SharedReads:
             self._frames.append(lines)
         return dataclasses.replace(canonical, lines=lines)
 
+    def persist_frame(self, frame: DataFrame) -> DataFrame:
+        """A frame derived from the reads (what the runs share of them), persisted to be
+        released with them."""
+        frame = frame.persist()
+        with self._lock:
+            self._frames.append(frame)
+        return frame
+
     def release(self) -> None:
         """Unpersist every read persisted here."""
         with self._lock:
@@ -253,14 +265,15 @@ def starts_column(spark: SparkSession, starts: Mapping[int, int]) -> Column:
     return F.coalesce(lookup[F.col("partition")], F.lit(0)).cast("bigint")
 
 
-def parts_starts_column(spark: SparkSession, parts: Sequence[SourceFiles]) -> Column:
-    """A column with each line's partition start in its part (``SOURCE``) of a read."""
-    if len(parts) == 1:
-        return starts_column(spark, parts[0].starts)
+def parts_starts_column(spark: SparkSession, starts: Mapping[int, Mapping[int, int]]) -> Column:
+    """A column with each line's partition start in its part (``SOURCE``) of a read, from
+    each part's starts (by part; a lone part's lines are all its own)."""
+    if len(starts) == 1:
+        return starts_column(spark, next(iter(starts.values())))
     pairs = [
-        x for k, part in enumerate(parts) if part.starts
+        x for k, known in sorted(starts.items()) if known
         for x in (F.lit(k), F.create_map(*[
-            c for p, o in sorted(part.starts.items())
+            c for p, o in sorted(known.items())
             for c in (F.lit(p).cast("int"), F.lit(o).cast("bigint"))
         ]))
     ]  # fmt: skip
@@ -378,7 +391,7 @@ def read_canonical(
     # cannot change (a position is ranked on its own). Before the shuffle Spark would push
     # it into the parse and parse each line twice, and tested on ``reason`` first,
     # evaluate every check of every line.
-    keep = F.col("offset") >= parts_starts_column(spark, parts)
+    keep = F.col("offset") >= parts_starts_column(spark, dict(enumerate(p.starts for p in parts)))
     ranked = lines.select("*", rank.alias("_copy"), conflict.alias("_kept_file")).where(
         keep | ~good
     )
@@ -387,10 +400,14 @@ def read_canonical(
         covered = local_frame(
             spark, covered_rows, f"{SOURCE} int, partition int, offset bigint, covers bigint"
         )
-    unreadable_files = tuple(
-        frozenset(f.path for f in part.files if f.path in damage) for part in parts
-    )
+    # A damaged file's row, as ``read_dumps`` gives it, for each part that reads it.
+    unreadable = local_frame(
+        spark,
+        [(k, None, None, None, None, damage[path].reason, path)
+         for path, k, _ in entries if path in damage],
+        StructType([StructField(SOURCE, IntegerType()), *ERROR.fields]),
+    )  # fmt: skip
     return CanonicalRecords(
-        lines=ranked, catalog=catalog.drop(FILE_TOPIC), unreadable=dumps.unreadable,
-        headers=headers, covered=covered, unreadable_files=unreadable_files,
+        lines=ranked, catalog=catalog.drop(FILE_TOPIC), unreadable=unreadable,
+        headers=headers, covered=covered,
     )  # fmt: skip

@@ -116,12 +116,13 @@ class DumpRead:
         return error_rows(self.lines).unionByName(self.unreadable)
 
 
-def error_rows(lines: DataFrame) -> DataFrame:
-    """``ERROR`` rows of parsed ``lines`` (with ``file``): one per failed line, one per
-    record whose line went on after its JSON object."""
-    failed = lines.where(F.col("reason").isNotNull()).select(*ERROR.names)
+def error_rows(lines: DataFrame, carried: Sequence[str] = ()) -> DataFrame:
+    """``ERROR`` rows of parsed ``lines`` (with ``file``), after the ``carried`` columns:
+    one per failed line, one per record whose line went on after its JSON object."""
+    failed = lines.where(F.col("reason").isNotNull()).select(*carried, *ERROR.names)
     dropped = lines.where(F.col("dropped").isNotNull()).select(
-        *(F.col("dropped" if name == "reason" else name).alias(name) for name in ERROR.names)
+        *carried,
+        *(F.col("dropped" if name == "reason" else name).alias(name) for name in ERROR.names),
     )
     return failed.unionByName(dropped)
 

@@ -22,7 +22,7 @@ errors shard together with its own errors (one writer per window for that shard)
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -31,7 +31,8 @@ from pyspark.sql import functions as F
 
 from cdc_core.calendar import Windows
 from cdc_core.frontier import OffsetFrontier
-from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry, starts_column
+from cdc_core.ingest import CanonicalReads, CanonicalRecords, RegisteredFile, Registry
+from cdc_core.ingest.canonical import SOURCE, parts_starts_column
 from cdc_core.reclock.remap import (
     ImposedBindings,
     RangeBindings,
@@ -46,8 +47,9 @@ from cdc_core.spark import local_frame
 
 # The error row of a file without records, with its binding time.
 _FILE_ERROR = pa.schema(
-    [("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-     ("key", pa.string()), ("reason", pa.string()), ("file", pa.string()), ("time", pa.int64())]
+    [(SOURCE, pa.int32()), ("topic", pa.string()), ("partition", pa.int32()),
+     ("offset", pa.int64()), ("key", pa.string()), ("reason", pa.string()), ("file", pa.string()),
+     ("time", pa.int64())]
 )
 
 
@@ -138,6 +140,119 @@ def first_read_times(
     return times
 
 
+@dataclass(frozen=True)
+class RangeToReclock:
+    """What the driver decides of one source's reclocked range before any row is read:
+    the range's bindings, the partitions' starts, the files to read (``needed``), the
+    binding time of each file whose errors are due (``error_times``), the files without
+    records among them (reported as one row each), and whether errors are known before
+    reading (``known_errors``: files without records, damaged files)."""
+
+    topic: str
+    lower: int
+    upper: int
+    bindings: RangeBindings
+    starts: dict[int, int]
+    needed: list[RegisteredFile]
+    error_times: dict[str, int]
+    empty: list[RegisteredFile]
+
+    @property
+    def known_errors(self) -> bool:
+        """Whether the range has errors the registry knows of (else only erring lines)."""
+        return bool(self.empty) or any(f.problem for f in self.needed)
+
+    @classmethod
+    def of(
+        cls,
+        source: ReclockSource,
+        registry: Registry,
+        remap: Shard,
+        lower: int,
+        upper: int,
+        known: RangeBindings | None = None,
+        *,
+        reported: Collection[str],
+    ) -> RangeToReclock:
+        """The range ``[lower, upper)`` of the source (``known``, ``reported``: see
+        ``reclock_range``)."""
+        bindings = known or RangeBindings.read(remap, lower, upper)
+        starts = effective_starts(source, bindings.base)
+        files = registry.files(reaching=starts)
+        error_times = first_read_times(
+            source, files, bindings.base, bindings.bindings, upper, reported
+        )
+        needed = [f for f in files if f.overlaps(starts, bindings.top) or f.path in error_times]
+        empty = [f for f in needed if not f.has_records and f.path in error_times]
+        return cls(source.topic, lower, upper, bindings, starts, needed, error_times, empty)
+
+
+def reclocked_parts(
+    spark: SparkSession, canonical: CanonicalRecords, ranges: Mapping[int, RangeToReclock]
+) -> tuple[DataFrame, DataFrame]:
+    """The reclocked records and errors of every part ``k`` of ``canonical`` (a read of
+    at least ``ranges[k].needed`` from ``ranges[k].starts``), each for its range: records
+    ``SOURCE`` + ``reclocked_schema`` (headers as the read carries them) + time + diff,
+    errors ``SOURCE`` + ERROR + time + diff. One plan for every part: each part's
+    bindings, starts and error times enter as data, keyed by ``SOURCE``."""
+    intervals = F.broadcast(
+        _frame(
+            spark,
+            [(k, *interval) for k, r in ranges.items()
+             for interval in binding_intervals(r.bindings.base, r.bindings.bindings)],
+            (SOURCE, "partition", "_lo", "_hi", "time"),
+        )
+    )  # fmt: skip
+
+    def with_binding_time(frame: DataFrame) -> DataFrame:
+        """Attach to each row the binding time whose interval holds its offset."""
+        return frame.join(
+            intervals,
+            (frame[SOURCE] == intervals[SOURCE])
+            & (frame["partition"] == intervals["partition"])
+            & (frame["offset"] >= intervals["_lo"])
+            & (frame["offset"] < intervals["_hi"]),
+        ).select(frame["*"], intervals["time"])
+
+    # Rows outside a range's offsets drop out in the interval join.
+    records = with_binding_time(canonical.sourced_records.drop("arrival_ms")).withColumn(
+        "diff", F.lit(1).cast("bigint")
+    )
+    file_times = F.broadcast(
+        _frame(spark, [(k, path, time) for k, r in ranges.items()
+                       for path, time in sorted(r.error_times.items())],
+               (SOURCE, "file", "time"))
+    )  # fmt: skip
+    # A line's error belongs to the binding of its position; one below the partition's
+    # start (a late file's copy of an offset bound earlier, or an offset before the
+    # source starts) is reported with its file's other errors.
+    line_errors = canonical.line_errors
+    starts = {k: r.starts for k, r in ranges.items()}
+    below_start = F.col("offset") < parts_starts_column(spark, starts)
+    file_errors = canonical.read_errors.unionByName(line_errors.where(below_start)).join(
+        file_times, [SOURCE, "file"]
+    )
+    empty_files = local_frame(
+        spark,
+        pa.Table.from_pylist(
+            [
+                {SOURCE: k, "topic": r.topic, "reason": f.no_record_reason(), "file": f.path,
+                 "time": r.error_times[f.path]}
+                for k, r in ranges.items() for f in r.empty
+            ],
+            _FILE_ERROR,
+        ),
+    )  # fmt: skip
+    errors = (
+        with_binding_time(canonical.conflicts)
+        .unionByName(with_binding_time(line_errors.where(~below_start)))
+        .unionByName(file_errors.select(SOURCE, *ERROR.fieldNames(), "time"))
+        .unionByName(empty_files)
+        .withColumn("diff", F.lit(1).cast("bigint"))
+    )
+    return records, errors
+
+
 def reclock_range(
     spark: SparkSession,
     source: ReclockSource,
@@ -156,63 +271,16 @@ def reclock_range(
     (and whether the records carry their headers: without ``reads``, they do not);
     ``reported``: the files with errors whose rows an earlier range wrote (a file due to
     be reported though no binding covers it is reported again unless listed)."""
-    remap_bindings = known or RangeBindings.read(remap, lower, upper)
-    base, top, bindings = remap_bindings.base, remap_bindings.top, remap_bindings.bindings
-    starts = effective_starts(source, base)
-    files = registry.files(reaching=starts)
-    error_times = first_read_times(source, files, base, bindings, upper, reported)
-    needed = [f for f in files if f.overlaps(starts, top) or f.path in error_times]
-    # Rows outside the range's offsets drop out in the interval join below.
-    canonical = (reads or CanonicalReads(spark, registry, persist=False)).read(needed, starts)
-    intervals = F.broadcast(
-        _frame(spark, binding_intervals(base, bindings), ("partition", "_lo", "_hi", "time"))
+    planned = RangeToReclock.of(
+        source, registry, remap, lower, upper, known, reported=reported
     )
-
-    def with_binding_time(frame: DataFrame) -> DataFrame:
-        """Attach to each row the binding time whose interval holds its offset."""
-        return frame.join(
-            intervals,
-            (frame["partition"] == intervals["partition"])
-            & (frame["offset"] >= intervals["_lo"])
-            & (frame["offset"] < intervals["_hi"]),
-        ).select(frame["*"], intervals["time"])
-
-    records = with_binding_time(canonical.records.drop("arrival_ms")).withColumn(
-        "diff", F.lit(1).cast("bigint")
-    )
-    empty = [f for f in needed if not f.has_records and f.path in error_times]
-    file_times = F.broadcast(_frame(spark, sorted(error_times.items()), ("file", "time")))
-    # A line's error belongs to the binding of its position; one below the partition's
-    # start (a late file's copy of an offset bound earlier, or an offset before the
-    # source starts) is reported with its file's other errors.
-    line_errors = canonical.line_errors
-    below_start = F.col("offset") < starts_column(spark, starts)
-    file_errors = (
-        canonical.read_errors.unionByName(line_errors.where(below_start)).join(file_times, "file")
-    )
-    empty_files = local_frame(
-        spark,
-        pa.Table.from_pylist(
-            [
-                {"topic": source.topic, "reason": f.no_record_reason(), "file": f.path,
-                 "time": error_times[f.path]}
-                for f in empty
-            ],
-            _FILE_ERROR,
-        ),
-    )
-    errors = (
-        with_binding_time(canonical.conflicts)
-        .unionByName(with_binding_time(line_errors.where(~below_start)))
-        .unionByName(file_errors.select(*ERROR.fieldNames(), "time"))
-        .unionByName(empty_files)
-        .withColumn("diff", F.lit(1).cast("bigint"))
-    )
+    reader = reads or CanonicalReads(spark, registry, persist=False)
+    canonical = reader.read(planned.needed, planned.starts)
+    records, errors = reclocked_parts(spark, canonical, {0: planned})
     # Besides the rows of files without records and of damaged files (known to the
     # registry), every error row comes from an erring line.
-    known_errors = bool(empty) or any(f.problem for f in needed)
-    witness = None if known_errors else canonical.erring_lines
-    return ReclockedRange(lower, upper, records, errors, witness)
+    witness = None if planned.known_errors else canonical.erring_lines
+    return ReclockedRange(lower, upper, records.drop(SOURCE), errors.drop(SOURCE), witness)
 
 
 def reclock_windows(
@@ -246,8 +314,9 @@ def reclock_windows(
 
 
 def _frame(spark: SparkSession, rows: Sequence[tuple], names: Sequence[str]) -> DataFrame:
-    """A tiny driver-built DataFrame of metadata rows (ints are bigint, except partition)."""
-    types = {"partition": pa.int32(), "file": pa.string()}
+    """A tiny driver-built DataFrame of metadata rows (ints are bigint, except partition
+    and the part of a read)."""
+    types = {"partition": pa.int32(), SOURCE: pa.int32(), "file": pa.string()}
     schema = pa.schema([(n, types.get(n, pa.int64())) for n in names])
     columns = {n: [row[i] for row in rows] for i, n in enumerate(names)}
     return local_frame(spark, pa.table(columns, schema=schema))

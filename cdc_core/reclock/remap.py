@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import pyarrow as pa
@@ -42,6 +42,7 @@ from cdc_core.frontier import OffsetFrontier, TimeFrontier
 from cdc_core.ingest import CanonicalReads, RegisteredFile, Registry
 from cdc_core.ingest.canonical import (
     SOURCE,
+    CanonicalRecords,
     SharedReads,
     SourceFiles,
     parts_starts_column,
@@ -242,9 +243,22 @@ class FrontierRequest:
     reads: CanonicalReads | None = None
 
 
+@dataclass(frozen=True)
+class Proposals:
+    """What ``propose_frontiers`` answers: per request, the frontiers its policy binds at
+    each window end, or why it cannot bind; the read of many requests' dumps they were
+    bound from (persisted in the caller's ``SharedReads``: None otherwise), and each
+    request's part of it (``SOURCE``), by request index."""
+
+    frontiers: list[list[OffsetFrontier] | Exception]
+    read: CanonicalRecords | None = None
+    parts: Mapping[int, SourceFiles] = field(default_factory=dict)
+    part_of: Mapping[int, int] = field(default_factory=dict)
+
+
 def propose_frontiers(
     spark: SparkSession, requests: Sequence[FrontierRequest], *, shared: SharedReads | None = None
-) -> list[list[OffsetFrontier] | Exception]:
+) -> Proposals:
     """Per request, the frontiers its source's policy binds at each end of its windows,
     or why it cannot bind (``UnexpectedStartOffset``): every request's dumps read in one
     scan and bound in one job, each source's partitions on their own, so binding many
@@ -271,7 +285,7 @@ def propose_frontiers(
             asking[i] = len(parts)
             parts.append(SourceFiles(request.registry.topic, needed, starts))
     if not parts:
-        return answers
+        return Proposals(answers)
     adopting = {i: reads for i in asking if (reads := requests[i].reads) is not None}
     if len(parts) == 1 and adopting:
         (reads,) = adopting.values()
@@ -291,7 +305,7 @@ def propose_frontiers(
         kinds.setdefault((source.reclock, source.allow_offset_gaps, requests[i].windows),
                          []).append(k)  # fmt: skip
     positions = canonical.positions
-    starts_col = parts_starts_column(spark, parts)
+    starts_col = parts_starts_column(spark, dict(enumerate(p.starts for p in parts)))
     times = [
         bind_times(
             positions if len(kinds) == 1 else positions.where(F.col(SOURCE).isin(ks)),
@@ -319,11 +333,12 @@ def propose_frontiers(
             frontier = frontier.join(OffsetFrontier(mine.get(end, {})))
             frontiers.append(frontier)
         answers[i] = frontiers
-    if len(parts) > 1 and shared is not None:  # read whole: the runs reclock from it
-        for i, reads in adopting.items():
-            k = asking[i]
-            reads.adopt(parts[k].files, parts[k].starts, canonical.of_source(k))
-    return answers
+    if len(parts) == 1 or shared is None:
+        return Proposals(answers)
+    for i, reads in adopting.items():  # read whole: the runs reclock from it
+        k = asking[i]
+        reads.adopt(parts[k].files, parts[k].starts, canonical.of_source(k))
+    return Proposals(answers, canonical, {i: parts[k] for i, k in asking.items()}, asking)
 
 
 def binding_updates(
@@ -534,7 +549,7 @@ def mint_bindings(
             return RangeBindings.read(remap, windows.start + 1, windows.end + 1)
         if imposed is None:
             request = FrontierRequest(source, registry, pending.previous, pending.unbound, reads)
-            (frontiers,) = propose_frontiers(spark, [request])
+            (frontiers,) = propose_frontiers(spark, [request]).frontiers
             if isinstance(frontiers, Exception):
                 raise frontiers
             minted = list(zip(pending.unbound.ends, frontiers, strict=True))

@@ -371,7 +371,7 @@ class TransactionGroupBinder:
             FrontierRequest(m.source, m.registry, previous.get(name, OffsetFrontier()), windows)
             for name, m in self.members.items()
         ]  # every member bound in one job
-        answers = propose_frontiers(self.spark, requests)
+        answers = propose_frontiers(self.spark, requests).frontiers
         for answer in answers:
             if isinstance(answer, Exception):
                 raise answer

@@ -10,10 +10,9 @@ has, and where), ``state`` (the published
 current rows), ``history`` (the SCD type 2 versions, when a source keeps them),
 ``resumption`` (bounded input reliance: inspect and retire), ``evolution`` (appended value
 columns; other drift refused), ``rebuild`` and ``swap`` (new tables beside the old, swapped in),
-``binding`` (many sources' windows bound in one job before their runs).
+``together`` (many sources' windows bound and reclocked in one job each before their runs).
 """
 
-from cdc_core.source.binding import bind_together
 from cdc_core.source.history import history_upper
 from cdc_core.source.layout import published_tables, stored_outputs_upper
 from cdc_core.source.pipeline import SourcePipeline, WindowReport, unregistered_dumps
@@ -22,17 +21,18 @@ from cdc_core.source.rebuild import RebuildRefused, RebuildReport, rebuild
 from cdc_core.source.resumption import RetireReport
 from cdc_core.source.state import published_as_of
 from cdc_core.source.swap import RebuildUnfinished
+from cdc_core.source.together import RunsTogether
 
 __all__ = [
     "RebuildRefused",
     "RebuildReport",
     "RebuildUnfinished",
     "RetireReport",
+    "RunsTogether",
     "SourcePipeline",
     "SourceReader",
     "SourceStatus",
     "WindowReport",
-    "bind_together",
     "history_upper",
     "published_as_of",
     "published_tables",

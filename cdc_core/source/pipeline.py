@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -39,7 +39,7 @@ from cdc_core.ingest.landing_watch import LandingWatch
 from cdc_core.ingest.registering import LandedDumps, register_landed
 from cdc_core.phases import phase
 from cdc_core.reclock import HeldPartition, Windows, frontier_at, held_partitions, reclock_windows
-from cdc_core.reclock.reclocking import ReclockedRange
+from cdc_core.reclock.reclocking import RangeToReclock, ReclockedRange, ReclockedWindows
 from cdc_core.reclock.remap import ImposedBindings, RangeBindings, UnboundWindows
 from cdc_core.reclock.transactions import (
     PendingTransactions,
@@ -174,6 +174,8 @@ class SourcePipeline:
         # What a joint binding prepared for the next run: its reads and its bindings.
         self._reads: CanonicalReads | None = None
         self._bound: dict[Windows, RangeBindings] = {}
+        self._lease: ExitStack | None = None
+        self._reclocked: dict[Windows, tuple[ReclockedWindows, dict[int, int]]] = {}
         self.group = transaction_binder(spark, config, group_lake or lake, source.name)
         shards = {name: getattr(self, name) for name in shard_tables(source)}
         self.reader = SourceReader(spark, config, source, self.root, shards, self.group)
@@ -282,23 +284,29 @@ class SourcePipeline:
         # Registered writers: a crash leaves staging that gc collects once the lease ran out.
         shards = [self.remap, *self.outputs]
         planned = planned_for_input(self.spark, self._input_bytes(lower), self.config.spark.conf)
-        with writing(shards, unique_reader_id("run"), self.config.readers.lease_ms), planned:
+        lease_ms = self.config.readers.lease_ms
+        lease = self._lease or writing(shards, unique_reader_id("run"), lease_ms)
+        self._lease = None
+        with lease, planned:
             reads, self._reads = self.run_reads(), None
+            upper = windows.end + 1
             try:
-                with phase(self.source.name, "bind windows"):
-                    run = reclock_windows(
-                        self.spark, self.source, self.registry, self.remap, lower, windows, reads,
-                        reported=self._reported_files(lower),
-                        imposed=self.imposed_bindings,
-                        bound=self._bound.pop(windows, None),
-                    )
-                upper = windows.end + 1
-                with phase(self.source.name, "append reclocked") as figures:
-                    records_in = self.reclocked.append(  # one row per (partition, offset)
-                        run.reclocked.records, lower, upper, consolidated=True
-                    ) or {}
-                    figures["rows"] = sum(records_in.values())
-                    figures["rows_per_time"] = records_in
+                ahead = self._reclocked.pop(windows, None)
+                if ahead is not None:  # bound and reclocked with other sources' windows
+                    run, records_in = ahead
+                else:
+                    with phase(self.source.name, "bind windows"):
+                        run = reclock_windows(
+                            self.spark, self.source, self.registry, self.remap, lower, windows,
+                            reads, reported=self._reported_files(lower),
+                            imposed=self.imposed_bindings, bound=self._bound.pop(windows, None),
+                        )  # fmt: skip
+                    with phase(self.source.name, "append reclocked") as figures:
+                        records_in = self.reclocked.append(  # one row per (partition, offset)
+                            run.reclocked.records, lower, upper, consolidated=True
+                        ) or {}
+                        figures["rows"] = sum(records_in.values())
+                        figures["rows_per_time"] = records_in
                 # The envelope reads the run's records from the canonical reads the run keeps
                 # (equal to what the shard now holds: the data is definite), not by decoding
                 # the Parquet just written once more.
@@ -343,6 +351,37 @@ class SourcePipeline:
         """The bindings of ``windows`` (as ``binding_ahead`` gave them), minted for the
         source's next run together with other sources': the run takes them as its own."""
         self._bound[windows] = bindings
+
+    def range_ahead(self, windows: Windows) -> RangeToReclock:
+        """The reclocked range of the source's next run of ``windows`` (as
+        ``binding_ahead`` gave them, and bound ahead): what reclocking it reads."""
+        lower = self.outputs_upper().time
+        assert lower is not None  # ``binding_ahead`` found windows to run
+        bindings = self._bound[windows]
+        known = bindings if lower == windows.start + 1 else None
+        return RangeToReclock.of(
+            self.source, self.registry, self.remap, lower, windows.end + 1, known,
+            reported=self._reported_files(lower),
+        )  # fmt: skip
+
+    def lease_run(self) -> ExitStack:
+        """Register the writer lease of the source's next run on its tables now, for a
+        run whose reclocked records are staged with other sources' before it starts; the
+        run releases it when it ends (closing the stack releases it sooner)."""
+        stack = ExitStack()
+        shards = [self.remap, *self.outputs]
+        stack.enter_context(writing(shards, unique_reader_id("run"), self.config.readers.lease_ms))
+        self._lease = stack
+        return stack
+
+    def reclocked_ahead(
+        self, windows: Windows, reclocked: ReclockedRange, records_in: dict[int, int]
+    ) -> None:
+        """The source's part of the reclocked records of its next run of ``windows``,
+        appended to its ``reclocked`` table with other sources' (``records_in``: what the
+        append committed per time): the run applies its envelope to them."""
+        self._reclocked[windows] = (ReclockedWindows(self._bound.pop(windows), reclocked),
+                                    records_in)  # fmt: skip
 
     def run_reads(self) -> CanonicalReads:
         """The dump reads of the source's next run: those a joint binding prepared (holding

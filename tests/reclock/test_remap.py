@@ -28,7 +28,8 @@ from tests.reclock.test_reclock_support import Options, Rec, register_new, write
 def proposed(spark, source, registry, previous, windows):
     """The frontiers ``source`` binds at the ends of ``windows`` from ``previous``, asked
     alone (what it cannot bind is raised)."""
-    (answer,) = propose_frontiers(spark, [FrontierRequest(source, registry, previous, windows)])
+    request = FrontierRequest(source, registry, previous, windows)
+    (answer,) = propose_frontiers(spark, [request]).frontiers
     if isinstance(answer, Exception):
         raise answer
     return answer

@@ -1,7 +1,8 @@
-"""Many sources' windows bound in one job (``bind_together``) before their runs: each
-source's tables equal those of the source run alone, row for row, whatever its policy
-(arrival, event time, offset gaps, a start offset, a topic another source reads too), and
-a source that cannot bind is left to fail on its own while the others bind."""
+"""Many sources' windows bound and reclocked together (``RunsTogether``) before their
+runs: each source's tables equal those of the source run alone, row for row, whatever its
+policy (arrival, event time, offset gaps, a start offset, a topic another source reads
+too, damaged lines and conflicting copies), and a source that cannot bind is left to fail
+on its own while the others go on."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, parse_config
-from cdc_core.ingest.canonical import SharedReads
 from cdc_core.reclock import Windows
 from cdc_core.reclock.remap import UnexpectedStartOffset
-from cdc_core.source import SourcePipeline, bind_together
+from cdc_core.source import RunsTogether, SourcePipeline
 from tests.lake_rows import table_rows
 from tests.reclock.test_reclock_support import Rec
 
@@ -77,7 +77,7 @@ def land(landing: Path, moment: int) -> None:
             (landing / topic / name).write_text("\n".join(lines) + "\n")
 
 
-def test_sources_bound_together_write_what_each_writes_alone(
+def test_sources_bound_and_reclocked_together_write_what_each_writes_alone(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     landing = tmp_path / "landing"
@@ -91,10 +91,13 @@ def test_sources_bound_together_write_what_each_writes_alone(
         for pipeline in pipelines[0] + pipelines[1]:
             pipeline.register_dumps(arrival_ms=moment)
 
-    shared = SharedReads()
+    shared = RunsTogether()
     try:
         runs = [(pipeline, WINDOWS) for pipeline in pipelines[0]]
-        assert bind_together(spark, runs, shared) == len(SOURCES) - 1  # all but ``refused``
+        assert shared.prepare(spark, runs) == len(SOURCES) - 1  # all but ``refused``
+        # Their reclocked records are written before their runs start.
+        assert {len(table_rows(together, s["name"], "reclocked")) > 0
+                for s in SOURCES[:-1]} == {True}  # fmt: skip
         for lake in pipelines:
             for pipeline in lake:
                 if pipeline.source.name == "refused":

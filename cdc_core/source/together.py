@@ -1,0 +1,218 @@
+"""Many sources' windows bound and reclocked together: one read of their dumps, one job
+to bind them, one job to write their reclocked records.
+
+A run serving many sources would otherwise bind and reclock each source's windows with
+its own read of its dumps and its own Spark jobs, and a job costs far more than the few
+records a source adds in a window. So before any source is served, every source whose
+own policy binds its windows asks together (``propose_frontiers``): one scan reads every
+source's candidate dumps, one job finds every source's frontiers, and each source
+commits its bindings to its own remap, with its own compare-and-set, from a pool of
+threads. Then one plan reclocks every source's range from that read
+(``reclocked_parts``), and one job stages every source's reclocked records in its own
+table's folder, each table committing its own files (``append_together``). Each
+source's run then applies its envelope to its part of the reclocked records.
+
+Invariants: what a source binds and reclocks does not depend on the sources served
+beside it (its partitions are bound on their own, from its own files, by its own policy,
+and its range from its own bindings), so its tables hold what serving it alone would
+hold. Each source's run registers its writer lease on its tables before anything is
+staged for it, and releases it when its run ends (``RunsTogether.release`` releases what a
+run that never started left). This is only a shortcut, like registering together: a
+source whose binding or reclocking fails here (a refused start offset, a remap another
+process moved, a read that failed) is left to do it on its own when it is served, and to
+report its failure as its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.calendar import Windows
+from cdc_core.frontier import OffsetFrontier
+from cdc_core.ingest.canonical import SOURCE, SharedReads
+from cdc_core.phases import ALL_SOURCES, phase
+from cdc_core.reclock.reclocking import RangeToReclock, ReclockedRange, reclocked_parts
+from cdc_core.reclock.remap import FrontierRequest, Proposals, UnboundWindows, propose_frontiers
+from cdc_core.shard.together import TARGET, Batch, append_together
+from cdc_core.source.pipeline import SourcePipeline
+
+# Tables committing at once: each commit is a few small object writes, mostly waiting.
+COMMIT_THREADS = 4
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """A source's run to bind ahead: its pipeline, the windows it will run, what of them
+    its remap has yet to bind."""
+
+    pipeline: SourcePipeline
+    windows: Windows
+    unbound: UnboundWindows
+
+
+class RunsTogether:
+    """What a run serving many sources shares until every source is served: the reads
+    and reclocked records persisted for them, and the writer leases taken ahead of their
+    runs. ``prepare`` before serving them, ``release`` once all are served."""
+
+    def __init__(self) -> None:
+        self.reads = SharedReads()
+        self._leases: list[ExitStack] = []
+        self._lock = threading.Lock()
+
+    def prepare(self, spark: SparkSession, runs: Sequence[tuple[SourcePipeline, Windows]]) -> int:
+        """Bind, then reclock, the windows of every run (a source's pipeline and the
+        windows it is about to run) that its remap has yet to bind by the source's own
+        policy: one job each for all of them (one per headers setting: the runs' reads
+        keep them or not). Returns how many sources' windows were reclocked ahead."""
+        if not runs:
+            return 0
+        with phase(ALL_SOURCES, "bind windows") as figures:
+            ahead: dict[bool, list[_Ahead]] = {}
+            for pipeline, windows in runs:
+                try:
+                    found = pipeline.binding_ahead(windows)
+                except Exception:  # noqa: BLE001, S112 - the source meets it when it runs
+                    continue
+                if found is not None:
+                    headers = pipeline.source.keeps_headers
+                    ahead.setdefault(headers, []).append(_Ahead(pipeline, *found))
+            proposed = [(group, self._bind(spark, group)) for group in ahead.values()]
+            figures["sources"] = sum(len(bound) for _, bound in proposed)
+        reclocked = 0
+        for group, bound in proposed:
+            if bound:
+                reclocked += self._reclock(spark, group, bound)
+        return reclocked
+
+    def release(self) -> None:
+        """Release the leases of runs that never started, then every persisted read."""
+        with self._lock:
+            leases, self._leases = self._leases, []
+        for lease in leases:
+            lease.close()  # a run that ended closed it already: nothing happens
+        self.reads.release()
+
+    def _bind(self, spark: SparkSession, ahead: Sequence[_Ahead]) -> dict[int, Proposals]:
+        """Propose every run's frontiers in one job and commit each source's bindings;
+        the runs bound (by index in ``ahead``), with what was read to bind them."""
+        requests = [
+            FrontierRequest(a.pipeline.source, a.pipeline.registry, a.unbound.previous,
+                            a.unbound.unbound, a.pipeline.run_reads())
+            for a in ahead
+        ]  # fmt: skip
+        try:
+            proposals = propose_frontiers(spark, requests, shared=self.reads)
+        except Exception:  # noqa: BLE001 - each source meets it again when it binds alone
+            return {}
+
+        def commit(run: _Ahead, answer: list[OffsetFrontier] | Exception) -> bool:
+            if isinstance(answer, Exception):
+                return False
+            try:
+                minted = list(zip(run.unbound.unbound.ends, answer, strict=True))
+                bindings = run.unbound.commit(run.pipeline.remap, minted)
+            except Exception:  # noqa: BLE001 - the source meets it when it binds alone
+                return False
+            if bindings is None:  # another process bound first: the run reads its bindings
+                return False
+            run.pipeline.bound_ahead(run.windows, bindings)
+            return True
+
+        with ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="reclock-bind") as pool:
+            committed = list(pool.map(commit, ahead, proposals.frontiers))
+        return {i: proposals for i, done in enumerate(committed) if done}
+
+    def _reclock(
+        self, spark: SparkSession, ahead: Sequence[_Ahead], bound: dict[int, Proposals]
+    ) -> int:
+        """Reclock the bound runs read together, from that read: one plan, one write job;
+        how many were reclocked."""
+        proposals = next(iter(bound.values()))
+        read = proposals.read
+        if read is None:  # one source alone: its run reclocks from its own read
+            return 0
+        ranges: dict[int, RangeToReclock] = {}
+        runs: dict[int, _Ahead] = {}
+        with phase(ALL_SOURCES, "plan reclocked ranges"):
+            for i in bound:
+                run, part = ahead[i], proposals.parts.get(i)
+                try:
+                    planned = run.pipeline.range_ahead(run.windows)
+                except Exception:  # noqa: BLE001, S112 - the source meets it when it runs
+                    continue
+                paths = {f.path for f in part.files} if part is not None else set()
+                if (
+                    part is None
+                    or planned.starts != dict(part.starts)
+                    or not {f.path for f in planned.needed} <= paths
+                ):
+                    continue  # its range reads more than was read: it reads on its own
+                ranges[proposals.part_of[i]] = planned
+                runs[proposals.part_of[i]] = run
+        if not ranges:
+            return 0
+        with ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="reclock-lease") as pool:
+            leased = dict(zip(runs, pool.map(self._lease, runs.values()), strict=True))
+        runs = {k: run for k, run in runs.items() if leased[k]}
+        ranges = {k: ranges[k] for k in runs}
+        if not runs:
+            return 0
+        records, errors = reclocked_parts(spark, read, ranges)
+        records = self.reads.persist_frame(records)
+        batches = {
+            str(k): Batch(run.pipeline.reclocked, ranges[k].lower, ranges[k].upper)
+            for k, run in runs.items()
+        }
+        with phase(ALL_SOURCES, "append reclocked") as figures:
+            try:
+                written = append_together(
+                    records.withColumn(TARGET, F.col(SOURCE).cast("string")), batches,
+                    _as_stored, threads=COMMIT_THREADS,
+                )  # fmt: skip
+            except Exception:  # noqa: BLE001 - each source reclocks again when it runs
+                return 0
+            figures["rows"] = sum(sum((w or {}).values()) for w in written.values())
+        erring = {
+            row[SOURCE] for row in read.erring_lines.select(SOURCE).distinct().collect()
+        } if any(not r.known_errors for r in ranges.values()) else set()  # fmt: skip
+        for k, run in runs.items():
+            mine = F.col(SOURCE) == k
+            planned = ranges[k]
+            witness = None
+            if not planned.known_errors:  # its erring lines, none when it has none
+                witness = read.erring_lines.where(mine) if k in erring else _nothing(spark)
+            reclocked = ReclockedRange(
+                planned.lower, planned.upper, records.where(mine).drop(SOURCE),
+                errors.where(mine).drop(SOURCE), witness,
+            )  # fmt: skip
+            run.pipeline.reclocked_ahead(run.windows, reclocked, written.get(str(k)) or {})
+        return len(runs)
+
+    def _lease(self, run: _Ahead) -> bool:
+        """Register the run's writer lease on the source's tables ahead of its run."""
+        try:
+            lease = run.pipeline.lease_run()
+        except Exception:  # noqa: BLE001 - the source meets it when it runs
+            return False
+        with self._lock:
+            self._leases.append(lease)
+        return True
+
+
+def _as_stored(_target: str, rows: pa.Table) -> pa.Table:
+    """A reclocked table's rows are stored as they are reclocked."""
+    return rows
+
+
+def _nothing(spark: SparkSession) -> DataFrame:
+    """A witness of no error at all."""
+    return spark.range(0)
