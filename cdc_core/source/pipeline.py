@@ -336,16 +336,25 @@ class SourcePipeline:
     def binding_ahead(self, windows: Windows) -> tuple[Windows, UnboundWindows] | None:
         """For a run of ``windows`` served with other sources' runs: the windows it will
         bind and reclock, and what of them the remap has yet to bind by the source's own
-        policy (None when nothing is: the outputs or the remap hold them, or the source's
-        transaction group binds them). ``bound_ahead`` hands the run what was bound."""
-        if self.group is not None:
-            return None
+        policy (None when nothing is: the outputs or the remap hold them, the source's
+        transaction group binds them, or its run has dumps to register first).
+        ``bound_ahead`` hands the run what was bound."""
+        if self.group is not None or self._unregistered():
+            return None  # registering first would bind differently: it binds when it runs
         held = self.outputs_upper()
         if held.time is None or held.time > windows.end:
             return None
         windows = _after_held(windows, held.time)
         pending = UnboundWindows.of(self.remap, windows)
         return None if pending is None else (windows, pending)
+
+    def _unregistered(self) -> bool:
+        """Whether dumps its run would register are not registered yet (a registration
+        of the run's dumps together with other sources' left them to it)."""
+        return any(
+            entry.registry.unregistered([d.path for d in entry.dumps])
+            for entry in self.landed_dumps(arrival_ms=0)
+        )
 
     def bound_ahead(self, windows: Windows, bindings: RangeBindings) -> None:
         """The bindings of ``windows`` (as ``binding_ahead`` gave them), minted for the
