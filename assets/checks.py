@@ -34,7 +34,6 @@ from cdc_core.app.checks import (
 from cdc_core.calendar import to_datetime
 from cdc_core.checks.invariants import CheckOutcome
 from cdc_core.config import Config, SourceConfig
-from cdc_core.source import SourceReader
 from resources.lake import LakeResource
 from resources.run_tags import (
     ASSET_PARTITION_RANGE_END_TAG,
@@ -151,7 +150,6 @@ def checks_to_judge(
     source: SourceConfig,
     lake: LakeResource,
     selected: Collection[AssetCheckKey],
-    reader: SourceReader | None = None,
 ) -> ChecksToJudge:
     """Completeness of every shard, monotone remap, exactly-once reclocking, every
     registered record accounted for, the state's counts (a set per key for a keyed
@@ -159,15 +157,14 @@ def checks_to_judge(
     well-formed history (when kept),
     no transaction waiting past its group's timeout (for a member of a transaction group),
     and the source's data expectations: those of them in ``selected`` (any subset, e.g.
-    one picked in the UI), over the run's windows; ``reader``: the source's read handle
-    when the run has it open.
+    one picked in the UI), over the run's windows.
 
     Judging them reports nothing (``report_judged`` does, from the step's own thread), so
     every source's checks of a run are judged together (``judge_together``)."""
     keys = {AssetCheckKey(output_key(source.name, c.asset), c.name): c
             for c in source_checks(config, source)}  # fmt: skip
     chosen = [keys[key] for key in sorted(selected, key=str) if key in keys]
-    return ChecksToJudge(source, lake.root, tagged_range(context, config), chosen, reader)
+    return ChecksToJudge(source, lake.root, tagged_range(context, config), chosen)
 
 
 def report_judged(

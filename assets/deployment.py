@@ -20,6 +20,7 @@ export is left out when one of its blocking checks failed: a consumer never rece
 stream the lake itself judged incomplete.
 """
 
+import dataclasses
 import functools
 import json
 import queue
@@ -64,6 +65,7 @@ from cdc_core.app.materialize import (
     LandedDumps,
     MaterializedWindows,
     Served,
+    SourceRun,
     materialize_windows,
     open_source,
     serve_together,
@@ -72,7 +74,6 @@ from cdc_core.app.status import Backlog
 from cdc_core.calendar import Windows
 from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import PhaseEvent, observing
-from cdc_core.source import SourcePipeline
 from resources.lake import LakeResource
 
 # The one op (and step) of every source's assets.
@@ -237,7 +238,7 @@ class SourceStep:
             return []
         return self.pipeline.landed_dumps(self.run.now_ms, self.run.arrived)
 
-    def binding(self) -> tuple[SourcePipeline, Windows] | None:
+    def binding(self) -> SourceRun | None:
         """Its windows, to bind with the run's other sources' (a run of one range only)."""
         if self.pipeline is None or len(self.run.runs) != 1:
             return None
@@ -266,9 +267,12 @@ class SourceStep:
         picked beyond its readers check)."""
         if not self.picked.checks - {self.readers_check}:
             return None
-        reader = None if self.pipeline is None else self.pipeline.reader
-        return checks_to_judge(self.context, self.config, self.source, self.lake,
-                               self.picked.checks, reader)  # fmt: skip
+        asked = checks_to_judge(self.context, self.config, self.source, self.lake,
+                                self.picked.checks)  # fmt: skip
+        if self.pipeline is None:
+            return asked
+        # The run's own read handle: its tables are open, and just written.
+        return dataclasses.replace(asked, reader=self.pipeline.reader)
 
     def export(self) -> SourceExport:
         """Build the source's CDCv2 export of the run's windows."""

@@ -49,6 +49,9 @@ IDLE_SECONDS = 0.25
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
+# A source's run as a run serving many sources prepares it: its pipeline, and the windows
+# it is about to run.
+SourceRun = tuple[SourcePipeline, Windows]
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class SourceWork(Protocol[T_co]):
         """What serving it registers first (see ``SourcePipeline.landed_dumps``)."""
         ...
 
-    def binding(self) -> tuple[SourcePipeline, Windows] | None:
+    def binding(self) -> SourceRun | None:
         """The pipeline and the windows serving it runs, to bind with the other sources'
         (None: it runs none, or several runs of windows, which bind one after another)."""
         ...

@@ -69,11 +69,13 @@ def _contents(config: Config) -> dict[str, Counter]:
     }
     for source in config.sources:
         exported = config.lake / source.name / EXPORT_FOLDER
+        # A stream's updates, whatever lines its writers batched them into.
         tables[f"{source.name}/cdcv2"] = Counter(
-            (window.name, line)
+            (window.name, json.dumps(update, sort_keys=True))
             for window in exported.iterdir()
             for part in window.glob("updates-*.jsonl")
             for line in part.read_text().splitlines()
+            for update in json.loads(line)["updates"]
         )
     return tables
 
