@@ -86,11 +86,11 @@ class RunsTogether:
                     headers = pipeline.source.keeps_headers
                     ahead.setdefault(headers, []).append(_Ahead(pipeline, *found))
             proposed = [(group, self._bind(spark, group)) for group in ahead.values()]
-            figures["sources"] = sum(len(bound) for _, bound in proposed)
+            figures["sources"] = sum(len(bound) for _, (_, bound) in proposed)
         reclocked = 0
-        for group, bound in proposed:
-            if bound:
-                reclocked += self._reclock(spark, group, bound)
+        for group, (proposals, bound) in proposed:
+            if bound and proposals is not None:
+                reclocked += self._reclock(spark, group, proposals, bound)
         return reclocked
 
     def release(self) -> None:
@@ -101,9 +101,12 @@ class RunsTogether:
             lease.close()  # a run that ended closed it already: nothing happens
         self.reads.release()
 
-    def _bind(self, spark: SparkSession, ahead: Sequence[_Ahead]) -> dict[int, Proposals]:
+    def _bind(
+        self, spark: SparkSession, ahead: Sequence[_Ahead]
+    ) -> tuple[Proposals | None, list[int]]:
         """Propose every run's frontiers in one job and commit each source's bindings;
-        the runs bound (by index in ``ahead``), with what was read to bind them."""
+        what was read to bind them (None when nothing could be), and the runs bound (by
+        index in ``ahead``)."""
         requests = [
             FrontierRequest(a.pipeline.source, a.pipeline.registry, a.unbound.previous,
                             a.unbound.unbound, a.pipeline.run_reads())
@@ -112,7 +115,7 @@ class RunsTogether:
         try:
             proposals = propose_frontiers(spark, requests, shared=self.reads)
         except Exception:  # noqa: BLE001 - each source meets it again when it binds alone
-            return {}
+            return None, []
 
         def commit(run: _Ahead, answer: list[OffsetFrontier] | Exception) -> bool:
             if isinstance(answer, Exception):
@@ -129,14 +132,17 @@ class RunsTogether:
 
         with ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="reclock-bind") as pool:
             committed = list(pool.map(commit, ahead, proposals.frontiers))
-        return {i: proposals for i, done in enumerate(committed) if done}
+        return proposals, [i for i, done in enumerate(committed) if done]
 
     def _reclock(
-        self, spark: SparkSession, ahead: Sequence[_Ahead], bound: dict[int, Proposals]
+        self,
+        spark: SparkSession,
+        ahead: Sequence[_Ahead],
+        proposals: Proposals,
+        bound: Sequence[int],
     ) -> int:
         """Reclock the bound runs read together, from that read: one plan, one write job;
         how many were reclocked."""
-        proposals = next(iter(bound.values()))
         read = proposals.read
         if read is None:  # one source alone: its run reclocks from its own read
             return 0
