@@ -16,8 +16,10 @@ from cdc_core.checks.invariants import CheckOutcome
 from cdc_core.config import load_config
 from tests.lake_rows import SampleLake
 
-# The checks a lost record of reclocked fails: it is neither once nor counted.
-FAILED_BY_A_LOST_RECORD = {("reclocked", "complete"), ("reclocked", "exactly_once"),
+# The checks a window's records lost from reclocked fail: they are neither once nor
+# counted. (A single lost record can escape ``accounted``, which counts each file's records
+# in its offset range and is blind to one loss where dump files overlap.)
+FAILED_BY_A_LOST_WINDOW = {("reclocked", "complete"), ("reclocked", "exactly_once"),
                            ("errors", "accounted")}  # fmt: skip
 
 
@@ -30,9 +32,8 @@ def test_checks_judged_together_are_each_sources_own(
     config = load_config(folder / "reclock.yaml")
     victim = config.sources[0]
     reclocked = DeltaTable(str(config.lake / victim.name / "reclocked"))
-    rows = reclocked.to_pyarrow_table(columns=["partition", "offset", "time"])
-    newest = rows.filter(pc.equal(rows["time"], pc.max(rows["time"]))).to_pylist()[0]
-    reclocked.delete(f"partition = {newest['partition']} and offset = {newest['offset']}")
+    rows = reclocked.to_pyarrow_table(columns=["time"])
+    reclocked.delete(f"time = {pc.max(rows['time']).as_py()}")
     asked = [ChecksToJudge(source, config.lake, None, source_checks(config, source))
              for source in config.sources]  # fmt: skip
 
@@ -44,7 +45,7 @@ def test_checks_judged_together_are_each_sources_own(
         for check, outcome in judged.judged
         if not (isinstance(outcome, CheckOutcome) and outcome.passed)
     }
-    assert failed == {(victim.name, *kind) for kind in FAILED_BY_A_LOST_RECORD}
+    assert failed == {(victim.name, *kind) for kind in FAILED_BY_A_LOST_WINDOW}
     # Judged alone, one source of each envelope (the victim's among them) gets the same.
     envelopes = {}
     for index, source in enumerate(config.sources):
