@@ -27,7 +27,6 @@ import queue
 import time
 import traceback
 from collections.abc import Generator, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from dagster import (
@@ -59,9 +58,8 @@ from assets.source_assets import (
 )
 from cdc_core.app.checks import ChecksToJudge, JudgedChecks, blocks_export, judge_together
 from cdc_core.app.errors import STATED_ERRORS
-from cdc_core.app.export import SourceExport, export_changes, exportable
+from cdc_core.app.export import ExportRun, SourceExport, export_sources, exportable
 from cdc_core.app.materialize import (
-    SOURCE_WORKERS,
     LandedDumps,
     MaterializedWindows,
     Served,
@@ -274,12 +272,11 @@ class SourceStep:
         # The run's own read handle: its tables are open, and just written.
         return dataclasses.replace(asked, reader=self.pipeline.reader)
 
-    def export(self) -> SourceExport:
-        """Build the source's CDCv2 export of the run's windows."""
-        # The run's own handle when the source's windows ran (its tables are open).
+    def exporting(self) -> ExportRun:
+        """What the source's CDCv2 export of the run's windows reads: its tables (the run's
+        own handle when its windows ran: its tables are open) and the windows."""
         pipeline = self.pipeline or self.open()
-        windows = export_windows_of(self.partitions, self.run.keys)
-        return export_changes(self.config, pipeline, windows, self.run.run_id)
+        return pipeline, export_windows_of(self.partitions, self.run.keys)
 
 
 def finish_sources(
@@ -287,7 +284,8 @@ def finish_sources(
 ) -> list[Served["SourceServed"]]:
     """Every served source's picked checks, judged together (``judge_together``: one
     job per check kind, not per source), then the exports of those whose blocking checks
-    passed, several at once; a source whose export fails fails alone."""
+    passed (``export_sources``: one job for all of them); a source whose export fails
+    fails alone."""
     ready = [s.result for s in served if s.result is not None]
     failed: dict[str, Exception] = {}
     asking = []
@@ -301,19 +299,26 @@ def finish_sources(
     for (result, _), verdict in zip(asking, judged, strict=True):
         result.judged = verdict
 
-    def exported(result: SourceServed) -> Served[SourceServed]:
+    exporting: dict[str, ExportRun] = {}
+    for result in ready:
         name = result.step.source.name
-        if name in failed:
-            return Served(name, failure=failed[name])
         try:
-            if result.step.picked.export and not result.blocking_failed():
-                result.export = result.step.export()
+            if name not in failed and result.step.picked.export and not result.blocking_failed():
+                exporting[name] = result.step.exporting()
         except Exception as failure:  # noqa: BLE001 - reported as the source's failure
-            return Served(name, failure=failure)
-        return Served(name, result=result)
-
-    with ThreadPoolExecutor(SOURCE_WORKERS, thread_name_prefix="reclock-export") as pool:
-        finished = {f.source: f for f in pool.map(exported, ready)}
+            failed[name] = failure
+    run_id = ready[0].step.run.run_id if ready else ""
+    exported = export_sources(config, list(exporting.values()), run_id) if exporting else []
+    for name, outcome in zip(exporting, exported, strict=True):
+        if isinstance(outcome, Exception):
+            failed[name] = outcome
+        else:
+            next(r for r in ready if r.step.source.name == name).export = outcome
+    finished = {
+        r.step.source.name: Served(r.step.source.name, failure=failed[r.step.source.name])
+        if r.step.source.name in failed else Served(r.step.source.name, result=r)
+        for r in ready
+    }  # fmt: skip
     return [finished.get(s.source, s) for s in served]
 
 

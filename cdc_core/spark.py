@@ -414,17 +414,29 @@ def local_frame(spark: SparkSession, data: Any, schema: Any = None) -> DataFrame
 def path_frame(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """``path``: one row per file, spread over up to the default parallelism of tasks, for
     per-file work on the executors through ``mapInArrow`` (what ``parallelize`` did, in the
-    DataFrame API that Spark Connect also has). The default parallelism is the
-    ``spark.default.parallelism`` setting, else the shuffle partitions."""
+    DataFrame API that Spark Connect also has)."""
     paths = list(paths)
     frame = local_frame(spark, [(path,) for path in paths], "path string")
+    tasks = _tasks_for(spark, len(paths))
+    return frame if tasks == 1 else frame.repartition(tasks)
+
+
+def index_frame(spark: SparkSession, count: int) -> DataFrame:
+    """``id``: the numbers ``0 .. count - 1``, spread over up to the default parallelism
+    of tasks without a shuffle, for work the driver listed (by index) to be done on the
+    executors through ``mapInArrow``."""
+    return spark.range(0, count, 1, _tasks_for(spark, count))
+
+
+def _tasks_for(spark: SparkSession, items: int) -> int:
+    """How many tasks share ``items`` pieces of work: one each, up to the default
+    parallelism (the ``spark.default.parallelism`` setting, else the shuffle partitions)."""
     parallelism = int(
         spark.conf.get("spark.default.parallelism", None)
         or spark.conf.get(SHUFFLE_PARTITIONS)
         or "200"  # Spark's own default
     )
-    tasks = max(1, min(len(paths), parallelism))
-    return frame if tasks == 1 else frame.repartition(tasks)
+    return max(1, min(items, parallelism))
 
 
 # Lines per Arrow batch, and bytes after which a batch ends sooner: a file's lines never

@@ -16,26 +16,35 @@ import contextlib
 import posixpath
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdc_core.cdcv2 import Encoding, export_shard, write_parts
-from cdc_core.cdcv2.export import CdcStream
+from pyspark.sql import SparkSession
+
+from cdc_core.cdcv2 import Encoding, export_shard
+from cdc_core.cdcv2.export import CdcStream, StreamInterval, stored_updates
 from cdc_core.cdcv2.export_folder import EXPORT_FOLDER as EXPORT_FOLDER
 from cdc_core.cdcv2.export_folder import exportable as exportable
 from cdc_core.cdcv2.stream_files import (
+    StoredStream,
+    StreamPart,
+    UpdateFiles,
     file_owner,
     is_progress_file,
     write_progress,
+    write_stored_updates,
     write_updates,
 )
 from cdc_core.config import Config
 from cdc_core.frontier import TimeFrontier, iso
-from cdc_core.phases import phase
+from cdc_core.phases import ALL_SOURCES, phase
 from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.leases import read_leases, reading
 from cdc_core.source import SourcePipeline
+from cdc_core.source.planning import is_small_step
+from cdc_core.spark import planned_as
 from cdc_core.storage import LocationLike, files, located
 
 EXPORT_ENCODING = Encoding.JSON
@@ -89,13 +98,24 @@ class Window:
     end: int
 
 
+@dataclass(frozen=True)
+class ShardExport:
+    """One shard's windows to export into ``root``, by the export registered as
+    ``holder`` on the shard (see ``export_windows``)."""
+
+    shard: Shard
+    root: LocationLike
+    windows: Sequence[Window]
+    holder: str | None = None
+
+
 def export_windows(
     shard: Shard, root: LocationLike, windows: Sequence[Window], holder: str | None = None
 ) -> list[WindowExport]:
     """Write the stream of each window ``[start, end)`` (times ``[start + 1, end + 1)``)
     into ``root/<key>``, replacing any earlier export of it. The windows are read,
-    consolidated, counted and written together: one pass over the shard for the run,
-    however many windows it exports.
+    counted and written together: one pass over the shard for the run, however many
+    windows it exports.
 
     A reader never sees a half-written stream, nor a progress file beside updates of
     another export of the window (``write_stream`` alone would add a second copy).
@@ -105,22 +125,94 @@ def export_windows(
     registration on ``shard``, marks what it writes: other exports leave it alone while
     that registration is live, and remove it once it is not.
     """
-    ordered = sorted(windows, key=lambda w: w.start)
-    upper = TimeFrontier.at(ordered[-1].end + 1)
-    stream = export_shard(shard.refresh(), ordered[0].start + 1, upper)
-    place = located(root)
-    if place.is_local:
-        written = _export_renaming(shard, stream, Path(place.path), ordered, holder)
-    else:
-        written = _export_in_place(shard, stream, str(place), ordered, holder)
-    return [
-        WindowExport(w.key, w.start, w.end, folder, updates, statements)
-        for w, (folder, updates, statements) in zip(ordered, written, strict=True)
-    ]
+    (exported,) = export_together(shard.spark, [ShardExport(shard, root, windows, holder)])
+    if isinstance(exported, Exception):
+        raise exported
+    return exported
+
+
+def export_together(
+    spark: SparkSession, exports: Sequence[ShardExport]
+) -> list[list[WindowExport] | Exception]:
+    """Each export as ``export_windows`` makes it, in order (a failed one as its error:
+    the others go on). The updates of every stream the shards store as they are
+    (``stored_updates``) are written by one Spark job; a stream that folds compacted
+    history is read and consolidated by a job of its own."""
+    steps: dict[int, _Steps] = {}
+    asked: dict[int, _Updates] = {}
+    outcomes: dict[int, list[WindowExport] | Exception] = {}
+    for index, export in enumerate(exports):
+        try:
+            steps[index] = _export_steps(export)
+            asked[index] = next(steps[index])
+        except Exception as failure:  # noqa: BLE001 - that export's own failure
+            outcomes[index] = failure
+    stored = {i: a for i, a in asked.items() if isinstance(a, StoredStream)}
+    written: dict[int, list[UpdateFiles]] = {}
+    try:
+        written = dict(zip(stored, write_stored_updates(spark, list(stored.values()),
+                                                        EXPORT_ENCODING), strict=True))  # fmt: skip
+    except Exception:  # noqa: BLE001 - each is written alone, to fail alone
+        for index, alone in stored.items():
+            try:
+                written[index] = write_stored_updates(spark, [alone], EXPORT_ENCODING)[0]
+            except Exception as failure:  # noqa: BLE001 - that export's own failure
+                outcomes[index] = failure
+    for index, ask in asked.items():
+        if index in outcomes:
+            steps[index].close()  # its staging is removed
+            continue
+        try:
+            if isinstance(ask, StoredStream):
+                updates = written[index]
+            else:
+                stream, parts, owner = ask
+                updates = write_updates(stream, parts, EXPORT_ENCODING, owner=owner)
+            steps[index].send(updates)
+        except StopIteration as done:
+            outcomes[index] = done.value
+        except Exception as failure:  # noqa: BLE001 - that export's own failure
+            outcomes[index] = failure
+    return [outcomes[index] for index in range(len(exports))]
 
 
 # What one window's export wrote: its folder, how many updates and progress statements.
 _Written = tuple[str, int, int]
+# The updates an export asks to have written: a stream as its shard stores it (written
+# with other exports'), or a stream to consolidate into its parts (by ``owner``).
+_Updates = StoredStream | tuple[CdcStream, list[StreamPart], str | None]
+# An export as steps: it asks for its updates written, is sent their files, and returns
+# what each window's export wrote.
+_Steps = Generator[_Updates, list[UpdateFiles], list[WindowExport]]
+
+
+def _export_steps(export: ShardExport) -> _Steps:
+    """One export, around the writing of its updates (which its driver does, with other
+    exports' when it can)."""
+    ordered = sorted(export.windows, key=lambda w: w.start)
+    shard = export.shard.refresh()
+    lower, upper = ordered[0].start + 1, TimeFrontier.at(ordered[-1].end + 1)
+    stored = stored_updates(shard, lower, upper)
+    interval = StreamInterval(shard.data_schema, lower, upper)
+
+    def updates_of(parts: list[StreamPart], owner: str | None) -> _Updates:
+        if stored is None:
+            return export_shard(shard, lower, upper), parts, owner
+        return StoredStream(shard.path, tuple(stored), shard.data_schema, tuple(parts), owner)
+
+    place = located(export.root)
+    if place.is_local:
+        written = yield from _export_renaming(
+            shard, interval, Path(place.path), ordered, export.holder, updates_of
+        )
+    else:
+        written = yield from _export_in_place(
+            shard, interval, str(place), ordered, export.holder, updates_of
+        )
+    return [
+        WindowExport(w.key, w.start, w.end, folder, updates, statements)
+        for w, (folder, updates, statements) in zip(ordered, written, strict=True)
+    ]
 
 
 def _live_exports(shard: Shard) -> set[str]:
@@ -132,8 +224,13 @@ def _live_exports(shard: Shard) -> set[str]:
 
 
 def _export_renaming(
-    shard: Shard, stream: CdcStream, root: Path, ordered: Sequence[Window], holder: str | None
-) -> list[_Written]:
+    shard: Shard,
+    interval: StreamInterval,
+    root: Path,
+    ordered: Sequence[Window],
+    holder: str | None,
+    updates_of: Callable[[list[StreamPart], str | None], _Updates],
+) -> Generator[_Updates, list[UpdateFiles], list[_Written]]:
     """A local export: each window's stream is written into a hidden staging folder of
     this export (named after ``holder``) and renamed into place as a whole folder."""
     live = _live_exports(shard)
@@ -145,13 +242,16 @@ def _export_renaming(
         _discard_abandoned(work, window.key, live)
         staging[window.key] = work / f".{window.key}.{holder or uuid.uuid4().hex}.staging"
     try:
-        parts = [(w.start + 1, TimeFrontier.at(w.end + 1), staging[w.key]) for w in ordered]
-        streams = write_parts(stream, parts, EXPORT_ENCODING)
+        parts: list[StreamPart] = [
+            (w.start + 1, TimeFrontier.at(w.end + 1), staging[w.key]) for w in ordered
+        ]
+        updates = yield updates_of(parts, None)
         written = []
-        for window, stream_files in zip(ordered, streams, strict=True):
+        for window, part, update_files in zip(ordered, parts, updates, strict=True):
+            _, statements = write_progress(interval, part, update_files, EXPORT_ENCODING)
             target = root / window.key
             _publish(staging[window.key], target)
-            written.append((str(target), stream_files.updates, stream_files.progress_statements))
+            written.append((str(target), update_files.updates, statements))
         return written
     finally:
         for folder in staging.values():
@@ -159,8 +259,13 @@ def _export_renaming(
 
 
 def _export_in_place(
-    shard: Shard, stream: CdcStream, root: str, ordered: Sequence[Window], holder: str | None
-) -> list[_Written]:
+    shard: Shard,
+    interval: StreamInterval,
+    root: str,
+    ordered: Sequence[Window],
+    holder: str | None,
+    updates_of: Callable[[list[StreamPart], str | None], _Updates],
+) -> Generator[_Updates, list[UpdateFiles], list[_Written]]:
     """An export to an object store, which has no rename: files are written into the
     window's folder itself, each named after its export (``holder``), and files of
     exports no longer live are deleted in an order that keeps every state a reader can
@@ -185,15 +290,17 @@ def _export_in_place(
     for path in (p for paths in stale.values() for p in paths):
         if is_progress_file(posixpath.basename(path)):
             files.delete_file(path)
-    parts = [(w.start + 1, TimeFrontier.at(w.end + 1), folders[w.key]) for w in ordered]
-    updates = write_updates(stream, parts, EXPORT_ENCODING, owner=owner)
+    parts: list[StreamPart] = [
+        (w.start + 1, TimeFrontier.at(w.end + 1), folders[w.key]) for w in ordered
+    ]
+    updates = yield updates_of(parts, owner)
     written = []
     for window, part, update_files in zip(ordered, parts, updates, strict=True):
         folder = folders[window.key]
         for path in stale[window.key]:
             if not is_progress_file(posixpath.basename(path)):
                 files.delete_file(path)
-        _, statements = write_progress(stream, part, update_files, EXPORT_ENCODING, owner)
+        _, statements = write_progress(interval, part, update_files, EXPORT_ENCODING, owner)
         written.append((folder, update_files.updates, statements))
     return written
 
@@ -278,30 +385,67 @@ def export_changes(
     config: Config, pipeline: SourcePipeline, windows: Sequence[Window], run_id: str
 ) -> SourceExport:
     """Export ``windows`` (a run's windows) of the source's ``changes`` as CDCv2 files,
-    one folder per IntoTime window. It reports nothing itself: its caller does.
+    one folder per IntoTime window: ``export_sources`` for one source."""
+    (exported,) = export_sources(config, [(pipeline, windows)], run_id)
+    if isinstance(exported, Exception):
+        raise exported
+    return exported
 
-    It runs only after the source's checks passed (a run leaves it out when a blocking
-    check failed): a consumer never receives a stream the lake itself judged incomplete.
 
-    While it runs it is a registered reader of ``changes`` (from its first window on),
-    so no compaction or gc takes that history away mid-export: the lease is renewed
-    while the export runs, and released at the end, also on failure.
+# A source's run to export: its tables, and the run's windows.
+ExportRun = tuple[SourcePipeline, Sequence[Window]]
+
+
+def export_sources(
+    config: Config, runs: Sequence[ExportRun], run_id: str
+) -> list[SourceExport | Exception]:
+    """Export each source's ``windows`` (a run's windows) of its ``changes`` as CDCv2
+    files, one folder per IntoTime window, every source's updates by one Spark job
+    (``export_together``); in order, a failed export as its error. It reports nothing
+    itself: its caller does.
+
+    It runs only after the sources' checks passed (a run leaves a source out when a
+    blocking check failed): a consumer never receives a stream the lake itself judged
+    incomplete.
+
+    While it runs the export is a registered reader of each source's ``changes`` (from
+    its first window on), so no compaction or gc takes that history away mid-export: the
+    leases are renewed while the export runs, and released at the end, also on failure.
     """
-    source = pipeline.source
-    root = pipeline.root / EXPORT_FOLDER
-    ordered = sorted(windows, key=lambda w: w.start)
-    first = ordered[0].start
     reader = f"{EXPORT_READER}{run_id}"
     lease_ms = config.readers.lease_ms
-    since = TimeFrontier.at(first).join(pipeline.changes.refresh().since)
-    # From the shard's since, the export reads the snapshot there too: all of changes.
-    from_since = pipeline.changes.since == TimeFrontier.at(first + 1)
-    after = {} if from_since else {"changes": first}
-    planned = pipeline.planned_by_tables("changes", after=after)
-    with (
-        planned,
-        phase(source.name, "export CDCv2"),
-        reading(pipeline.changes, reader, since.time or 0, lease_ms),
-    ):
-        exports = export_windows(pipeline.changes, root, ordered, reader)
-    return SourceExport(source.name, root, exports)
+    outcomes: dict[int, SourceExport | Exception] = {}
+    asked: dict[int, ShardExport] = {}
+    rows = 0  # what the exports read: it plans their queries
+    with ExitStack() as leases:
+        for index, (pipeline, windows) in enumerate(runs):
+            ordered = sorted(windows, key=lambda w: w.start)
+            first = ordered[0].start
+            try:
+                since = TimeFrontier.at(first).join(pipeline.changes.refresh().since)
+                leases.enter_context(reading(pipeline.changes, reader, since.time or 0, lease_ms))
+                # From the shard's since, the export reads the snapshot there too.
+                from_since = pipeline.changes.since == TimeFrontier.at(first + 1)
+                after = {} if from_since else {"changes": first}
+                rows += pipeline.reader.rows_to_read("changes", after=after)
+            except Exception as failure:  # noqa: BLE001 - that source's own failure
+                outcomes[index] = failure
+                continue
+            root = pipeline.root / EXPORT_FOLDER
+            asked[index] = ShardExport(pipeline.changes, root, ordered, reader)
+        if asked:
+            spark = runs[next(iter(asked))][0].spark
+            name = runs[0][0].source.name if len(runs) == 1 else ALL_SOURCES
+            with (
+                planned_as(spark, is_small_step(rows), config.spark.conf),
+                phase(name, "export CDCv2") as figures,
+            ):
+                exported = export_together(spark, list(asked.values()))
+                figures["sources"] = len(asked)
+            for index, windows_exported in zip(asked, exported, strict=True):
+                pipeline = runs[index][0]
+                outcomes[index] = (
+                    windows_exported if isinstance(windows_exported, Exception)
+                    else SourceExport(pipeline.source.name, asked[index].root, windows_exported)
+                )  # fmt: skip
+    return [outcomes[index] for index in range(len(runs))]

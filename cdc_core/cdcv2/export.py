@@ -25,6 +25,17 @@ DEFAULT_TIMES_PER_STATEMENT = 1000
 
 
 @dataclass(frozen=True)
+class StreamInterval:
+    """What a stream's progress statements are made of: its data columns, its interval
+    ``[lower, upper)``, and at most how many times one statement lists."""
+
+    data_schema: StructType
+    lower: int
+    upper: TimeFrontier
+    times_per_statement: int = DEFAULT_TIMES_PER_STATEMENT
+
+
+@dataclass(frozen=True)
 class CdcStream:
     """A CDCv2 stream of ``[lower, upper)``: ``updates`` (data columns + ``time`` +
     ``diff``, consolidated, lazy on the executors) and its progress statements, each
@@ -35,6 +46,11 @@ class CdcStream:
     lower: int
     upper: TimeFrontier
     times_per_statement: int = DEFAULT_TIMES_PER_STATEMENT
+
+    @property
+    def interval(self) -> StreamInterval:
+        """The stream without its updates: what its progress statements need."""
+        return StreamInterval(self.data_schema, self.lower, self.upper, self.times_per_statement)
 
     @cached_property
     def progress(self) -> tuple[Progress, ...]:
@@ -91,7 +107,7 @@ def export_updates(
 
 
 def part_progress(
-    stream: CdcStream, lower: int, upper: TimeFrontier, counts: Mapping[int, int]
+    stream: StreamInterval, lower: int, upper: TimeFrontier, counts: Mapping[int, int]
 ) -> tuple[Progress, ...]:
     """Progress statements tiling ``[lower, upper)``, a part of the stream's interval (or
     all of it), from ``counts``: the updates per time written there, as the tasks that
@@ -114,6 +130,27 @@ def export_shard(
     shard's). Only complete, exact times can be exported: ``since <= lower`` and
     ``upper <= shard.upper``. Exporting from ``lower == since`` folds the compacted
     history into time ``since``, as a snapshot there would."""
+    upper = _exportable(shard, lower, upper)
+    return export_updates(_shard_updates(shard, lower, upper), lower, upper, times_per_statement)
+
+
+def stored_updates(
+    shard: Shard, lower: int, upper: TimeFrontier
+) -> list[tuple[str, int]] | None:
+    """The shard's data files (path relative to its folder, size) that may hold its updates
+    over ``[lower, upper)``, when those are the stream of ``export_shard`` as stored: past
+    the since, each commit's updates are consolidated and no two commits share a time.
+    None from ``lower == since``, where the stream folds the compacted history (a
+    consolidating read), and for a stream without end. The same bounds hold as for
+    ``export_shard``."""
+    upper = _exportable(shard, lower, upper)
+    if shard.since == TimeFrontier.at(lower) or upper.time is None:
+        return None
+    return [(f.path, f.size) for f in shard.files_between(lower - 1, upper.time - 1)]
+
+
+def _exportable(shard: Shard, lower: int, upper: TimeFrontier | None) -> TimeFrontier:
+    """``upper`` (the shard's when None), once ``[lower, upper)`` is known exportable."""
     upper = shard.upper if upper is None else upper
     if not TimeFrontier.at(lower) < upper <= shard.upper:
         raise ShardUsageError(
@@ -121,7 +158,7 @@ def export_shard(
         )
     if not shard.since <= TimeFrontier.at(lower):
         raise ShardUsageError(f"cannot export from {lower}: the shard's since is {shard.since}")
-    return export_updates(_shard_updates(shard, lower, upper), lower, upper, times_per_statement)
+    return upper
 
 
 def _shard_updates(shard: Shard, lower: int, upper: TimeFrontier) -> DataFrame:

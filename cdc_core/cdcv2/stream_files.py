@@ -22,17 +22,19 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import LongType, StructField, StructType
 
 from cdc_core.cdcv2 import codec_json
 from cdc_core.cdcv2.codec_avro import AvroCodec
 from cdc_core.cdcv2.data_columns import DataColumns
-from cdc_core.cdcv2.export import CdcStream, part_progress
+from cdc_core.cdcv2.export import CdcStream, StreamInterval, part_progress
 from cdc_core.cdcv2.model import Message, Updates
 from cdc_core.cdcv2.spark_decode import DecodedStream, Packing, decode_messages
 from cdc_core.frontier import TimeFrontier
+from cdc_core.spark import index_frame
 from cdc_core.storage import files, on_workers
 
 DEFAULT_BATCH_SIZE = 1000
@@ -71,6 +73,9 @@ class StreamFiles:
 _SUMMARY = (
     "part long, path string, messages long, updates long, times array<long>, at_time array<long>"
 )
+# The same, per stream of a joint write.
+_STORED_SUMMARY = f"{_SUMMARY}, stream long"
+_TIME_DIFF = (StructField("time", LongType(), False), StructField("diff", LongType(), False))
 
 
 def write_stream(
@@ -101,7 +106,7 @@ def write_parts(
     written = write_updates(stream, parts, encoding, batch_size)
     files = []
     for part, updates in zip(parts, written, strict=True):
-        progress_file, statements = write_progress(stream, part, updates, encoding)
+        progress_file, statements = write_progress(stream.interval, part, updates, encoding)
         files.append(
             StreamFiles(updates.paths, progress_file, updates.messages, updates.updates, statements)
         )
@@ -130,8 +135,14 @@ def write_updates(
     ordered = stream.updates.sortWithinPartitions("time")
     folders = [folder for _, _, folder in bounds]
     written = ordered.mapInArrow(on_workers(writer, folders), _SUMMARY).collect()
+    return _update_files(written, len(parts))
+
+
+def _update_files(written: Sequence[Row], parts: int) -> list[UpdateFiles]:
+    """Per part (by index), the files the writing tasks reported for it (``_SUMMARY``
+    rows) and their counts."""
     found = []
-    for index in range(len(parts)):
+    for index in range(parts):
         mine = [row for row in written if row["part"] == index]
         per_time: Counter[int] = Counter()
         for row in mine:
@@ -147,8 +158,116 @@ def write_updates(
     return found
 
 
+@dataclass(frozen=True)
+class StoredStream:
+    """A stream's updates as the shard at ``table`` stores them, to be written into
+    ``parts`` (``owner`` in every file name, if given): the shard's data ``files`` (path
+    relative to ``table``, and size in bytes) that may hold the parts' times, whose rows
+    are the stream's updates once the times outside every part are left out. That holds
+    for a shard's updates past its since: each commit's are consolidated, and no two
+    commits share a time."""
+
+    table: str
+    files: tuple[tuple[str, int], ...]
+    data_schema: StructType
+    parts: tuple[StreamPart, ...]
+    owner: str | None = None
+
+
+# The stored bytes one task reads of one stream at most: a stream of a few windows is one
+# task (and one file per part); a large one is split by data, never serialized in a task.
+TASK_BYTES = 64 * 2**20
+
+
+def write_stored_updates(
+    spark: SparkSession,
+    streams: Sequence[StoredStream],
+    encoding: Encoding,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> list[list[UpdateFiles]]:
+    """Write every stream's updates into its parts' folders by one Spark job, whatever
+    the streams' columns: per stream, per part, the files written and their counts.
+
+    Why: a run exporting hundreds of sources would otherwise run a job per source, each
+    planned over that source's own columns. Here the job's rows only name work: each task
+    reads a stream's shard files (at most ``TASK_BYTES`` of them) in the stream's own
+    layout (a column a file lacks reads as null), and routes and encodes their rows as
+    ``write_updates`` does, one file per part."""
+    units: list[tuple[int, list[str]]] = []
+    for index, stream in enumerate(streams):
+        for _, _, directory in stream.parts:
+            files.make_folder(str(directory))
+        unit: list[str] = []
+        size = 0
+        for path, stored_bytes in stream.files:
+            if unit and size + stored_bytes > TASK_BYTES:
+                units.append((index, unit))
+                unit, size = [], 0
+            unit.append(files.join(stream.table, path))
+            size += stored_bytes
+        if unit:
+            units.append((index, unit))
+    if not units:
+        return [_update_files([], len(stream.parts)) for stream in streams]
+    writer = _stored_writer(streams, units, encoding, batch_size)
+    job = index_frame(spark, len(units)).mapInArrow(
+        on_workers(writer, [stream.table for stream in streams]), _STORED_SUMMARY
+    )
+    written = job.collect()
+    return [
+        _update_files([row for row in written if row["stream"] == index], len(stream.parts))
+        for index, stream in enumerate(streams)
+    ]
+
+
+def _stored_writer(
+    streams: Sequence[StoredStream],
+    units: Sequence[tuple[int, Sequence[str]]],
+    encoding: Encoding,
+    batch_size: int,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The task of ``write_stored_updates``: for each unit its ``id`` rows name (by
+    index), the unit's files read in its stream's layout, ordered by time (each part's
+    rows then come together: one file per part), and written into the stream's parts."""
+    layouts = [
+        to_arrow_schema(StructType([*s.data_schema.fields, *_TIME_DIFF]), timezone="UTC")
+        for s in streams
+    ]
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for unit in batch.column("id").to_pylist():
+                index, paths = units[unit]
+                stream, layout = streams[index], layouts[index]
+                stored = pa.concat_tables(
+                    [_in_layout(files.read_parquet(path), layout) for path in paths]
+                ).sort_by("time")
+                bounds = [(low, up.time, str(folder)) for low, up, folder in stream.parts]
+                writer = _partition_writer(bounds, encoding, DataColumns(stream.data_schema),
+                                           batch_size, stream.owner)  # fmt: skip
+                for summary in writer(iter(stored.to_batches())):
+                    stream_column = pa.array([index] * summary.num_rows, pa.int64())
+                    yield summary.append_column("stream", stream_column)
+
+    return write
+
+
+def _in_layout(stored: pa.Table, layout: pa.Schema) -> pa.Table:
+    """A shard file's rows in ``layout``: its columns by name, cast, a column the file
+    lacks (written before the column was added) as nulls."""
+    return pa.table(
+        [
+            stored.column(field.name).cast(field.type)
+            if field.name in stored.column_names
+            else pa.nulls(stored.num_rows, field.type)
+            for field in layout
+        ],
+        schema=layout,
+    )
+
+
 def write_progress(
-    stream: CdcStream,
+    stream: StreamInterval,
     part: StreamPart,
     written: UpdateFiles,
     encoding: Encoding,
