@@ -31,6 +31,10 @@ REQUIRED_CONF: dict[str, str] = {
     # Delta, with SQL (`delta.`path``, DESCRIBE HISTORY, OPTIMIZE, VACUUM) and time travel.
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Decoding many sources in one plan reads a JSON object's values as variants to tell
+    # a string from a number (``envelopes.slots``); Spark's JSON reader takes an object
+    # whose keys repeat (the last wins), so reading it as a variant must not refuse it.
+    "spark.sql.variant.allowDuplicateKeys": "true",
 }
 
 # Where `make` puts the connector's jars (pom.xml); RECLOCK_JARS points elsewhere.

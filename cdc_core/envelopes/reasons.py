@@ -60,15 +60,22 @@ def is_envelope_error(reason_column: Column) -> Column:
     return category_of(reason_column).isin(*ENVELOPE_CATEGORIES)
 
 
-def error_rows(failed: DataFrame, topic: str, diff: int = 1) -> DataFrame:
+def error_rows(
+    failed: DataFrame, topic: str | Column, diff: int = 1, carry: tuple[str, ...] = ()
+) -> DataFrame:
     """ERROR rows (+ ``time`` when ``failed`` has one, so a batch's errors keep their
     binding times, + ``diff``) from records with ``partition``, ``offset``, ``key``,
-    ``reason``."""
-    return failed.select(*_error_columns(topic, diff, "time" in failed.columns))
+    ``reason``. ``topic``: the topic, or a column holding each record's (many sources'
+    records together); ``carry``: columns kept as they are, after the ERROR columns."""
+    timed = "time" in failed.columns
+    if isinstance(topic, str):
+        return failed.select(*_error_columns(topic, diff, timed), *carry)
+    return failed.select(topic.cast("string").alias("topic"),
+                         *_error_columns(None, diff, timed)[1:], *carry)  # fmt: skip
 
 
 @built_once
-def _error_columns(topic: str, diff: int, timed: bool) -> tuple[Column, ...]:
+def _error_columns(topic: str | None, diff: int, timed: bool) -> tuple[Column, ...]:
     """The columns ``error_rows`` selects (``timed``: with the records' ``time``)."""
     return (
         F.lit(topic).cast("string").alias("topic"),

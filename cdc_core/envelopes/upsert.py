@@ -26,10 +26,11 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from cdc_core.envelopes.batch import EnvelopeBatch
 from cdc_core.envelopes.columns import output_schema
@@ -125,6 +126,8 @@ def apply_commands(
     batch: EnvelopeBatch,
     output: StructType,
     truncates: DataFrame | None = None,
+    *,
+    together: Together | None = None,
 ) -> EnvelopeResult:
     """At each time, replace each touched slot's content by its latest record's command
     at that time: the old content is the slot's latest command at its previous time in
@@ -137,9 +140,18 @@ def apply_commands(
     ``truncates`` (``time``, ``truncate_partition``, ``truncate_offset``: a time's latest
     truncate) empties every slot there: a record at or before its time's truncate is
     superseded, and every slot, the prior shards' too, without a record after it gets a
-    clearing command (no row, no error) at that time."""
+    clearing command (no row, no error) at that time.
+
+    ``together``: the records are many sources' (see ``Together``)."""
     key_schema, prior_changes, prior_errors = (
         batch.key_schema, batch.prior_changes, batch.prior_errors
+    )
+    sourced = together.sourced if together is not None else ()
+    carry = together.carry if together is not None else ()
+    topic: str | Column = F.col(together.topic) if together is not None else batch.topic
+    error_schema = StructType([*ERROR.fields, *sourced])
+    keying = together.keying if together is not None else (
+        lambda errors: with_key(errors, key_schema)
     )
     clears = None
     if truncates is not None:
@@ -156,7 +168,7 @@ def apply_commands(
         .filter(F.col("_rank") == 1)
         .drop("_rank")
     )
-    commands = command(latest).select(*COMMAND_COLUMNS)
+    commands = command(latest).select(*COMMAND_COLUMNS, *carry)
     if clears is not None:
         at = ["slot", "time"]
         commands = commands.unionByName(clears.join(commands.select(*at), at, "left_anti"))
@@ -192,15 +204,17 @@ def apply_commands(
         ).select(*[prior[name] for name in output.names], "time", "diff")
         first_rows = consolidate(negated(replaced).unionByName(first_rows), output.names)
     changes = changes.unionByName(first_rows)
+    sourced_names = tuple(field.name for field in sourced)
     previous_errors = error_rows(
         sequenced.filter(F.col("previous_reason").isNotNull()).select(
-            *[F.col(f"previous_{c}").alias(c) for c in CONTENT], "time"
+            *[F.col(f"previous_{c}").alias(c) for c in CONTENT], "time", *carry
         ),
-        batch.topic,
+        topic,
         diff=-1,
+        carry=sourced_names,
     )
     erring = sequenced.filter(F.col("reason").isNotNull())
-    new_errors = error_rows(erring, batch.topic)
+    new_errors = error_rows(erring, topic, carry=sourced_names)
     # Every error update is a command's reason, its slot's previous one (the lag of a
     # reason), or the retraction of an error a touched slot still holds from before the
     # batch. Errors carry their record's position, so none of these cancel another: the
@@ -208,21 +222,39 @@ def apply_commands(
     witness = erring.select("time")
     if prior_errors is not None:
         old_errors = (
-            prior_updates(keyed.sparkSession, prior_errors, ERROR)
+            prior_updates(keyed.sparkSession, prior_errors, error_schema)
             .filter(is_envelope_error(F.col("reason")))
-            .transform(lambda errors: with_key(errors, key_schema))
+            .transform(keying)
             .join(F.broadcast(first.select("slot", "time")), on="slot")
-            .select(*ERROR.names, "time", "diff")
+            .select(*error_schema.names, "time", "diff")
         )
         previous_errors = negated(old_errors).unionByName(previous_errors)
-        held = consolidate(old_errors, ERROR.names).select("time")
+        held = consolidate(old_errors, error_schema.names).select("time")
         witness = witness.unionByName(held)
     return EnvelopeResult(
         changes=changes,
-        errors=consolidate(previous_errors.union(new_errors), ERROR.names),
+        errors=consolidate(previous_errors.unionByName(new_errors), error_schema.names),
         cached=(sequenced,),
         error_witness=witness,
     )
+
+
+@dataclass(frozen=True)
+class Together:
+    """How ``apply_commands`` tells many sources' records apart: each command keeps the
+    ``carry`` columns (its source's, ``sourced``, and ``topic``, the column naming its
+    topic), each error row keeps ``sourced``, and ``keying`` adds ``slot`` and
+    ``key_value`` to the prior errors (ERROR columns and ``sourced``), as ``with_key``
+    does for one source. The slots and key values themselves must hold the source."""
+
+    sourced: tuple[StructField, ...]
+    topic: str
+    keying: Callable[[DataFrame], DataFrame]
+
+    @property
+    def carry(self) -> tuple[str, ...]:
+        """The columns every command keeps."""
+        return (*(field.name for field in self.sourced), self.topic)
 
 
 @built_once
