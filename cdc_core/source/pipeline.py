@@ -33,6 +33,7 @@ from cdc_core.envelopes import (
     apply_envelope,
 )
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
+from cdc_core.envelopes.upsert_together import UpsertSource
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.ingest.landing_watch import LandingWatch
@@ -48,6 +49,7 @@ from cdc_core.reclock.transactions import (
 from cdc_core.schemas import ERROR, REMAP
 from cdc_core.shard import Shard
 from cdc_core.shard.leases import unique_reader_id, writing
+from cdc_core.shard.together import Batch
 from cdc_core.shard.write import Updates
 from cdc_core.source.evolution import settle_schema
 from cdc_core.source.history import refresh_history
@@ -69,13 +71,15 @@ from cdc_core.source.resumption import (
 )
 from cdc_core.source.state import (
     published_as_of,
+    published_files,
     published_updates,
     refresh_state,
 )
 from cdc_core.source.swap import check_not_mid_swap
+from cdc_core.source.upserts_together import UpsertRun
 from cdc_core.spark import planned_for_input
 from cdc_core.storage import LocationLike, located
-from cdc_core.vocabulary import Envelope
+from cdc_core.vocabulary import Envelope, RecordEncoding
 
 
 def unregistered_dumps(
@@ -176,6 +180,8 @@ class SourcePipeline:
         self._bound: dict[Windows, RangeBindings] = {}
         self._lease: ExitStack | None = None
         self._reclocked: dict[Windows, tuple[ReclockedWindows, dict[int, int]]] = {}
+        # What a joint envelope wrote for the next run: changes and errors per time.
+        self._enveloped: dict[Windows, tuple[dict[int, int], dict[int, int]]] = {}
         self.group = transaction_binder(spark, config, group_lake or lake, source.name)
         shards = {name: getattr(self, name) for name in shard_tables(source)}
         self.reader = SourceReader(spark, config, source, self.root, shards, self.group)
@@ -274,9 +280,13 @@ class SourcePipeline:
         by the first binding of the run, so their outputs hold nothing.
         """
         held = self.outputs_upper()
-        if held.time is None or held.time > windows.end:
+        ahead_from = self._written_ahead(windows)
+        if ahead_from is not None:  # its outputs were written ahead, with other sources'
+            lower = ahead_from
+        elif held.time is None or held.time > windows.end:
             return self._with_pending(self._reused(windows))
-        lower = held.time
+        else:
+            lower = held.time
         done: list[WindowReport] = []
         if lower - 1 > windows.start:
             done = self._reused(Windows(windows.start, lower - 1, windows.width))
@@ -310,12 +320,15 @@ class SourcePipeline:
                 # The envelope reads the run's records from the canonical reads the run keeps
                 # (equal to what the shard now holds: the data is definite), not by decoding
                 # the Parquet just written once more.
-                updates_out: dict[int, int] = {}
-                errors_out: dict[int, int] = {}
-                for low, high in self._envelope_batches(lower, upper):
-                    changes, errors = self._apply_envelope(run.reclocked, low, high)
-                    updates_out.update(changes)
-                    errors_out.update(errors)
+                enveloped = self._enveloped.pop(windows, None)
+                if enveloped is not None:  # applied with other sources' envelopes
+                    updates_out, errors_out = enveloped
+                else:
+                    updates_out, errors_out = {}, {}
+                    for low, high in self._envelope_batches(lower, upper):
+                        changes, errors = self._apply_envelope(run.reclocked, low, high)
+                        updates_out.update(changes)
+                        errors_out.update(errors)
             finally:
                 reads.release()
         reports = done + [
@@ -391,6 +404,47 @@ class SourcePipeline:
         append committed per time): the run applies its envelope to them."""
         self._reclocked[windows] = (ReclockedWindows(self._bound.pop(windows), reclocked),
                                     records_in)  # fmt: skip
+
+    def upsert_ahead(self, windows: Windows, number: int) -> UpsertRun | None:
+        """The source's part of a joint UPSERT envelope over the records of its next run
+        of ``windows``, reclocked ahead, as record ``number`` of the joint records (None:
+        its envelope runs on its own; see ``upserts_together`` for which do not)."""
+        source, ahead = self.source, self._reclocked.get(windows)
+        plain = (
+            source.envelope == Envelope.UPSERT
+            and not source.format.cdcv2
+            and not source.include
+            and all(e.encoding is RecordEncoding.JSON for e in self.encodings.values())
+        )
+        if ahead is None or not plain or self.errors.holds_updates():
+            return None
+        lower, upper = ahead[0].reclocked.lower, ahead[0].reclocked.upper
+        state = str(self.root / "state")
+        prior: tuple[str, ...] = ()
+        if lower > 0 and self.changes.holds_updates():
+            published = published_files(state, lower - 1)
+            if published is None:  # its prior contents are the history of changes
+                return None
+            prior = tuple(f.path for f in published)
+        return UpsertRun(
+            number, UpsertSource(source.topic, source.key_schema, source.value_schema),
+            Batch(self.changes, lower, upper), Batch(self.errors, lower, upper), state, prior,
+        )  # fmt: skip
+
+    def _written_ahead(self, windows: Windows) -> int | None:
+        """Where the run of ``windows`` starts when a joint envelope already wrote its
+        outputs (the windows written ahead are the run's last ones); None otherwise."""
+        for ahead in self._enveloped:
+            if ahead.end == windows.end and ahead.start >= windows.start:
+                return self._reclocked[ahead][0].reclocked.lower
+        return None
+
+    def enveloped_ahead(
+        self, windows: Windows, changes: dict[int, int], errors: dict[int, int]
+    ) -> None:
+        """What a joint envelope appended for the source's next run of ``windows``: its
+        changes and errors per time (the run does not apply its envelope again)."""
+        self._enveloped[windows] = (changes, errors)
 
     def run_reads(self) -> CanonicalReads:
         """The dump reads of the source's next run: those a joint binding prepared (holding

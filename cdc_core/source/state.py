@@ -111,6 +111,15 @@ def published_updates(
     newest commit is that publish); None otherwise. An envelope reads the prior contents
     of its keys here instead of the history of ``changes``, which grows with every window
     while ``state`` grows only with the keys."""
+    files = published_files(path, as_of)
+    if files is None:
+        return None
+    return _as_updates(read_files(spark, path, files, schema), schema, as_of)
+
+
+def published_files(path: str, as_of: int) -> list[DataFile] | None:
+    """The files of ``state`` when it holds exactly the snapshot at ``as_of`` that reclock
+    published (see ``published_updates``); None otherwise."""
     table = existing_table(path)
     if table is None:
         return None
@@ -119,7 +128,7 @@ def published_updates(
         table, files
     ):
         return None
-    return _as_updates(read_files(spark, path, files, schema), schema, as_of)
+    return files
 
 
 def _as_updates(rows: DataFrame, schema: StructType, as_of: int) -> DataFrame:

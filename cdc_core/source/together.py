@@ -26,7 +26,7 @@ report its failure as its own.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ from cdc_core.reclock.reclocking import RangeToReclock, ReclockedRange, reclocke
 from cdc_core.reclock.remap import FrontierRequest, Proposals, UnboundWindows, propose_frontiers
 from cdc_core.shard.together import TARGET, Batch, append_together
 from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.source.upserts_together import upserts_together
 
 # Tables committing at once: each commit is a few small object writes, mostly waiting.
 COMMIT_THREADS = 4
@@ -201,7 +202,29 @@ class RunsTogether:
                 errors.where(mine).drop(SOURCE), witness,
             )  # fmt: skip
             run.pipeline.reclocked_ahead(run.windows, reclocked, written.get(str(k)) or {})
+        self._envelope(spark, runs, records, errors)
         return len(runs)
+
+    def _envelope(
+        self, spark: SparkSession, runs: Mapping[int, _Ahead], records: DataFrame,
+        errors: DataFrame,
+    ) -> None:
+        """Apply the UPSERT envelope of every run that takes it together, from the records
+        just reclocked (``upserts_together``); a run whose part fails applies its own."""
+        upserts = []
+        for k, run in runs.items():
+            try:
+                upsert = run.pipeline.upsert_ahead(run.windows, k)
+            except Exception:  # noqa: BLE001, S112 - the source meets it when it runs
+                continue
+            if upsert is not None:
+                upserts.append(upsert)
+        try:
+            enveloped = upserts_together(spark, upserts, records, errors)
+        except Exception:  # noqa: BLE001 - each source applies its envelope when it runs
+            return
+        for k, (changes, failed) in enveloped.items():
+            runs[k].pipeline.enveloped_ahead(runs[k].windows, changes, failed)
 
     def _lease(self, run: _Ahead) -> bool:
         """Register the run's writer lease on the source's tables ahead of its run."""
