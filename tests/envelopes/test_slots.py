@@ -111,7 +111,7 @@ def _check(spark: SparkSession, found: list[tuple[StructType, list[str | None]]]
             assert (row["v_error"], shown) == (want["v_error"], expected), (schema, want["text"])
 
 
-@settings(SPARK_EXAMPLES, max_examples=8)  # 100 each passed when the module was written
+@settings(SPARK_EXAMPLES, max_examples=6)  # 100 each passed when the module was written
 @given(found=sources())
 def test_values_decoded_in_slots_equal_each_sources_own_decode(
     spark: SparkSession, found: list[tuple[StructType, list[str | None]]]
@@ -119,7 +119,7 @@ def test_values_decoded_in_slots_equal_each_sources_own_decode(
     _check(spark, found, key=False)
 
 
-@settings(SPARK_EXAMPLES, max_examples=8)  # 100 each passed when the module was written
+@settings(SPARK_EXAMPLES, max_examples=6)  # 100 each passed when the module was written
 @given(found=sources())
 def test_keys_decoded_in_slots_equal_each_sources_own_decode(
     spark: SparkSession, found: list[tuple[StructType, list[str | None]]]

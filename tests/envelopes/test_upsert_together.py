@@ -84,7 +84,7 @@ def _counted(frame: DataFrame) -> Counter[str]:
     return Counter(json.dumps(row.asDict(), default=repr, sort_keys=True) for row in rows)
 
 
-@settings(SPARK_EXAMPLES, max_examples=6)
+@settings(SPARK_EXAMPLES, max_examples=3)
 @given(first=records, second=records)
 def test_upserts_applied_together_equal_each_sources_own(
     spark: SparkSession, first: list, second: list
