@@ -33,19 +33,15 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
-    BinaryType,
     BooleanType,
     DataType,
-    DateType,
-    DoubleType,
     IntegerType,
-    LongType,
     StringType,
     StructField,
     StructType,
-    TimestampType,
 )
 
+from cdc_core.config.fields import COLUMN_TYPES
 from cdc_core.envelopes.decode import (
     CONNECT_WRAPPER_FIELDS,
     CORRUPT_FIELD,
@@ -56,16 +52,7 @@ from cdc_core.envelopes.decode import (
 from cdc_core.envelopes.encodings import encoding_error_column
 
 # The column types slots hold, in slot order: those a config's schema may use.
-SLOT_TYPES: tuple[DataType, ...] = (
-    StringType(),
-    IntegerType(),
-    LongType(),
-    DoubleType(),
-    BooleanType(),
-    TimestampType(),
-    DateType(),
-    BinaryType(),
-)
+SLOT_TYPES: tuple[DataType, ...] = tuple(COLUMN_TYPES.values())
 _TYPE_INDEX = {t.simpleString(): i for i, t in enumerate(SLOT_TYPES)}
 
 # What a layout tells the plan about one source's key or value.

@@ -10,24 +10,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
     DoubleType,
     IntegerType,
-    LongType,
     StringType,
     StructField,
     StructType,
-    TimestampType,
 )
 
 from cdc_core.envelopes.decode import decode_json, decode_key, unwrap_connect_envelope
-from cdc_core.envelopes.slots import LAYOUT, Slots, decode_key_slots, decode_slots, unwrap_generic
+from cdc_core.envelopes.slots import (
+    LAYOUT,
+    SLOT_TYPES,
+    Slots,
+    decode_key_slots,
+    decode_slots,
+    unwrap_generic,
+)
 from tests.spark_examples import SPARK_EXAMPLES
 
-TYPES = (StringType(), IntegerType(), LongType(), DoubleType(), BooleanType(),
-         TimestampType(), DateType(), BinaryType())  # fmt: skip
 NAMES = ("a", "id", "x y", "it's", 'q"t', "é", "schema", "payload", "n.m")
 # JSON tokens as text: every type's good values, and values of every other kind.
 TOKENS = (
@@ -40,7 +40,7 @@ BROKEN = ('{"a":', "[1]", '[{"a": 1}]', '"s"', "null", "{'a': 1}", '{"a": 1} x',
           '{"a": 1,}', "7", "  {\"a\": 2}")  # fmt: skip
 
 schemas = st.lists(
-    st.tuples(st.sampled_from(NAMES), st.sampled_from(TYPES), st.booleans()),
+    st.tuples(st.sampled_from(NAMES), st.sampled_from(SLOT_TYPES), st.booleans()),
     min_size=1, max_size=4, unique_by=lambda f: f[0],
 ).map(lambda fields: StructType([StructField(n, t, nullable) for n, t, nullable in fields]))
 

@@ -55,10 +55,14 @@ DAMAGED = json.dumps({"topic": "e", "partition": 0, "offset": 4, "ts": "soon", "
 
 
 def deployment(workdir: Path) -> Config:
-    sources = [
+    return lake_config(workdir, [
         {**s, "key": {"k": "bigint"}, "value": {"v": "string"}, "envelope": "upsert"}
         for s in SOURCES
-    ]
+    ])  # fmt: skip
+
+
+def lake_config(workdir: Path, sources: list[dict]) -> Config:
+    """A deployment of ``sources`` in ``workdir``, one-minute windows from T0."""
     return parse_config(
         {"lake": "lake", "landing": "../landing", "window": "1m",
          "start": "2026-01-01T00:00:00Z", "spark": {"master": "local[2]"},

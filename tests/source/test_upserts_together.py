@@ -12,10 +12,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from cdc_core.config import Config, parse_config
+from cdc_core.config import Config
 from cdc_core.reclock import Windows
 from cdc_core.source import RunsTogether, SourcePipeline
 from tests.lake_rows import table_rows
+from tests.source.test_together import lake_config
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 MINUTE = 60_000
@@ -53,13 +54,8 @@ RECORDS = (
 
 
 def deployment(workdir: Path) -> Config:
-    sources = [{**s, "envelope": "upsert", "reclock": "arrival"} for s in SOURCES]
-    return parse_config(
-        {"lake": "lake", "landing": "../landing", "window": "1m",
-         "start": "2026-01-01T00:00:00Z", "spark": {"master": "local[2]"},
-         "sources": sources},
-        workdir,
-    )  # fmt: skip
+    return lake_config(workdir, [{**s, "envelope": "upsert", "reclock": "arrival"}
+                                 for s in SOURCES])  # fmt: skip
 
 
 def land(landing: Path, run: int) -> None:
