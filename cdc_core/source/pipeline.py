@@ -416,7 +416,7 @@ class SourcePipeline:
             and not source.include
             and all(e.encoding is RecordEncoding.JSON for e in self.encodings.values())
         )
-        if ahead is None or not plain or self.errors.holds_updates():
+        if ahead is None or not plain:
             return None
         lower, upper = ahead[0].reclocked.lower, ahead[0].reclocked.upper
         state = str(self.root / "state")
@@ -429,6 +429,7 @@ class SourcePipeline:
         return UpsertRun(
             number, UpsertSource(source.topic, source.key_schema, source.value_schema),
             Batch(self.changes, lower, upper), Batch(self.errors, lower, upper), state, prior,
+            erred=lower > 0 and self.errors.holds_updates(through=lower - 1),
         )  # fmt: skip
 
     def _written_ahead(self, windows: Windows) -> int | None:

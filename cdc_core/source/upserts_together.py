@@ -11,9 +11,10 @@ source's published ``state`` files in the tasks, and ``append_together`` writes 
 committing its own files.
 
 Only the plain case is served here: the UPSERT envelope, JSON keys and values, no
-metadata columns, and a source whose ``errors`` hold nothing yet and whose prior
-contents are its published ``state`` (or nothing at all). Any other source applies its
-envelope on its own, as it always did.
+metadata columns, and a source whose prior contents are its published ``state`` (or
+nothing at all). The errors its keys held before are read from every source's
+``errors`` by one scan (``read_together``). Any other source applies its envelope on
+its own, as it always did.
 
 Invariant: a source's ``changes`` and ``errors`` hold what its own envelope would write
 (``apply_upsert_together`` equals ``apply_upsert`` per source), at the same times and
@@ -38,6 +39,9 @@ from cdc_core.envelopes.upsert_together import (
     apply_upsert_together,
 )
 from cdc_core.phases import ALL_SOURCES, phase
+from cdc_core.schemas import ERROR
+from cdc_core.shard.read import ShardReader
+from cdc_core.shard.read_together import KEY, RangeRead, read_together
 from cdc_core.shard.together import TARGET, Batch, append_together
 from cdc_core.spark import index_frame
 from cdc_core.storage import files, on_workers
@@ -49,9 +53,10 @@ _TIME_DIFF = (StructField(TIME, LongType()), StructField(DIFF, LongType()))
 @dataclass(frozen=True)
 class UpsertRun:
     """One source's part of the joint envelope: its number in the joint records, its
-    shape, the shards it writes, its range ``[lower, upper)``, and the ``state`` files
+    shape, the shards it writes, its range ``[lower, upper)``, the ``state`` files
     holding its contents at ``lower - 1`` (``state``'s folder and the files' paths in
-    it; none when its ``changes`` hold nothing yet)."""
+    it; none when its ``changes`` hold nothing yet), and whether its ``errors`` hold
+    any update before ``lower``."""
 
     number: int
     source: UpsertSource
@@ -59,6 +64,14 @@ class UpsertRun:
     errors: Batch
     state: str
     prior: tuple[str, ...]
+    erred: bool
+
+    @property
+    def errors_read(self) -> ShardReader:
+        """The ``errors`` shard, as read."""
+        shard = self.errors.shard
+        assert isinstance(shard, ShardReader)  # a source's shards read and write
+        return shard
 
 
 def upserts_together(
@@ -75,7 +88,8 @@ def upserts_together(
     mine = F.col(SOURCE).isin(numbers)
     with phase(ALL_SOURCES, "plan envelope"):
         result = apply_upsert_together(
-            records.where(mine).drop(DIFF), together, _prior_rows(spark, runs, together)
+            records.where(mine).drop(DIFF), together, _prior_rows(spark, runs, together),
+            _prior_errors(spark, runs),
         )
     try:
         with phase(ALL_SOURCES, "append changes") as figures:
@@ -142,6 +156,20 @@ def _prior_rows(
     )
     states = [run.state for run in runs if run.prior]
     return index_frame(spark, len(units)).mapInArrow(on_workers(reader, states), schema)
+
+
+def _prior_errors(spark: SparkSession, runs: Sequence[UpsertRun]) -> DataFrame | None:
+    """The updates of every run's ``errors`` before its ``lower`` (ERROR columns,
+    ``_source``, ``diff``), read by one scan; None when no run has any."""
+    reads = {
+        str(run.number): RangeRead(run.errors_read, None, run.errors.lower - 1)
+        for run in runs
+        if run.erred
+    }
+    if not reads:
+        return None
+    stored = StructType([*ERROR.fields, *_TIME_DIFF])
+    return read_together(spark, reads, stored).withColumn(SOURCE, F.col(KEY).cast("int"))
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,10 @@ def test_shards_of_every_layout_export_in_one_job_as_they_read_alone(
     exports = [ShardExport(kinds, tmp_path / "out-kinds", windows, "cdcv2-export-a"),
                ShardExport(keyed, tmp_path / "out-keyed", windows, "cdcv2-export-a")]  # fmt: skip
 
-    jobs, exported = _counting_jobs(spark, "together", lambda: export_together(spark, exports))
+    # A group no other test names: the tracker keeps a group's jobs for the session.
+    jobs, exported = _counting_jobs(
+        spark, "exports together", lambda: export_together(spark, exports)
+    )
 
     assert jobs == 1
     for export, windows_written in zip(exports, exported, strict=True):

@@ -91,10 +91,11 @@ def test_one_job_appends_to_every_shard_what_each_append_alone_commits(
 ) -> None:
     rows = spark.createDataFrame(ROWS, "target string, payload string, time long, diff long")
     together = shards(spark, tmp_path / "together")
-    spark.sparkContext.setJobGroup("together", "one job for every shard")
+    # A group no other test names: the tracker keeps a group's jobs for the session.
+    spark.sparkContext.setJobGroup("appends together", "one job for every shard")
     counts = append_together(rows, {k: Batch(s, 0, 2) for k, s in together.items()},
                              json_decoder())  # fmt: skip
-    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup("together")
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup("appends together")
     spark.sparkContext.setJobGroup("other", "")
 
     assert len(jobs) == 1  # one job, whatever the number of shards
