@@ -160,6 +160,26 @@ def _decoding(
     not_object = F.json_object_keys(F.col(text)).isNull() & (
         as_text.isNull() | as_text[CORRUPT_FIELD].isNotNull() | ~F.col(text).rlike(r"^\s*\{")
     )
+    corrupt = F.col(typed)[CORRUPT_FIELD].isNotNull()
+    error = decode_error(text, encoded, decoded, not_object, corrupt, wrong_types, missing)
+    value = F.struct(*[F.col(typed)[f.name].alias(f.name) for f in schema.fields])
+    return parse, error.alias(error_column(into)), value.alias(into)
+
+
+def decode_error(
+    text: str,
+    encoded: bool,
+    decoded: Column,
+    not_object: Column,
+    corrupt: Column,
+    wrong_types: Column,
+    missing: Column,
+) -> Column:
+    """Why JSON column ``text`` does not decode (null when it does, or is null), in the
+    words every decode shares, from what the decode found: ``decoded``, ``not_object``,
+    ``corrupt`` (a field failed to read), the ``wrong_types`` and ``missing`` fields
+    (empty text for none). ``encoded``: ``text`` carries an ``encoding_error_column``,
+    which comes first."""
     no_error = (F.col(text).isNull() | decoded, F.lit(None))
     unreadable = F.col(encoding_error_column(text))  # not even readable in its encoding
     error = (
@@ -167,12 +187,12 @@ def _decoding(
         if encoded
         else F.when(*no_error)
     )
-    error = (
+    return (
         error
         .when(~F.is_valid_utf8(F.col(text)), F.lit(NOT_UTF8))
         .when(not_object, F.lit(NOT_AN_OBJECT))
         .when(
-            F.col(typed)[CORRUPT_FIELD].isNotNull(),
+            corrupt,
             F.concat(
                 F.lit("does not match the declared schema: "),
                 F.when(wrong_types != "", wrong_types).otherwise(
@@ -182,8 +202,6 @@ def _decoding(
         )
         .when(missing != "", F.concat(F.lit("is missing required field(s): "), missing))
     )
-    value = F.struct(*[F.col(typed)[f.name].alias(f.name) for f in schema.fields])
-    return parse, error.alias(error_column(into)), value.alias(into)
 
 
 def decode_key(df: DataFrame, raw: str, key_schema: StructType, into: str) -> DataFrame:

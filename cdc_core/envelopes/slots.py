@@ -46,7 +46,7 @@ from cdc_core.envelopes.decode import (
     CONNECT_WRAPPER_FIELDS,
     CORRUPT_FIELD,
     NOT_AN_OBJECT,
-    NOT_UTF8,
+    decode_error,
     error_column,
 )
 from cdc_core.envelopes.encodings import encoding_error_column
@@ -329,23 +329,5 @@ def _error(df: DataFrame, text: str, typed: Column, layout: str, slots: Slots) -
     not_object = keys.isNull() & (
         shape.isNull() | shape[CORRUPT_FIELD].isNotNull() | ~raw.rlike(r"^\s*\{")
     )
-    no_error = (raw.isNull() | decoded, F.lit(None))
-    if encoding_error_column(text) in df.columns:
-        unreadable = F.col(encoding_error_column(text))
-        error = F.when(unreadable.isNotNull(), unreadable).when(*no_error)
-    else:
-        error = F.when(*no_error)
-    return (
-        error.when(~F.is_valid_utf8(raw), F.lit(NOT_UTF8))
-        .when(not_object, F.lit(NOT_AN_OBJECT))
-        .when(
-            corrupt,
-            F.concat(
-                F.lit("does not match the declared schema: "),
-                F.when(wrong_types != "", wrong_types).otherwise(
-                    F.lit("a nested field has the wrong type")
-                ),
-            ),
-        )
-        .when(missing != "", F.concat(F.lit("is missing required field(s): "), missing))
-    )
+    encoded = encoding_error_column(text) in df.columns
+    return decode_error(text, encoded, decoded, not_object, corrupt, wrong_types, missing)
