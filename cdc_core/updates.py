@@ -45,13 +45,30 @@ def _consolidation(
     return tuple(keys), summed, diff.isNull() | (diff != 0)
 
 
-def consolidate_rows(rows: pa.Table, data_columns: Sequence[str]) -> pa.Table:
-    """``consolidate`` of rows held on the driver (a few rows of metadata, where a Spark
-    job would cost far more), with the same rule for null diffs."""
-    keys = [*data_columns, TIME]
-    summed = rows.group_by(keys, use_threads=False).aggregate(
-        [(DIFF, "sum"), (DIFF, "count", pc.CountOptions(mode="only_null"))]
-    )
+def consolidate_rows(
+    rows: pa.Table, data_columns: Sequence[str], *, by_time: bool = True
+) -> pa.Table:
+    """``consolidate`` of rows held by Python (a few rows of metadata on the driver, or
+    one table's rows in a task), with the same rule for null diffs, and floats grouped as
+    Spark groups them (``-0.0`` as ``0.0``, every NaN as one: ``spark_grouped``)."""
+    keys = [*data_columns, TIME] if by_time else list(data_columns)
+    grouped = spark_grouped(rows.select([*keys, DIFF])).group_by(keys, use_threads=False)
+    summed = grouped.aggregate([(DIFF, "sum"), (DIFF, "count", pc.CountOptions(mode="only_null"))])
     diff = pc.if_else(pc.greater(summed[f"{DIFF}_count"], 0), None, summed[f"{DIFF}_sum"])
     consolidated = pa.table([*(summed[k] for k in keys), diff], names=[*keys, DIFF])
     return consolidated.filter(pc.fill_null(pc.not_equal(diff, 0), True))
+
+
+def spark_grouped(rows: pa.Table) -> pa.Table:
+    """``rows`` with every floating-point value as Spark's grouping sees it: ``-0.0`` as
+    ``0.0`` and every NaN as the one NaN. pyarrow groups by the values' bits, Spark by
+    these normalised values (and returns them), so a consolidation in pyarrow must
+    normalise first to group, and return, what Spark's would."""
+    columns = []
+    for column in rows.columns:
+        if pa.types.is_floating(column.type):
+            zero, nan = pa.scalar(0.0, column.type), pa.scalar(float("nan"), column.type)
+            column = pc.if_else(pc.equal(column, zero), zero, column)
+            column = pc.if_else(pc.is_nan(column), nan, column)
+        columns.append(column)
+    return pa.table(columns, names=rows.column_names)

@@ -75,6 +75,7 @@ from cdc_core.source.state import (
     published_updates,
     refresh_state,
 )
+from cdc_core.source.states_together import StatePublish
 from cdc_core.source.swap import check_not_mid_swap
 from cdc_core.source.upserts_together import UpsertRun
 from cdc_core.spark import planned_for_input
@@ -446,6 +447,18 @@ class SourcePipeline:
         """What a joint envelope appended for the source's next run of ``windows``: its
         changes and errors per time (the run does not apply its envelope again)."""
         self._enveloped[windows] = (changes, errors)
+
+    def state_ahead(self) -> StatePublish:
+        """The source's ``state``, to publish with other sources' once a joint envelope
+        wrote its ``changes`` (``publish_together``). Its tables' descriptions are stamped
+        first, as ``finish`` stamps them before it publishes, so that the publish stays
+        the table's newest commit; ``finish`` then finds ``state`` up to date."""
+        if self.registration is not None:
+            self.registration.stamp()
+        return StatePublish(
+            self.changes, str(self.root / "state"), self.source.output_schema,
+            described(self.source, "state"),
+        )  # fmt: skip
 
     def run_reads(self) -> CanonicalReads:
         """The dump reads of the source's next run: those a joint binding prepared (holding

@@ -86,7 +86,7 @@ def refresh_state(
         if published is not None
         and changes.since.less_equal(published)
         and published < as_of
-        and _untouched_since_published(table, published_files)
+        and untouched_since_published(table, published_files)
         else changes.snapshot(as_of)
     )
     rows = current_rows(snapshot, schema)
@@ -124,7 +124,7 @@ def published_files(path: str, as_of: int) -> list[DataFile] | None:
     if table is None:
         return None
     files = live_files(table)
-    if app_version(table, STATE_AS_OF) != as_of or not _untouched_since_published(
+    if app_version(table, STATE_AS_OF) != as_of or not untouched_since_published(
         table, files
     ):
         return None
@@ -140,7 +140,7 @@ def _as_updates(rows: DataFrame, schema: StructType, as_of: int) -> DataFrame:
     )
 
 
-def _untouched_since_published(table: DeltaTable, files: list[DataFile]) -> bool:
+def untouched_since_published(table: DeltaTable, files: list[DataFile]) -> bool:
     """Whether the table's newest commit is a publish of reclock's whose rows its live
     files still number: any other writer's commit (a DELETE, an overwrite, an OPTIMIZE)
     makes the next refresh rebuild the snapshot from ``changes``. Read from the log alone,

@@ -43,6 +43,7 @@ from cdc_core.reclock.reclocking import RangeToReclock, ReclockedRange, reclocke
 from cdc_core.reclock.remap import FrontierRequest, Proposals, UnboundWindows, propose_frontiers
 from cdc_core.shard.together import TARGET, Batch, append_together
 from cdc_core.source.pipeline import SourcePipeline
+from cdc_core.source.states_together import publish_together
 from cdc_core.source.upserts_together import upserts_together
 
 # Tables committing at once: each commit is a few small object writes, mostly waiting.
@@ -225,6 +226,25 @@ class RunsTogether:
             return
         for k, (changes, failed) in enveloped.items():
             runs[k].pipeline.enveloped_ahead(runs[k].windows, changes, failed)
+        self._publish(spark, [runs[k] for k in enveloped])
+
+    @staticmethod
+    def _publish(spark: SparkSession, runs: Sequence[_Ahead]) -> None:
+        """Publish the ``state`` of every run whose ``changes`` a joint envelope wrote, by
+        one job (``publish_together``); a table left out is published when its source
+        finishes, as it always was."""
+        with phase(ALL_SOURCES, "publish state") as figures:
+            publishes = {}
+            for run in runs:
+                try:
+                    publishes[run.pipeline.source.name] = run.pipeline.state_ahead()
+                except Exception:  # noqa: BLE001, S112 - the source meets it when it finishes
+                    continue
+            try:
+                published = publish_together(spark, publishes, threads=COMMIT_THREADS)
+            except Exception:  # noqa: BLE001 - each source publishes when it finishes
+                published = set()
+            figures["tables"] = len(published)
 
     def _lease(self, run: _Ahead) -> bool:
         """Register the run's writer lease on the source's tables ahead of its run."""

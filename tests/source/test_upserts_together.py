@@ -3,7 +3,7 @@
 reports equal those of the source run alone, row for row, with keys of several shapes,
 updates, deletes, bad values and null keys. Their ``changes`` are written before their
 runs start, from their published ``state`` and the errors their keys held in the
-second run."""
+second run, and their ``state`` published anew."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from cdc_core.config import Config
 from cdc_core.reclock import Windows
 from cdc_core.source import RunsTogether, SourcePipeline
+from cdc_core.source.state import published_as_of
 from tests.lake_rows import table_rows
 from tests.source.test_together import lake_config
 
@@ -92,6 +93,10 @@ def test_upserts_applied_together_write_what_each_source_writes_alone(
             now = {s["name"]: table_rows(together, s["name"], "changes") for s in SOURCES}
             written = {name for name, rows in now.items() if rows != before[name]}
             assert written == every
+            # So is each ``state``, published as of the window's end by one job.
+            assert {published_as_of(str(together.lake / name / "state")) for name in every} == {
+                windows.end
+            }
             reports = [
                 [(r.records_in, r.updates_out, r.errors_out) for r in pipeline.run_windows(windows)]
                 for pipeline in pipelines[0]
