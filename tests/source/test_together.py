@@ -98,7 +98,7 @@ def test_sources_bound_and_reclocked_together_write_what_each_writes_alone(
     # A dump of ``gaps`` lands unregistered: its run would register it before binding, so
     # it is left to bind on its own (here it never registers it, in either lake).
     (landing / "g" / "g3.json").write_text(Rec(0, 6, T0).line("g") + "\n")
-    shared = RunsTogether()
+    shared = RunsTogether(envelopes_from=1)
     try:
         runs = [(pipeline, WINDOWS) for pipeline in pipelines[0]]
         assert shared.prepare(spark, runs) == len(SOURCES) - 2  # not ``gaps``, ``refused``

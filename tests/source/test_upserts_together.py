@@ -86,7 +86,7 @@ def test_upserts_applied_together_write_what_each_source_writes_alone(
         for pipeline in pipelines[0] + pipelines[1]:
             pipeline.register_dumps(arrival_ms=ARRIVALS[run])
         before = {s["name"]: table_rows(together, s["name"], "changes") for s in SOURCES}
-        shared = RunsTogether()
+        shared = RunsTogether(envelopes_from=1)
         try:
             shared.prepare(spark, [(pipeline, windows) for pipeline in pipelines[0]])
             # The envelopes were applied before the runs start: their changes are written.
