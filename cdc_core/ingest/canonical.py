@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import operator
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -190,31 +190,35 @@ class CanonicalReads:
         self.registry = registry
         self.persist = persist
         self.headers = headers
-        self._reads: list[tuple[frozenset[str], dict[int, int], CanonicalRecords]] = []
+        self._reads: list[tuple[frozenset[str], dict[int, int], Callable[[], CanonicalRecords]]]
+        self._reads = []
         self._persisted: list[DataFrame] = []
 
     def read(self, files: Sequence[RegisteredFile], starts: Mapping[int, int]) -> CanonicalRecords:
         """Canonical records of ``files`` at or above ``starts``."""
         paths = frozenset(f.path for f in files)
-        for known, known_starts, canonical in self._reads:
+        for known, known_starts, part_of in self._reads:
             if paths <= known and known_starts == dict(starts):
-                return canonical
+                return part_of()
         part = SourceFiles(self.registry.topic, files, starts)
         canonical = read_canonical(self.spark, [part], headers=self.headers)
         if self.persist:
             canonical = dataclasses.replace(canonical, lines=canonical.lines.persist())
             self._persisted.append(canonical.lines)
-            self._reads.append((paths, dict(starts), canonical))
+            held = canonical
+            self._reads.append((paths, dict(starts), lambda: held))
         return canonical
 
     def adopt(
         self, files: Sequence[RegisteredFile], starts: Mapping[int, int],
-        canonical: CanonicalRecords,
+        part: Callable[[], CanonicalRecords],
     ) -> None:  # fmt: skip
-        """Serve later requests for ``files`` at ``starts`` from ``canonical``: a read made
-        for this run elsewhere (one source's part of a read of many sources' dumps, whose
-        ``SharedReads`` persists and releases it)."""
-        self._reads.append((frozenset(f.path for f in files), dict(starts), canonical))
+        """Serve later requests for ``files`` at ``starts`` from what ``part`` gives (called
+        once, when first asked): a read made for this run elsewhere (one source's part of a
+        read of many sources' dumps, whose ``SharedReads`` persists and releases it). A
+        run reclocked with other sources' never asks, and deriving its part would cost a
+        Spark analysis of the joint read per source."""
+        self._reads.append((frozenset(f.path for f in files), dict(starts), functools.cache(part)))
 
     def release(self) -> None:
         """Unpersist every canonical read cached by this run (an adopted read is left to

@@ -22,7 +22,8 @@ errors shard together with its own errors (one writer per window for that shard)
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import functools
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -54,18 +55,59 @@ _FILE_ERROR = pa.schema(
 
 
 @dataclass(frozen=True)
-class ReclockedRange:
-    """Reclocked records and errors for the binding times ``[lower, upper)``;
-    ``records``: the ``reclocked_schema`` columns (headers as the reads carry them) + time
-    + diff, ``errors``: ERROR + time + diff. ``error_witness``: a frame whose emptiness
-    proves ``errors`` empty, testable without a shuffle or join (the run's persisted
-    lines, filtered); None when the driver already knows of errors to report."""
+class ReclockedFrames:
+    """Reclocked records and errors: ``records``, the ``reclocked_schema`` columns (headers
+    as the reads carry them) + time + diff; ``errors``, ERROR + time + diff.
+    ``error_witness``: a frame whose emptiness proves ``errors`` empty, testable without a
+    shuffle or join (the run's persisted lines, filtered); None when the driver already
+    knows of errors to report."""
 
-    lower: int
-    upper: int
     records: DataFrame
     errors: DataFrame
     error_witness: DataFrame | None
+
+
+@dataclass(frozen=True)
+class ReclockedRange:
+    """The reclocked records and errors for the binding times ``[lower, upper)``, built
+    by ``build`` when first asked for.
+
+    Why lazy: a source reclocked with many others has its part of the joint frames, and
+    each frame derived on the driver costs a Spark analysis of the joint plan; a source
+    whose envelope is applied with the others' never asks for its own."""
+
+    lower: int
+    upper: int
+    build: Callable[[], ReclockedFrames]
+
+    @classmethod
+    def of(
+        cls, lower: int, upper: int, records: DataFrame, errors: DataFrame,
+        error_witness: DataFrame | None,
+    ) -> ReclockedRange:
+        """A range whose frames are built already."""
+        frames = ReclockedFrames(records, errors, error_witness)
+        return cls(lower, upper, lambda: frames)
+
+    @functools.cached_property
+    def frames(self) -> ReclockedFrames:
+        """The range's frames, built once."""
+        return self.build()
+
+    @property
+    def records(self) -> DataFrame:
+        """The reclocked records (``ReclockedFrames.records``)."""
+        return self.frames.records
+
+    @property
+    def errors(self) -> DataFrame:
+        """The reclocked errors (``ReclockedFrames.errors``)."""
+        return self.frames.errors
+
+    @property
+    def error_witness(self) -> DataFrame | None:
+        """What proves the errors empty (``ReclockedFrames.error_witness``)."""
+        return self.frames.error_witness
 
 
 @dataclass(frozen=True)
@@ -280,7 +322,7 @@ def reclock_range(
     # Besides the rows of files without records and of damaged files (known to the
     # registry), every error row comes from an erring line.
     witness = None if planned.known_errors else canonical.erring_lines
-    return ReclockedRange(lower, upper, records.drop(SOURCE), errors.drop(SOURCE), witness)
+    return ReclockedRange.of(lower, upper, records.drop(SOURCE), errors.drop(SOURCE), witness)
 
 
 def reclock_windows(

@@ -337,7 +337,7 @@ def propose_frontiers(
         return Proposals(answers)
     for i, reads in adopting.items():  # read whole: the runs reclock from it
         k = asking[i]
-        reads.adopt(parts[k].files, parts[k].starts, canonical.of_source(k))
+        reads.adopt(parts[k].files, parts[k].starts, functools.partial(canonical.of_source, k))
     return Proposals(answers, canonical, {i: parts[k] for i, k in asking.items()}, asking)
 
 

@@ -25,6 +25,7 @@ report its failure as its own.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +40,12 @@ from cdc_core.calendar import Windows
 from cdc_core.frontier import OffsetFrontier
 from cdc_core.ingest.canonical import SOURCE, SharedReads
 from cdc_core.phases import ALL_SOURCES, phase
-from cdc_core.reclock.reclocking import RangeToReclock, ReclockedRange, reclocked_parts
+from cdc_core.reclock.reclocking import (
+    RangeToReclock,
+    ReclockedFrames,
+    ReclockedRange,
+    reclocked_parts,
+)
 from cdc_core.reclock.remap import FrontierRequest, Proposals, UnboundWindows, propose_frontiers
 from cdc_core.shard.together import TARGET, Batch, append_together
 from cdc_core.source.pipeline import SourcePipeline
@@ -198,19 +204,11 @@ class RunsTogether:
             except Exception:  # noqa: BLE001 - each source reclocks again when it runs
                 return 0
             figures["rows"] = sum(sum((w or {}).values()) for w in written.values())
-        erring = {
-            row[SOURCE] for row in read.erring_lines.select(SOURCE).distinct().collect()
-        } if any(not r.known_errors for r in ranges.values()) else set()  # fmt: skip
+        parts = _JointParts(spark, records, errors, read.erring_lines)
         for k, run in runs.items():
-            mine = F.col(SOURCE) == k
             planned = ranges[k]
-            witness = None
-            if not planned.known_errors:  # its erring lines, none when it has none
-                witness = read.erring_lines.where(mine) if k in erring else _nothing(spark)
-            reclocked = ReclockedRange(
-                planned.lower, planned.upper, records.where(mine).drop(SOURCE),
-                errors.where(mine).drop(SOURCE), witness,
-            )  # fmt: skip
+            build = functools.partial(parts.frames, k, planned.known_errors)
+            reclocked = ReclockedRange(planned.lower, planned.upper, build)
             run.pipeline.reclocked_ahead(run.windows, reclocked, written.get(str(k)) or {})
         self._envelope(spark, runs, records, errors)
         return len(runs)
@@ -266,6 +264,35 @@ class RunsTogether:
         with self._lock:
             self._leases.append(lease)
         return True
+
+
+@dataclass
+class _JointParts:
+    """Each source's part of the frames reclocked together, as a run reclocking alone
+    would have them (``ReclockedFrames``), derived only for a source that asks: most
+    have their envelope applied together and never do."""
+
+    spark: SparkSession
+    records: DataFrame
+    errors: DataFrame
+    erring_lines: DataFrame
+
+    @functools.cached_property
+    def erring(self) -> set[int]:
+        """The sources with erring lines in the joint read (one job, run once)."""
+        rows = self.erring_lines.select(SOURCE).distinct().collect()
+        return {row[SOURCE] for row in rows}
+
+    def frames(self, part: int, known_errors: bool) -> ReclockedFrames:
+        """Source ``part``'s records and errors; its erring lines witness that it has no
+        error (no witness when the driver knows of errors to report)."""
+        mine = F.col(SOURCE) == part
+        witness = None
+        if not known_errors:  # its erring lines, none when it has none
+            witness = self.erring_lines.where(mine) if part in self.erring else _nothing(self.spark)
+        return ReclockedFrames(
+            self.records.where(mine).drop(SOURCE), self.errors.where(mine).drop(SOURCE), witness
+        )
 
 
 def _as_stored(_target: str, rows: pa.Table) -> pa.Table:
