@@ -156,20 +156,22 @@ def serve_together(
     it finishes (in the calling thread, which calls ``idle`` while it waits: the place to
     pass on progress, since only the calling thread may talk to the orchestrator).
 
-    Stages: every source is opened and sized; then, when several units share the
+    Stages: every source is opened and sized; then, when several sources share the
     session, planned once from their sizes together, their new dumps are registered in
     one scan (``register_together``) and their windows bound and reclocked in one job
     each (``RunsTogether``, which keeps what they share until all are done); then they
-    are served. ``finish``, when given, is
+    are served (a transaction group's members side by side once all were reclocked
+    ahead: their group bound them already). ``finish``, when given, is
     what the run does once every source is served, for all of them together (judging
     their checks by one job per kind, then their exports): given every source as served
     (a source that could not be opened is yielded at once), what to yield for each."""
     units = serving_units(config, names)
     if not units:
         return
-    together = len(units) > 1
+    sources = sum(len(unit) for unit in units)
+    together = sources > 1
     done: queue.SimpleQueue[Served[T]] = queue.SimpleQueue()
-    pool = ThreadPoolExecutor(max(1, min(workers, len(units))), "reclock-source")
+    pool = ThreadPoolExecutor(max(1, min(workers, sources)), "reclock-source")
     try:
         opened = _run_all(
             pool, [functools.partial(_open_unit, unit, open_work, together) for unit in units], idle
@@ -177,8 +179,8 @@ def serve_together(
         works = [ready for ready, _ in opened if ready]
         for _, failed in opened:
             yield from failed
-        jobs = [functools.partial(_serve_unit, unit, done) for unit in works]
         if not together:
+            jobs = [functools.partial(_serve_unit, unit, done) for unit in works]
             yield from _finished(_drain_while(pool, jobs, idle, done), pool, idle, finish)
             return
         sizes = sum(size for unit in works for _, _, size in unit)
@@ -189,6 +191,11 @@ def serve_together(
             runs = [run for work in sized if (run := work.binding()) is not None]
             try:
                 _run_all(pool, [functools.partial(shared.prepare, spark, runs)], idle)
+                jobs = [
+                    functools.partial(_serve_unit, part, done)
+                    for unit in works
+                    for part in _split_when_bound(unit, shared.reclocked)
+                ]
                 yield from _finished(_drain_while(pool, jobs, idle, done), pool, idle, finish)
             finally:
                 shared.release()
@@ -221,6 +228,15 @@ def register_together(spark: SparkSession, works: Sequence[SourceWork[object]]) 
         except Exception:  # noqa: BLE001 - each source meets it again when it registers
             registered = []
         figures["files"] = sum(outcome.files for outcome in registered)
+
+
+def _split_when_bound(unit: Opened[T], reclocked: set[str]) -> list[Opened[T]]:
+    """A unit whose sources were all reclocked ahead (a transaction group's members,
+    bound by the group already) as one unit per source: nothing is left that they must
+    do in turn, so they are served side by side; any other unit as it is."""
+    if len(unit) > 1 and all(name in reclocked for name, _, _ in unit):
+        return [[entry] for entry in unit]
+    return [unit]
 
 
 def _open_unit(

@@ -349,11 +349,11 @@ class SourcePipeline:
 
     def binding_ahead(self, windows: Windows) -> tuple[Windows, UnboundWindows] | None:
         """For a run of ``windows`` served with other sources' runs: the windows it will
-        bind and reclock, and what of them the remap has yet to bind by the source's own
-        policy (None when nothing is: the outputs or the remap hold them, the source's
-        transaction group binds them, or its run has dumps to register first).
+        bind and reclock, and what of them the remap has yet to bind, by the source's own
+        policy or, for a member of a transaction group, by the group's (None when nothing
+        is: the outputs or the remap hold them, or its run has dumps to register first).
         ``bound_ahead`` hands the run what was bound."""
-        if self.group is not None or self._unregistered():
+        if self._unregistered():
             return None  # registering first would bind differently: it binds when it runs
         held = self.outputs_upper()
         if held.time is None or held.time > windows.end:

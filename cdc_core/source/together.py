@@ -12,10 +12,16 @@ threads. Then one plan reclocks every source's range from that read
 table's folder, each table committing its own files (``append_together``). Each
 source's run then applies its envelope to its part of the reclocked records.
 
+The members of a transaction group are bound by their group: the group's binding is
+minted once (by the first member to ask), and each member commits its part of it to its
+remap from the pool. Their ranges are then read by one scan of the dumps they need and
+reclocked and written as above, so a group of hundreds of tables costs one pass, not
+one per member.
+
 Invariants: what a source binds and reclocks does not depend on the sources served
-beside it (its partitions are bound on their own, from its own files, by its own policy,
-and its range from its own bindings), so its tables hold what serving it alone would
-hold. Each source's run registers its writer lease on its tables before anything is
+beside it (its partitions are bound on their own, from its own files, by its own policy
+or its group's, and its range from its own bindings), so its tables hold what serving it
+alone would hold. Each source's run registers its writer lease on its tables before anything is
 staged for it, and releases it when its run ends (``RunsTogether.release`` releases what a
 run that never started left). This is only a shortcut, like registering together: a
 source whose binding or reclocking fails here (a refused start offset, a remap another
@@ -38,7 +44,13 @@ from pyspark.sql import functions as F
 
 from cdc_core.calendar import Windows
 from cdc_core.frontier import OffsetFrontier
-from cdc_core.ingest.canonical import SOURCE, SharedReads
+from cdc_core.ingest.canonical import (
+    SOURCE,
+    CanonicalRecords,
+    SharedReads,
+    SourceFiles,
+    read_canonical,
+)
 from cdc_core.phases import ALL_SOURCES, phase
 from cdc_core.reclock.reclocking import (
     RangeToReclock,
@@ -81,6 +93,9 @@ class RunsTogether:
         """``envelopes_from``: the fewest UPSERT sources whose envelopes are applied (and
         whose ``state`` is published) together; fewer apply their own."""
         self.envelopes_from = envelopes_from
+        # The sources whose windows were reclocked ahead: their runs have nothing left
+        # to bind, so a transaction group's members among them may be served side by side.
+        self.reclocked: set[str] = set()
         self.reads = SharedReads()
         self._leases: list[ExitStack] = []
         self._lock = threading.Lock()
@@ -94,20 +109,28 @@ class RunsTogether:
             return 0
         with phase(ALL_SOURCES, "bind windows") as figures:
             ahead: dict[bool, list[_Ahead]] = {}
+            members: dict[bool, list[_Ahead]] = {}
             for pipeline, windows in runs:
                 try:
                     found = pipeline.binding_ahead(windows)
                 except Exception:  # noqa: BLE001, S112 - the source meets it when it runs
                     continue
                 if found is not None:
+                    into = ahead if pipeline.group is None else members
                     headers = pipeline.source.keeps_headers
-                    ahead.setdefault(headers, []).append(_Ahead(pipeline, *found))
-            proposed = [(group, self._bind(spark, group)) for group in ahead.values()]
-            figures["sources"] = sum(len(bound) for _, (_, bound) in proposed)
+                    into.setdefault(headers, []).append(_Ahead(pipeline, *found))
+            proposed = [(runs, self._bind(spark, runs)) for runs in ahead.values()]
+            imposed = [(runs, self._bind_members(runs)) for runs in members.values()]
+            figures["sources"] = sum(len(bound) for _, (_, bound) in proposed) + sum(
+                len(bound) for _, bound in imposed
+            )
         reclocked = 0
         for group, (proposals, bound) in proposed:
             if bound and proposals is not None:
-                reclocked += self._reclock(spark, group, proposals, bound)
+                reclocked += self._reclock_proposed(spark, group, proposals, bound)
+        for group, bound in imposed:
+            if bound:
+                reclocked += self._reclock_members(spark, group, bound)
         return reclocked
 
     def release(self) -> None:
@@ -151,15 +174,72 @@ class RunsTogether:
             committed = list(pool.map(commit, ahead, proposals.frontiers))
         return proposals, [i for i, done in enumerate(committed) if done]
 
-    def _reclock(
+    @staticmethod
+    def _bind_members(ahead: Sequence[_Ahead]) -> list[int]:
+        """Commit to each member of a transaction group its part of the group's bindings
+        (the group's binding minted by the first member of each group that asks, once);
+        the runs bound (by index in ``ahead``)."""
+
+        def commit(run: _Ahead) -> bool:
+            imposed = run.pipeline.imposed_bindings
+            assert imposed is not None  # a member of a group
+            try:
+                minted = imposed(run.unbound.previous, run.unbound.bound, run.windows)
+                bindings = run.unbound.commit(run.pipeline.remap, minted)
+            except Exception:  # noqa: BLE001 - the source meets it when it binds alone
+                return False
+            if bindings is None:  # another process bound first: the run reads its bindings
+                return False
+            run.pipeline.bound_ahead(run.windows, bindings)
+            return True
+
+        firsts: dict[str, int] = {}
+        for i, run in enumerate(ahead):
+            firsts.setdefault(run.pipeline.reader.group_name or "", i)
+        committed = {i: commit(ahead[i]) for i in firsts.values()}  # each group mints once
+        rest = [i for i in range(len(ahead)) if i not in committed]
+        with ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="reclock-bind") as pool:
+            committed.update(zip(rest, pool.map(lambda i: commit(ahead[i]), rest), strict=True))
+        return sorted(i for i, done in committed.items() if done)
+
+    def _reclock_members(
+        self, spark: SparkSession, ahead: Sequence[_Ahead], bound: Sequence[int]
+    ) -> int:
+        """Reclock the bound members of transaction groups by one read of the dumps their
+        ranges need, one plan and one write job; how many were reclocked."""
+        ranges: dict[int, RangeToReclock] = {}
+        runs: dict[int, _Ahead] = {}
+        with phase(ALL_SOURCES, "plan reclocked ranges"):
+            for i in bound:
+                run = ahead[i]
+                try:
+                    planned = run.pipeline.range_ahead(run.windows)
+                except Exception:  # noqa: BLE001, S112 - the source meets it when it runs
+                    continue
+                ranges[len(ranges)] = planned
+                runs[len(runs)] = run
+        if not runs:
+            return 0
+        parts = [
+            SourceFiles(run.pipeline.registry.topic, ranges[k].needed, ranges[k].starts)
+            for k, run in runs.items()
+        ]
+        headers = ahead[0].pipeline.source.keeps_headers
+        try:
+            read = self.reads.persist(read_canonical(spark, parts, headers=headers))
+        except Exception:  # noqa: BLE001 - each source reads on its own when it runs
+            return 0
+        return self._reclock(spark, runs, ranges, read)
+
+    def _reclock_proposed(
         self,
         spark: SparkSession,
         ahead: Sequence[_Ahead],
         proposals: Proposals,
         bound: Sequence[int],
     ) -> int:
-        """Reclock the bound runs read together, from that read: one plan, one write job;
-        how many were reclocked."""
+        """Reclock the bound runs read together to propose their frontiers, from that
+        read; how many were reclocked."""
         read = proposals.read
         if read is None:  # one source alone: its run reclocks from its own read
             return 0
@@ -181,6 +261,18 @@ class RunsTogether:
                     continue  # its range reads more than was read: it reads on its own
                 ranges[proposals.part_of[i]] = planned
                 runs[proposals.part_of[i]] = run
+        return self._reclock(spark, runs, ranges, read)
+
+    def _reclock(
+        self,
+        spark: SparkSession,
+        runs: Mapping[int, _Ahead],
+        ranges: Mapping[int, RangeToReclock],
+        read: CanonicalRecords,
+    ) -> int:
+        """Reclock each run's range (by its part of ``read``) by one plan, append every
+        ``reclocked`` by one job, then apply the envelopes that go together; how many
+        runs were reclocked."""
         if not ranges:
             return 0
         with ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="reclock-lease") as pool:
@@ -210,6 +302,7 @@ class RunsTogether:
             build = functools.partial(parts.frames, k, planned.known_errors)
             reclocked = ReclockedRange(planned.lower, planned.upper, build)
             run.pipeline.reclocked_ahead(run.windows, reclocked, written.get(str(k)) or {})
+            self.reclocked.add(run.pipeline.source.name)
         self._envelope(spark, runs, records, errors)
         return len(runs)
 
