@@ -407,12 +407,15 @@ class SourcePipeline:
                                     records_in)  # fmt: skip
 
     def upsert_ahead(self, windows: Windows, number: int) -> UpsertRun | None:
-        """The source's part of a joint UPSERT envelope over the records of its next run
-        of ``windows``, reclocked ahead, as record ``number`` of the joint records (None:
-        its envelope runs on its own; see ``upserts_together`` for which do not)."""
+        """The source's part of a joint UPSERT (or DEBEZIUM UPSERT) envelope over the
+        records of its next run of ``windows``, reclocked ahead, as record ``number`` of
+        the joint records (None: its envelope runs on its own; see ``upserts_together``
+        for which do not)."""
         source, ahead = self.source, self._reclocked.get(windows)
+        joint = UpsertSource(source.topic, source.key_schema, source.value_schema,
+                             source.envelope)  # fmt: skip
         plain = (
-            source.envelope == Envelope.UPSERT
+            joint.joins
             and not source.format.cdcv2
             and not source.include
             and all(e.encoding is RecordEncoding.JSON for e in self.encodings.values())
@@ -428,8 +431,8 @@ class SourcePipeline:
                 return None
             prior = tuple(f.path for f in published)
         return UpsertRun(
-            number, UpsertSource(source.topic, source.key_schema, source.value_schema),
-            Batch(self.changes, lower, upper), Batch(self.errors, lower, upper), state, prior,
+            number, joint, Batch(self.changes, lower, upper),
+            Batch(self.errors, lower, upper), state, prior,
             erred=lower > 0 and self.errors.holds_updates(through=lower - 1),
         )  # fmt: skip
 

@@ -62,7 +62,8 @@ from cdc_core.reclock.remap import FrontierRequest, Proposals, UnboundWindows, p
 from cdc_core.shard.together import TARGET, Batch, append_together
 from cdc_core.source.pipeline import SourcePipeline
 from cdc_core.source.states_together import publish_together
-from cdc_core.source.upserts_together import upserts_together
+from cdc_core.source.upserts_together import UpsertRun, truncating, upserts_together
+from cdc_core.vocabulary import Envelope
 
 # Tables committing at once: each commit is a few small object writes, mostly waiting.
 COMMIT_THREADS = 4
@@ -310,22 +311,26 @@ class RunsTogether:
         self, spark: SparkSession, runs: Mapping[int, _Ahead], records: DataFrame,
         errors: DataFrame,
     ) -> None:
-        """Apply the UPSERT envelope of every run that takes it together, from the records
-        just reclocked (``upserts_together``); a run whose part fails applies its own."""
-        upserts = []
+        """Apply the UPSERT (and the DEBEZIUM UPSERT) envelope of every run that takes it
+        together, by one plan per envelope, from the records just reclocked
+        (``upserts_together``); a run whose part fails applies its own."""
+        by_envelope: dict[Envelope, list[UpsertRun]] = {}
         for k, run in runs.items():
             try:
                 upsert = run.pipeline.upsert_ahead(run.windows, k)
             except Exception:  # noqa: BLE001, S112 - the source meets it when it runs
                 continue
             if upsert is not None:
-                upserts.append(upsert)
-        if len(upserts) < self.envelopes_from:
-            return
-        try:
-            enveloped = upserts_together(spark, upserts, records, errors)
-        except Exception:  # noqa: BLE001 - each source applies its envelope when it runs
-            return
+                by_envelope.setdefault(upsert.source.envelope, []).append(upsert)
+        enveloped: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
+        for upserts in by_envelope.values():
+            try:
+                truncated = truncating(records, upserts)
+                upserts = [u for u in upserts if u.number not in truncated]
+                if len(upserts) >= self.envelopes_from:
+                    enveloped.update(upserts_together(spark, upserts, records, errors))
+            except Exception:  # noqa: BLE001, S112 - each source applies its own when it runs
+                continue
         for k, (changes, failed) in enveloped.items():
             runs[k].pipeline.enveloped_ahead(runs[k].windows, changes, failed)
         self._publish(spark, [runs[k] for k in enveloped])

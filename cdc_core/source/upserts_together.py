@@ -1,5 +1,5 @@
-"""Many UPSERT sources' envelopes applied by one plan, their ``changes`` and ``errors``
-written by one job each.
+"""Many UPSERT (or DEBEZIUM UPSERT) sources' envelopes applied by one plan, their
+``changes`` and ``errors`` written by one job each.
 
 Why: once their records are reclocked together (``source.together``), each source
 would still plan its envelope over its own columns and write each output with a job of
@@ -10,15 +10,17 @@ source's published ``state`` files in the tasks, and ``append_together`` writes 
 ``changes`` table by one job and every ``errors`` table by another, each table
 committing its own files.
 
-Only the plain case is served here: the UPSERT envelope, JSON keys and values, no
-metadata columns, and a source whose prior contents are its published ``state`` (or
-nothing at all). The errors its keys held before are read from every source's
-``errors`` by one scan (``read_together``). Any other source applies its envelope on
-its own, as it always did.
+Only the plain case is served here: the UPSERT or DEBEZIUM UPSERT envelope (one of
+them per call), JSON keys and values, no metadata columns, a DEBEZIUM UPSERT source
+whose batch holds no truncate (``truncating``), and a source whose prior contents are
+its published ``state`` (or nothing at all). The errors its keys held before are read
+from every source's ``errors`` by one scan (``read_together``). Any other source
+applies its envelope on its own, as it always did.
 
 Invariant: a source's ``changes`` and ``errors`` hold what its own envelope would write
-(``apply_upsert_together`` equals ``apply_upsert`` per source), at the same times and
-with the same counts per time.
+(``apply_upsert_together`` equals ``apply_upsert`` per source, and
+``apply_debezium_upsert_together`` ``apply_debezium_upsert``), at the same times and with
+the same counts per time.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
+from cdc_core.envelopes.debezium import TRUNCATE_PATTERN
 from cdc_core.envelopes.upsert_together import (
     SOURCE,
     UpsertSource,
     UpsertsTogether,
+    apply_debezium_upsert_together,
     apply_upsert_together,
 )
 from cdc_core.phases import ALL_SOURCES, phase
@@ -46,6 +50,7 @@ from cdc_core.shard.together import TARGET, Batch, append_together
 from cdc_core.spark import index_frame
 from cdc_core.storage import files, on_workers
 from cdc_core.updates import DIFF, TIME
+from cdc_core.vocabulary import Envelope
 
 _TIME_DIFF = (StructField(TIME, LongType()), StructField(DIFF, LongType()))
 
@@ -77,7 +82,8 @@ class UpsertRun:
 def upserts_together(
     spark: SparkSession, runs: Sequence[UpsertRun], records: DataFrame, errors: DataFrame
 ) -> dict[int, tuple[dict[int, int], dict[int, int]]]:
-    """Apply every run's UPSERT envelope to its reclocked ``records`` (``_source`` and
+    """Apply every run's envelope (one of UPSERT or DEBEZIUM UPSERT for all, none of them
+    ``truncating``) to its reclocked ``records`` (``_source`` and
     RECLOCKED columns, ``time``, ``diff``) and append its ``changes`` and ``errors`` (its
     reclocking ``errors``, ``_source`` + ERROR + ``time`` + ``diff``, with the
     envelope's); per run's number, the distinct changes and errors written per time."""
@@ -86,8 +92,13 @@ def upserts_together(
     together = UpsertsTogether.of({run.number: run.source for run in runs})
     numbers = [run.number for run in runs]
     mine = F.col(SOURCE).isin(numbers)
+    apply = (
+        apply_debezium_upsert_together
+        if together.envelope == Envelope.DEBEZIUM_UPSERT
+        else apply_upsert_together
+    )
     with phase(ALL_SOURCES, "plan envelope"):
-        result = apply_upsert_together(
+        result = apply(
             records.where(mine).drop(DIFF), together, _prior_rows(spark, runs, together),
             _prior_errors(spark, runs),
         )
@@ -112,6 +123,17 @@ def upserts_together(
         run.number: (changes.get(str(run.number)) or {}, written.get(str(run.number)) or {})
         for run in runs
     }
+
+
+def truncating(records: DataFrame, runs: Sequence[UpsertRun]) -> set[int]:
+    """The numbers of the DEBEZIUM UPSERT ``runs`` whose reclocked ``records`` may hold a
+    truncate event (``debezium.may_hold_truncates``, for all of them by one job): each
+    applies its own envelope, which empties its table there."""
+    numbers = [run.number for run in runs if run.source.envelope == Envelope.DEBEZIUM_UPSERT]
+    if not numbers:
+        return set()
+    maybe = F.col(SOURCE).isin(numbers) & F.col("payload").rlike(TRUNCATE_PATTERN)
+    return {row[SOURCE] for row in records.where(maybe).select(SOURCE).distinct().collect()}
 
 
 def _targeted(rows: DataFrame) -> DataFrame:
@@ -151,7 +173,7 @@ def _prior_rows(
     schema = StructType([*together.output.fields, *_TIME_DIFF])
     reader = _StateReader(
         [(run.number, run.changes.lower - 1, files.join(run.state, path)) for run, path in units],
-        {run.number: together.own(run.number) for run in runs},
+        {run.number: together.placing(run.number) for run in runs},
         to_arrow_schema(schema, timezone="UTC"),
     )
     states = [run.state for run in runs if run.prior]

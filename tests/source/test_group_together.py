@@ -1,7 +1,7 @@
-"""A transaction group's members bound by their group and reclocked together ahead of
-their runs (``RunsTogether``), beside a source of no group: every table of every source
-equals the one the source writes run alone, row for row, and no window splits a
-transaction; the members' windows are bound and reclocked before their runs start."""
+"""A transaction group's members bound by their group, reclocked together and their
+DEBEZIUM UPSERT envelopes applied together ahead of their runs (``RunsTogether``), beside
+a source of no group: every table of every source equals the one the source writes run
+alone, row for row, and no window splits a transaction."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from cdc_core.config import Config, parse_config
 from cdc_core.reclock import Windows
 from cdc_core.source import RunsTogether, SourcePipeline
+from cdc_core.source.state import published_as_of
 from tests.lake_rows import table_rows
 from tests.reclock.test_transactions import (
     LINE_RECORDS,
@@ -75,14 +76,17 @@ def test_a_groups_members_reclocked_together_write_what_each_writes_alone(
     for pipeline in pipelines[0] + pipelines[1]:
         pipeline.register_dumps(arrival_ms=T0 + 5 * MINUTE)
 
-    shared = RunsTogether()
+    shared = RunsTogether(envelopes_from=1)
     try:
         # ``users`` binds alone (a source alone reclocks from its own read when it runs).
         assert shared.prepare(spark, [(p, WINDOWS) for p in pipelines[0]]) == 2
         assert shared.reclocked == set(MEMBERS)
-        # The members' windows are bound and reclocked before their runs start.
+        # The members' windows are bound and reclocked, their DEBEZIUM UPSERT envelopes
+        # applied together and their ``state`` published, before their runs start.
         for name in MEMBERS:
             assert table_rows(together, name, "reclocked"), name
+            assert table_rows(together, name, "changes"), name
+            assert published_as_of(str(together.lake / name / "state")) == WINDOWS.end
         reports = [
             [(r.frontier, r.records_in, r.updates_out) for r in p.run_windows(WINDOWS)]
             for p in pipelines[0]

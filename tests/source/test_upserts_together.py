@@ -11,11 +11,15 @@ import json
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+from pyspark.sql.types import IntegerType, StructField, StructType
 
 from cdc_core.config import Config
+from cdc_core.envelopes.upsert_together import UpsertSource
 from cdc_core.reclock import Windows
 from cdc_core.source import RunsTogether, SourcePipeline
 from cdc_core.source.state import published_as_of
+from cdc_core.source.upserts_together import UpsertRun, truncating
+from cdc_core.vocabulary import Envelope
 from tests.lake_rows import table_rows
 from tests.source.test_together import lake_config
 
@@ -24,6 +28,7 @@ MINUTE = 60_000
 RUNS = (Windows(T0, T0 + MINUTE, MINUTE), Windows(T0 + MINUTE, T0 + 2 * MINUTE, MINUTE))
 ARRIVALS = (T0 + 10_000, T0 + 70_000)  # when each run's dumps land
 ID = {"id": "int"}
+ID_KEY = StructType([StructField("id", IntegerType())])
 NAMED = {"name": "string", "n": "bigint"}
 SOURCES = [
     {"name": "orders", "topic": "o", "key": ID, "value": NAMED},
@@ -120,3 +125,21 @@ def test_upserts_applied_together_write_what_each_source_writes_alone(
     # ``flawed`` held an error from its first run: its second replaced it.
     assert {dict(row)["diff"] for row in table_rows(alone, "flawed", "errors")} == {1, -1}
     assert table_rows(alone, "users", "state")
+
+
+def test_a_debezium_source_whose_batch_may_truncate_applies_its_own_envelope(
+    spark: SparkSession,
+) -> None:
+    def run(number: int, envelope: Envelope) -> UpsertRun:
+        source = UpsertSource("t", ID_KEY, ID_KEY, envelope)
+        return UpsertRun(number, source, None, None, "", (), erred=False)  # type: ignore[arg-type]
+
+    truncate = '{"op": "t", "after": null}'
+    records = spark.createDataFrame(
+        [(0, '{"op": "c", "after": {"id": 1}}'), (1, truncate), (2, truncate),
+         (3, '{"schema": {}, "payload": {"op" : "t"}}')],
+        "_source int, payload string",
+    )  # fmt: skip
+    runs = [run(0, Envelope.DEBEZIUM_UPSERT), run(1, Envelope.DEBEZIUM_UPSERT),
+            run(2, Envelope.UPSERT), run(3, Envelope.DEBEZIUM_UPSERT)]  # fmt: skip
+    assert truncating(records, runs) == {1, 3}
