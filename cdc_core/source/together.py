@@ -185,8 +185,10 @@ class RunsTogether:
             imposed = run.pipeline.imposed_bindings
             assert imposed is not None  # a member of a group
             try:
-                minted = imposed(run.unbound.previous, run.unbound.bound, run.windows)
-                bindings = run.unbound.commit(run.pipeline.remap, minted)
+                # The member's own phase, as when it binds alone: it ends with its commit.
+                with phase(run.pipeline.source.name, "bind windows"):
+                    minted = imposed(run.unbound.previous, run.unbound.bound, run.windows)
+                    bindings = run.unbound.commit(run.pipeline.remap, minted)
             except Exception:  # noqa: BLE001 - the source meets it when it binds alone
                 return False
             if bindings is None:  # another process bound first: the run reads its bindings
