@@ -189,7 +189,6 @@ def apply_upsert_together(
     empty); ``prior_errors``: their errors (ERROR columns, ``_source``, ``diff``). The
     result's changes have ``together.output`` columns, its errors ERROR columns and
     ``_source``."""
-    value_names = together.value.names
 
     def command(latest: DataFrame) -> DataFrame:
         staged = unwrap_generic(latest, "payload", "value_layout", "value_text")
@@ -198,13 +197,7 @@ def apply_upsert_together(
         problem = F.when(
             ~is_tombstone, F.coalesce(key_problem(), value_problem("value", "value"))
         )
-        fields = [
-            *(F.col("key_value")[name].alias(name) for name in together.key_schema.names),
-            *(F.col("value")[name].alias(VALUE_PREFIX + name) for name in value_names),
-        ]
-        return staged.withColumn("reason", problem).withColumn(
-            "row", F.when(~is_tombstone & F.col("reason").isNull(), F.struct(*fields))
-        )
+        return _with_command(staged, together, problem, "value", ~is_tombstone)
 
     return _apply_together(records, together, command, prior_changes, prior_errors)
 
@@ -219,7 +212,6 @@ def apply_debezium_upsert_together(
     ``apply_upsert_together`` takes and gives them. The records must hold no truncate
     event (``debezium.may_hold_truncates``): a source whose batch may truncate its table
     applies its own envelope."""
-    value_names = together.value.names
     is_tombstone = F.col("event_text").isNull()
     deletes = (F.col("op") == DELETE_OP) | F.col("after_text").isNull()
     problem = F.when(
@@ -234,16 +226,24 @@ def apply_debezium_upsert_together(
         staged = decode_slots(
             stage_events(latest), "after_text", together.value, "value_layout", "after"
         )
-        fields = [
-            *(F.col("key_value")[name].alias(name) for name in together.key_schema.names),
-            *(F.col("after")[name].alias(VALUE_PREFIX + name) for name in value_names),
-        ]
-        return staged.withColumn("reason", problem).withColumn(
-            "row",
-            F.when(~is_tombstone & F.col("reason").isNull() & ~deletes, F.struct(*fields)),
-        )
+        return _with_command(staged, together, problem, "after", ~is_tombstone & ~deletes)
 
     return _apply_together(records, together, command, prior_changes, prior_errors)
+
+
+def _with_command(
+    staged: DataFrame, together: UpsertsTogether, problem: Column, image: str, holds: Column
+) -> DataFrame:
+    """``staged`` with its command: ``reason`` (``problem``) and ``row``, the joint key
+    and the decoded ``image`` in the value slots, where the record ``holds`` a row and
+    has no problem."""
+    fields = [
+        *(F.col("key_value")[name].alias(name) for name in together.key_schema.names),
+        *(F.col(image)[name].alias(VALUE_PREFIX + name) for name in together.value.names),
+    ]
+    return staged.withColumn("reason", problem).withColumn(
+        "row", F.when(holds & F.col("reason").isNull(), F.struct(*fields))
+    )
 
 
 def _apply_together(

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -161,15 +161,8 @@ class RunsTogether:
         def commit(run: _Ahead, answer: list[OffsetFrontier] | Exception) -> bool:
             if isinstance(answer, Exception):
                 return False
-            try:
-                minted = list(zip(run.unbound.unbound.ends, answer, strict=True))
-                bindings = run.unbound.commit(run.pipeline.remap, minted)
-            except Exception:  # noqa: BLE001 - the source meets it when it binds alone
-                return False
-            if bindings is None:  # another process bound first: the run reads its bindings
-                return False
-            run.pipeline.bound_ahead(run.windows, bindings)
-            return True
+            return _committed(run, lambda: list(zip(run.unbound.unbound.ends, answer,
+                                                    strict=True)))  # fmt: skip
 
         with ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="reclock-bind") as pool:
             committed = list(pool.map(commit, ahead, proposals.frontiers))
@@ -184,17 +177,11 @@ class RunsTogether:
         def commit(run: _Ahead) -> bool:
             imposed = run.pipeline.imposed_bindings
             assert imposed is not None  # a member of a group
-            try:
-                # The member's own phase, as when it binds alone: it ends with its commit.
-                with phase(run.pipeline.source.name, "bind windows"):
-                    minted = imposed(run.unbound.previous, run.unbound.bound, run.windows)
-                    bindings = run.unbound.commit(run.pipeline.remap, minted)
-            except Exception:  # noqa: BLE001 - the source meets it when it binds alone
-                return False
-            if bindings is None:  # another process bound first: the run reads its bindings
-                return False
-            run.pipeline.bound_ahead(run.windows, bindings)
-            return True
+            # The member's own phase, as when it binds alone: it ends with its commit.
+            with phase(run.pipeline.source.name, "bind windows"):
+                return _committed(
+                    run, lambda: imposed(run.unbound.previous, run.unbound.bound, run.windows)
+                )
 
         firsts: dict[str, int] = {}
         for i, run in enumerate(ahead):
@@ -364,6 +351,22 @@ class RunsTogether:
         with self._lock:
             self._leases.append(lease)
         return True
+
+
+def _committed(
+    run: _Ahead, minted: Callable[[], list[tuple[int, OffsetFrontier]]]
+) -> bool:
+    """Commit the run's bindings (what ``minted`` gives) to its source's remap and hand
+    them to its run; False when that fails or another process bound first (the run then
+    binds, or reads the winner's bindings, when it is served)."""
+    try:
+        bindings = run.unbound.commit(run.pipeline.remap, minted())
+    except Exception:  # noqa: BLE001 - the source meets it when it binds alone
+        return False
+    if bindings is None:
+        return False
+    run.pipeline.bound_ahead(run.windows, bindings)
+    return True
 
 
 @dataclass
