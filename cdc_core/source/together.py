@@ -21,9 +21,9 @@ one per member.
 Invariants: what a source binds and reclocks does not depend on the sources served
 beside it (its partitions are bound on their own, from its own files, by its own policy
 or its group's, and its range from its own bindings), so its tables hold what serving it
-alone would hold. Each source's run registers its writer lease on its tables before anything is
-staged for it, and releases it when its run ends (``RunsTogether.release`` releases what a
-run that never started left). This is only a shortcut, like registering together: a
+alone would hold. Each source's run registers its writer lease on its tables before
+anything is staged for it, and releases it when its run ends (``RunsTogether.release``
+releases what a run that never started left). This is only a shortcut, like registering together: a
 source whose binding or reclocking fails here (a refused start offset, a remap another
 process moved, a read that failed) is left to do it on its own when it is served, and to
 report its failure as its own.
@@ -67,11 +67,12 @@ from cdc_core.vocabulary import Envelope
 
 # Tables committing at once: each commit is a few small object writes, mostly waiting.
 COMMIT_THREADS = 4
-# The fewest UPSERT sources whose envelopes are applied together. The joint plan is
-# larger than one source's, and it runs before the sources are served, while their own
-# envelopes run side by side on the serving pool: ``benchmarks.upserts_together`` has
+# The fewest sources of one envelope (UPSERT, DEBEZIUM UPSERT) whose envelopes are
+# applied together. The joint plan is larger than one source's, and it runs before the
+# sources are served, while their own envelopes run side by side on the serving pool
+# (measured with the UPSERT envelope: ``benchmarks.upserts_together`` has
 # 2 sources at 2.6 s together against 1.9 s one after another, 4 at 3.1 s against 3.6 s,
-# 8 at 3.7 s against 6.5 s (on 2 cores, where the pool runs about two at once).
+# 8 at 3.7 s against 6.5 s; on 2 cores, where the pool runs about two at once).
 ENVELOPES_TOGETHER_FROM = 8
 
 
@@ -91,8 +92,8 @@ class RunsTogether:
     runs. ``prepare`` before serving them, ``release`` once all are served."""
 
     def __init__(self, *, envelopes_from: int = ENVELOPES_TOGETHER_FROM) -> None:
-        """``envelopes_from``: the fewest UPSERT sources whose envelopes are applied (and
-        whose ``state`` is published) together; fewer apply their own."""
+        """``envelopes_from``: the fewest sources of one envelope whose envelopes are
+        applied (and whose ``state`` is published) together; fewer apply their own."""
         self.envelopes_from = envelopes_from
         # The sources whose windows were reclocked ahead: their runs have nothing left
         # to bind, so a transaction group's members among them may be served side by side.
@@ -103,9 +104,10 @@ class RunsTogether:
 
     def prepare(self, spark: SparkSession, runs: Sequence[tuple[SourcePipeline, Windows]]) -> int:
         """Bind, then reclock, the windows of every run (a source's pipeline and the
-        windows it is about to run) that its remap has yet to bind by the source's own
-        policy: one job each for all of them (one per headers setting: the runs' reads
-        keep them or not). Returns how many sources' windows were reclocked ahead."""
+        windows it is about to run) that its remap has yet to bind, by the source's own
+        policy or by its transaction group's: one job each for all of them (one per
+        headers setting, and per kind of binding: the runs' reads keep the headers or
+        not). Returns how many sources' windows were reclocked ahead."""
         if not runs:
             return 0
         with phase(ALL_SOURCES, "bind windows") as figures:
@@ -120,18 +122,18 @@ class RunsTogether:
                     into = ahead if pipeline.group is None else members
                     headers = pipeline.source.keeps_headers
                     into.setdefault(headers, []).append(_Ahead(pipeline, *found))
-            proposed = [(runs, self._bind(spark, runs)) for runs in ahead.values()]
-            imposed = [(runs, self._bind_members(runs)) for runs in members.values()]
+            proposed = [(batch, self._bind(spark, batch)) for batch in ahead.values()]
+            imposed = [(batch, self._bind_members(batch)) for batch in members.values()]
             figures["sources"] = sum(len(bound) for _, (_, bound) in proposed) + sum(
                 len(bound) for _, bound in imposed
             )
         reclocked = 0
-        for group, (proposals, bound) in proposed:
+        for batch, (proposals, bound) in proposed:
             if bound and proposals is not None:
-                reclocked += self._reclock_proposed(spark, group, proposals, bound)
-        for group, bound in imposed:
+                reclocked += self._reclock_proposed(spark, batch, proposals, bound)
+        for batch, bound in imposed:
             if bound:
-                reclocked += self._reclock_members(spark, group, bound)
+                reclocked += self._reclock_members(spark, batch, bound)
         return reclocked
 
     def release(self) -> None:
