@@ -10,6 +10,8 @@ so a refresh that has nothing new to show writes no new version.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from deltalake import DeltaTable, Transaction
 from deltalake.transaction import AddAction, RemoveAction
@@ -20,6 +22,7 @@ from pyspark.sql.types import StructType
 from cdc_core.shard import Shard, existing_table
 from cdc_core.shard.delta_io import (
     DataFile,
+    WrittenFile,
     add_action,
     live_files,
     nullable_delta_schema,
@@ -37,6 +40,7 @@ from cdc_core.shard.log import (
     log_mark,
     open_or_create,
 )
+from cdc_core.shard.read import ShardReader
 from cdc_core.updates import DIFF, TIME, consolidate
 
 # Commit info of a publish: the rows it left in the table.
@@ -57,6 +61,69 @@ def current_rows(snapshot: DataFrame, schema: StructType) -> DataFrame:
     return snapshot.where(F.col(DIFF) > 0).select(*schema.fieldNames(), copies.alias("_")).drop("_")
 
 
+@dataclass(frozen=True)
+class StateToPublish:
+    """A ``state`` table about to be published: its loaded log, folder, the time it is
+    published as of, the time its rows were published at (None: never), its live files,
+    and whether they are the rows published then, which the new snapshot may start from
+    (reclock's own publish, untouched since, before ``as_of``, at a time ``changes``
+    still holds)."""
+
+    table: DeltaTable
+    path: str
+    as_of: int
+    published: int | None
+    files: list[DataFile]
+    incremental: bool
+
+    @property
+    def current(self) -> bool:
+        """Whether the table reflects ``as_of`` already: nothing to publish."""
+        return self.published == self.as_of
+
+
+def state_to_publish(
+    changes: ShardReader, path: str, schema: StructType, described: TableDescription | None
+) -> StateToPublish | None:
+    """The ``state`` at ``path`` (created ``described`` when missing) as it stands before
+    publishing the snapshot of ``changes`` at their newest complete time; None when
+    ``changes`` has no complete time yet."""
+    upper, since = changes.upper, changes.since
+    if upper.time is None or upper.time == 0 or since.time is None:
+        return None
+    as_of = upper.time - 1
+    table = open_or_create(
+        path, nullable_delta_schema(schema), detail="state, not published", described=described
+    )
+    published = app_version(table, STATE_AS_OF)
+    files = live_files(table)
+    incremental = (
+        published is not None
+        and since.less_equal(published)
+        and published < as_of
+        and untouched_since_published(table, files)
+    )
+    return StateToPublish(table, path, as_of, published, files, incremental)
+
+
+def commit_publish(
+    state: StateToPublish, written: Sequence[WrittenFile], batch_id: str
+) -> bool:
+    """Commit ``written`` (the new snapshot's files, staged under ``batch_id``) in place
+    of the table's live files, as of ``state.as_of``; False when a concurrent publish
+    won (it published this snapshot or a newer one), the staged files then deleted."""
+    actions: list[AddAction | RemoveAction] = [remove_action(f) for f in state.files]
+    actions += [add_action(f, data_change=True) for f in written]
+    metadata = commit_metadata(
+        "publish state", f"as of time {state.as_of}",
+        {ROWS_KEY: sum(f.num_records for f in written)},
+    )  # fmt: skip
+    return commit_batches_once(
+        state.table, state.path, actions, [Transaction(STATE_AS_OF, state.as_of)], metadata,
+        [batch_id],
+    )  # fmt: skip
+
+
 def refresh_state(
     changes: Shard, path: str, schema: StructType, described: TableDescription | None = None
 ) -> bool:
@@ -70,37 +137,18 @@ def refresh_state(
     Returns False (and writes nothing) when the table already reflects that time or
     when ``changes`` has no complete time yet.
     """
-    upper = changes.upper
-    if upper.time is None or upper.time == 0 or changes.since.time is None:
+    state = state_to_publish(changes, path, schema, described)
+    if state is None or state.current:
         return False
-    as_of = upper.time - 1
-    table = open_or_create(
-        path, nullable_delta_schema(schema), detail="state, not published", described=described
-    )
-    published = app_version(table, STATE_AS_OF)
-    if published == as_of:
-        return False
-    published_files = live_files(table)
     snapshot = (
-        _published_plus_changes(changes, path, schema, published, published_files, as_of)
-        if published is not None
-        and changes.since.less_equal(published)
-        and published < as_of
-        and untouched_since_published(table, published_files)
-        else changes.snapshot(as_of)
-    )
-    rows = current_rows(snapshot, schema)
+        _published_plus_changes(changes, path, schema, state.published, state.files,
+                                state.as_of)
+        if state.incremental and state.published is not None
+        else changes.snapshot(state.as_of)
+    )  # fmt: skip
     batch_id = uuid.uuid4().hex
-    files = write_files(rows, path, batch_id)
-    actions: list[AddAction | RemoveAction] = [remove_action(f) for f in published_files]
-    actions += [add_action(f, data_change=True) for f in files]
-    metadata = commit_metadata(
-        "publish state", f"as of time {as_of}", {ROWS_KEY: sum(f.num_records for f in files)}
-    )
-    # False: a concurrent refresh won; it published this snapshot or a newer one.
-    return commit_batches_once(
-        table, path, actions, [Transaction(STATE_AS_OF, as_of)], metadata, [batch_id]
-    )
+    return commit_publish(state, write_files(current_rows(snapshot, schema), path, batch_id),
+                          batch_id)  # fmt: skip
 
 
 def published_updates(

@@ -29,24 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Transaction
-from deltalake.transaction import AddAction, RemoveAction
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from cdc_core.shard import delta_io
-from cdc_core.shard.delta_io import DataFile, add_action, live_files, remove_action
-from cdc_core.shard.log import (
-    STATE_AS_OF,
-    TableDescription,
-    app_version,
-    commit_batches_once,
-    commit_metadata,
-    open_or_create,
-)
+from cdc_core.shard.log import TableDescription
 from cdc_core.shard.read import ShardReader
-from cdc_core.source.state import ROWS_KEY, untouched_since_published
+from cdc_core.source.state import StateToPublish, commit_publish, state_to_publish
 from cdc_core.spark import index_frame
 from cdc_core.storage import files, on_workers
 from cdc_core.updates import DIFF, TIME, consolidate_rows
@@ -84,11 +74,10 @@ class _Unit:
 
 @dataclass(frozen=True)
 class _Planned:
-    """A table to publish: its unit, its loaded log, the files its publish removes."""
+    """A table to publish: its unit, and the table as it stands."""
 
     unit: _Unit
-    table: DeltaTable
-    published_files: list[DataFile]
+    state: StateToPublish
 
 
 def publish_together(
@@ -126,37 +115,24 @@ def publish_together(
 def _plan(key: str, publish: StatePublish) -> _Planned | bool:
     """What publishing one table takes: True when it reflects the time already, False
     when it is left to ``refresh_state``."""
-    changes = publish.changes
-    upper, since = changes.upper, changes.since
-    if upper.time is None or upper.time == 0 or since.time is None:
+    state = state_to_publish(publish.changes, publish.path, publish.schema, publish.described)
+    if state is None:
         return False
-    as_of = upper.time - 1
-    table = open_or_create(
-        publish.path,
-        delta_io.nullable_delta_schema(publish.schema),
-        detail="state, not published",
-        described=publish.described,
-    )
-    published = app_version(table, STATE_AS_OF)
-    if published == as_of:
+    if state.current:
         return True
-    published_files = live_files(table)
-    if published is None:
+    if state.published is None:
         after = None  # the first publish: the whole of ``changes``
-    elif (
-        since.less_equal(published)
-        and published < as_of
-        and untouched_since_published(table, published_files)
-    ):
-        after = published
+    elif state.incremental:
+        after = state.published
     else:
         return False
-    reads = changes.files_between(after, as_of)
+    changes = publish.changes
+    reads = changes.files_between(after, state.as_of)
     unit = _Unit(
-        key, publish.path, tuple(f.path for f in published_files if after is not None),
-        changes.path, tuple(f.path for f in reads), after, as_of, uuid.uuid4().hex,
+        key, publish.path, tuple(f.path for f in state.files if after is not None),
+        changes.path, tuple(f.path for f in reads), after, state.as_of, uuid.uuid4().hex,
     )  # fmt: skip
-    return _Planned(unit, table, published_files)
+    return _Planned(unit, state)
 
 
 def _commit(plan: _Planned, written: str | None) -> bool:
@@ -164,16 +140,8 @@ def _commit(plan: _Planned, written: str | None) -> bool:
     row) in place of the published files; whether it is in the log."""
     unit = plan.unit
     new = [] if written is None else [delta_io.describe_file(unit.path, written)]
-    actions: list[AddAction | RemoveAction] = [remove_action(f) for f in plan.published_files]
-    actions += [add_action(f, data_change=True) for f in new]
-    metadata = commit_metadata(
-        "publish state", f"as of time {unit.as_of}", {ROWS_KEY: sum(f.num_records for f in new)}
-    )
     try:
-        return commit_batches_once(
-            plan.table, unit.path, actions, [Transaction(STATE_AS_OF, unit.as_of)], metadata,
-            [unit.batch_id],
-        )  # fmt: skip
+        return commit_publish(plan.state, new, unit.batch_id)
     except Exception:  # noqa: BLE001 - ``refresh_state`` meets it when the source finishes
         return False
 
