@@ -1,21 +1,25 @@
-"""Every source's assets in one multi-asset: one step serves the sources a run selects.
+"""Every source's assets in multi-assets: a run's steps share one serving of the sources
+it selects.
 
 A deployment holds tens to hundreds of sources. Each source's tables stay assets of their
-own (each with its per-window figures, its checks and its lineage in the UI), but one
-``multi_asset`` that can be subset defines them all, as dbt's assets define a project's
-models: the definitions then cost Dagster one op for the deployment instead of four per
-source (ops and their outputs are what loading the definitions and resolving the job
-cost), and a run is one step. A run that selects some assets (a UI pick of one source's
-tables, or of one table, one check, one export) serves only their sources.
+own (each with its per-window figures, its checks and its lineage in the UI), but
+multi-assets that can be subset define them, as dbt's assets define a project's models:
+one per ``SOURCES_PER_STEP`` sources. The definitions then cost Dagster one op per that
+many sources instead of four per source (ops and their outputs are what loading the
+definitions and resolving the job cost), and the step of each stays small enough that
+Dagster's work per output (which grows with the step's outputs and keys) stays flat. A
+run that selects some assets (a UI pick of one source's tables, or of one table, one
+check, one export) serves only their sources.
 
-In the step the selected sources' windows are served several at once
-(``cdc_core.app.materialize``); then every source's selected checks are judged together
-(one Spark job per check kind, ``cdc_core.app.checks.judge_together``); then their
-exports are built. Each source stays on its own: a source that fails (damaged dumps, a
-drifted config, a held window) or whose blocking check fails never stops the others.
-Only the step's own thread reports to Dagster (its context is not thread-safe): the
-sources' progress is passed on from there, then each source's results. The step reports
-every other source's results, then fails naming the sources that failed. A source's
+The run's first step serves every source the run selects (``assets.run_serving``): their
+windows several at once (``cdc_core.app.materialize``); then every source's selected
+checks judged together (one Spark job per check kind,
+``cdc_core.app.checks.judge_together``); then their exports. Each step reports its own
+sources. Each source stays on its own: a source that fails (damaged dumps, a drifted
+config, a held window) or whose blocking check fails never stops the others.
+Only a step's own thread reports to Dagster (its context is not thread-safe): the
+sources' progress is passed on from there, then each source's results. A step reports
+every other source of its own, then fails naming those that failed. A source's
 export is left out when one of its blocking checks failed: a consumer never receives a
 stream the lake itself judged incomplete.
 """
@@ -26,16 +30,18 @@ import json
 import queue
 import time
 import traceback
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckKey,
     AssetCheckResult,
+    AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
     AssetsDefinition,
+    AssetSpec,
     BackfillPolicy,
     MaterializeResult,
     Output,
@@ -49,6 +55,7 @@ from assets.cdcv2_export import export_key, export_spec, export_windows_of, repo
 from assets.checks import CheckReports, check_specs, checks_to_judge, report_judged
 from assets.partitions import contiguous_windows
 from assets.reader_checks import READERS_CHECK, judge_readers, readers_spec
+from assets.run_serving import RunServing, Selection
 from assets.source_assets import (
     ARRIVALS_TAG,
     log_phase,
@@ -74,8 +81,14 @@ from cdc_core.config import Config, SourceConfig
 from cdc_core.phases import PhaseEvent, observing
 from resources.lake import LakeResource
 
-# The one op (and step) of every source's assets.
+# The name of the op (and step) of the sources' assets: ``sources`` for a deployment of
+# one op, ``sources_01``, ``sources_02``, ... for more.
 SOURCES_STEP = "sources"
+
+# Sources per op. Dagster's work for each output of a step grows with the step's outputs
+# and keys (about fifteen of each per source): 200 sources in one step took 100 s to
+# report, in steps of 16 they take about a third of that (docs/guides/many-topics.md).
+SOURCES_PER_STEP = 16
 
 Event = MaterializeResult | AssetCheckResult | AssetCheckEvaluation | Output
 
@@ -114,18 +127,56 @@ def picked_sources(
 
 def deployment_assets(
     config: Config, partitions: TimeWindowPartitionsDefinition
-) -> AssetsDefinition:
-    """The multi-asset of every source's tables, checks and CDCv2 export."""
-    specs, checks = [], []
-    for source in config.sources:
+) -> list[AssetsDefinition]:
+    """Every source's tables, checks and CDCv2 export: one multi-asset (and step) per
+    ``SOURCES_PER_STEP`` sources in config order, served once for the whole run
+    (``assets.run_serving``)."""
+    groups = [config.sources[i : i + SOURCES_PER_STEP]
+              for i in range(0, len(config.sources), SOURCES_PER_STEP)]  # fmt: skip
+    defined = [_source_specs(config, group) for group in groups]
+    every = Selection(
+        frozenset(spec.key for specs, _ in defined for spec in specs),
+        frozenset(check.key for _, checks in defined for check in checks),
+    )
+    serving: RunServing[SourceServed] = RunServing()
+    width = len(str(len(groups)))
+    return [
+        _step_assets(config, partitions, specs, checks, every, serving,
+                     SOURCES_STEP if len(groups) == 1 else f"{SOURCES_STEP}_{k:0{width}d}")
+        for k, (specs, checks) in enumerate(defined, 1)
+    ]  # fmt: skip
+
+
+def _source_specs(
+    config: Config, sources: Sequence[SourceConfig]
+) -> tuple[list[AssetSpec], list[AssetCheckSpec]]:
+    """The sources' tables and exports as asset specs, and their checks."""
+    specs: list[AssetSpec] = []
+    checks: list[AssetCheckSpec] = []
+    for source in sources:
         specs += table_specs(config, source)
         if exportable(source.output_schema):
             specs.append(export_spec(source))
         checks += [*check_specs(config, source), readers_spec(config, source)]
+    return specs, checks
+
+
+def _step_assets(
+    config: Config,
+    partitions: TimeWindowPartitionsDefinition,
+    specs: list[AssetSpec],
+    checks: list[AssetCheckSpec],
+    every: Selection,
+    serving: RunServing["SourceServed"],
+    name: str,
+) -> AssetsDefinition:
+    """The multi-asset of some sources' tables, checks and exports: its step reports the
+    sources it owns, which the run's first step served with every other source of the
+    run."""
     reports = CheckReports()
 
     @multi_asset(
-        name=SOURCES_STEP,
+        name=name,
         specs=specs,
         check_specs=checks,
         partitions_def=partitions,
@@ -135,7 +186,9 @@ def deployment_assets(
     def sources(
         context: AssetExecutionContext, pyspark: PySparkResource, lake: LakeResource
     ) -> Iterator[Event]:
-        picked = picked_sources(context.selected_asset_keys, context.selected_asset_check_keys)
+        own = picked_sources(context.selected_asset_keys, context.selected_asset_check_keys)
+        run_wide = every.of_run(context.run)
+        picked = {**picked_sources(run_wide.assets, run_wide.checks), **own}
         spark = pyspark.spark_session
         # A run of checks alone may have no partition (nor windows to run).
         windowed = any(of.tables or of.export for of in picked.values())
@@ -158,28 +211,31 @@ def deployment_assets(
             while not progress.empty():
                 log_phase(context, config, progress.get())
 
+        def serve(names: list[str]) -> Iterator[Served[SourceServed]]:
+            with observing(progress.put):
+                finish = functools.partial(finish_sources, spark, config)
+                yield from serve_together(
+                    spark, config, names, open_step, idle=pass_on_progress, finish=finish
+                )
+
         failed: list[str] = []
-        with observing(progress.put):
-            finish = functools.partial(finish_sources, spark, config)
-            for served in serve_together(
-                spark, config, list(picked), open_step, idle=pass_on_progress, finish=finish
-            ):
-                pass_on_progress()
-                try:
-                    if served.failure is not None:
-                        raise served.failure
-                    assert served.result is not None
-                    failed += yield from served.result.report(context, reports)
-                except Exception as failure:
-                    if isinstance(failure, STATED_ERRORS):  # its message says what and where
-                        context.log.error(f"{served.source} failed: {failure}")
-                    else:
-                        trace = "".join(traceback.format_exception(failure))
-                        context.log.error(f"{served.source} failed:\n{trace}")
-                    failed.append(f"{served.source}: {type(failure).__name__}: {failure}")
+        for served in serving.for_step(context.run_id, own, picked, serve):
+            pass_on_progress()
+            try:
+                if served.failure is not None:
+                    raise served.failure
+                assert served.result is not None
+                failed += yield from served.result.report(context, reports)
+            except Exception as failure:
+                if isinstance(failure, STATED_ERRORS):  # its message says what and where
+                    context.log.error(f"{served.source} failed: {failure}")
+                else:
+                    trace = "".join(traceback.format_exception(failure))
+                    context.log.error(f"{served.source} failed:\n{trace}")
+                failed.append(f"{served.source}: {type(failure).__name__}: {failure}")
         if failed:
             raise SourcesFailed(
-                f"{len(failed)} of {len(picked)} source(s) failed; the others' results are "
+                f"{len(failed)} of {len(own)} source(s) failed; the others' results are "
                 "reported:\n" + "\n".join(failed)
             )
 

@@ -66,7 +66,7 @@ def windows_definitions(config: Config, now_ms: int) -> Definitions:
         ),
     )
     return Definitions(
-        assets=[deployment_assets(config, partitions)],
+        assets=deployment_assets(config, partitions),
         jobs=[job],
         resources={
             "pyspark": spark_resource(

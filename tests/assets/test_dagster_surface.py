@@ -379,12 +379,16 @@ def test_a_ui_pick_of_one_sources_tables_runs_that_source_alone(
     assert sorted(p.name for p in config.lake.iterdir()) == [MIRROR]
 
 
+@pytest.mark.parametrize("per_step", [2, 1], ids=["one step", "a step per source"])
 def test_a_source_that_fails_leaves_the_others_exact_and_the_run_names_it(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_step: int
 ) -> None:
     """``users`` cannot be opened (a rebuild's swap was cut short: every open refuses
     it) and comes first in the config; ``mirror`` still runs whole (tables, checks,
-    export) and equals the rows by hand, then the step fails naming ``users`` alone."""
+    export) and equals the rows by hand, then the step of ``users`` fails naming it
+    alone. With a step per source, the run's first step serves both sources (every phase
+    is logged there) and the other only reports."""
+    monkeypatch.setattr("assets.deployment.SOURCES_PER_STEP", per_step)
     config = two_sources(tmp_path)
     marker = config.lake / ".rebuild" / f"{SOURCE}.swap"
     marker.parent.mkdir(parents=True)
@@ -405,7 +409,12 @@ def test_a_source_that_fails_leaves_the_others_exact_and_the_run_names_it(
     assert set(evaluations) == EXPECTED_CHECKS and all(e.passed for e in evaluations.values())
     (failure,) = [event for event in result.all_events if event.is_step_failure]
     message = failure.step_failure_data.error.cause.message  # under Dagster's own wrapper
-    assert message.startswith("assets.deployment.SourcesFailed: 1 of 2 source(s) failed")
+    assert message.startswith(f"assets.deployment.SourcesFailed: 1 of {per_step} source(s) failed")
+    steps = {e.step_key for e in result.all_events if e.is_step_success or e.is_step_failure}
+    assert steps == ({"sources"} if per_step == 2 else {"sources_1", "sources_2"})
+    first = next(e.step_key for e in result.all_events if e.is_step_start)
+    phases = {e.step_key for e in instance.all_logs(result.run_id) if " done in " in e.user_message}
+    assert phases == {first}, phases
     assert f"{SOURCE}: RebuildUnfinished" in message and MIRROR not in message
     # A named error is logged as one line that says what failed, never as a trace.
     errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.ERROR]
