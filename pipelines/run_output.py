@@ -23,7 +23,6 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -100,6 +99,12 @@ class RunProgress:
         return sum(self.done.values())
 
 
+# Up to this many sources, a run shows a bar (or a line) per source; beyond it one bar for
+# them all on a terminal, and a line per tenth of them written elsewhere: two hundred
+# bars fit no terminal, and two hundred lines bury what went wrong.
+BARS_UP_TO = 12
+
+
 @contextmanager
 def progress_bar(config: Config, windows: int, console: Console | None = None) -> Iterator[None]:
     """Progress of a run over ``windows`` windows of every source of ``config``: bars on a
@@ -113,16 +118,23 @@ def progress_bar(config: Config, windows: int, console: Console | None = None) -
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
     with Progress(*columns, console=console) as bar:
-        tasks = {name: bar.add_task(f"{name}: waiting", total=windows) for name in counts.done}
-        overall = _overall_task(bar, len(tasks) * windows, len(tasks))
+        sources = len(counts.done)
+        tasks = ({name: bar.add_task(f"{name}: waiting", total=windows) for name in counts.done}
+                 if sources <= BARS_UP_TO else {})  # fmt: skip
+        overall = (bar.add_task(f"{sources} sources: waiting", total=sources * windows)
+                   if sources > 1 else None)  # fmt: skip
 
         def show(event: PhaseEvent) -> None:
-            task = tasks.get(event.source)
-            if task is None:
+            if event.source not in counts.done:
                 return
-            bar.update(task, description=f"{event.source}: {event.name}")
+            task = tasks.get(event.source)  # a task id may be 0
+            if task is not None:
+                bar.update(task, description=f"{event.source}: {event.name}")
+            elif overall is not None:
+                bar.update(overall, description=f"{sources} sources: {event.name}")
             if counts.heard(event):
-                bar.update(task, completed=counts.done[event.source])
+                if task is not None:
+                    bar.update(task, completed=counts.done[event.source])
                 if overall is not None:
                     bar.update(overall, completed=counts.total_done)
 
@@ -130,16 +142,20 @@ def progress_bar(config: Config, windows: int, console: Console | None = None) -
             yield
 
 
-def _overall_task(bar: Progress, total: int, sources: int) -> TaskID | None:
-    """The whole run's bar (with its time left), when there is more than one source."""
-    return bar.add_task("all sources: windows written", total=total) if sources > 1 else None
-
-
 def _plain_line(console: Console, counts: RunProgress, event: PhaseEvent) -> None:
-    """One line as a source's windows are all written, for output that is no terminal."""
-    if counts.heard(event) and counts.done[event.source] == counts.windows:
+    """A line as a source's windows are all written, for output that is no terminal; with
+    more than ``BARS_UP_TO`` sources, a line as each further tenth of them is."""
+    if not (counts.heard(event) and counts.done[event.source] == counts.windows):
+        return
+    sources = len(counts.done)
+    if sources <= BARS_UP_TO:
         console.print(f"{event.source}: {counts.windows}/{counts.windows} windows written",
                       highlight=False)  # fmt: skip
+        return
+    written = sum(done == counts.windows for done in counts.done.values())
+    if written * 10 // sources > (written - 1) * 10 // sources:
+        console.print(f"{written}/{sources} sources: {counts.windows}/{counts.windows} "
+                      "windows written", highlight=False)  # fmt: skip
 
 
 def print_problems(result: ExecuteInProcessResult, console: Console | None = None) -> None:

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from cdc_core.config import parse_config
 from cdc_core.phases import phase
 from pipelines.cli import main
-from pipelines.run_output import progress_bar
-from tests.assets.test_dagster_surface import SOURCE, deployment
+from pipelines.run_output import BARS_UP_TO, progress_bar
+from tests.assets.test_dagster_surface import SOURCE, deployment, deployment_data
 
 COMMANDS = (["sample"], ["materialize"], ["inspect"], ["retire"], ["snapshot"], ["readers"],
             ["rebuild"], ["demo"], ["config", "check"])
@@ -50,3 +51,30 @@ def test_the_progress_draws_bars_on_a_terminal_and_plain_lines_elsewhere(tmp_pat
             assert f"{SOURCE}: publish state" in drawn and "3/3" in drawn
         else:  # one line, said once, with no terminal codes
             assert drawn == f"{SOURCE}: 3/3 windows written\n"
+
+
+def test_many_sources_show_one_bar_and_a_line_per_tenth_of_them(tmp_path: Path) -> None:
+    """Beyond ``BARS_UP_TO`` sources, a terminal draws one bar for them all (naming the
+    phase last heard) and plain output a line as each further tenth of the sources has
+    all its windows written."""
+    data = deployment_data()
+    names = [f"t{i:02d}" for i in range(BARS_UP_TO + 8)]
+    data["sources"] = [{**data["sources"][0], "name": name, "topic": name} for name in names]
+    config = parse_config(data, tmp_path)
+    for terminal in (True, False):
+        out = io.StringIO()
+        console = Console(file=out, force_terminal=terminal, width=100)
+        with progress_bar(config, 2, console):
+            for name in names:
+                with phase(name, "publish state"):
+                    pass
+        drawn = out.getvalue()
+        if terminal:
+            assert f"{len(names)} sources: publish state" in drawn
+            assert f"{2 * len(names)}/{2 * len(names)}" in drawn
+            assert not any(name in drawn for name in names)
+        else:
+            assert drawn.splitlines() == [
+                f"{written}/{len(names)} sources: 2/2 windows written"
+                for written in (2, 4, 6, 8, 10, 12, 14, 16, 18, 20)
+            ]
