@@ -17,6 +17,7 @@ import posixpath
 import time
 import uuid
 from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,8 @@ EXPORT_ENCODING = Encoding.JSON
 # after an export's reader registration is judged by that registration's lease instead.
 ABANDONED_AFTER_S = 6 * 3600
 EXPORT_READER = "cdcv2-export-"
+# Threads that register (and release) the exports' holds on each source's ``changes``.
+HOLD_THREADS = 4
 PUBLISH_ATTEMPTS = 20
 
 
@@ -417,35 +420,58 @@ def export_sources(
     outcomes: dict[int, SourceExport | Exception] = {}
     asked: dict[int, ShardExport] = {}
     rows = 0  # what the exports read: it plans their queries
-    with ExitStack() as leases:
-        for index, (pipeline, windows) in enumerate(runs):
-            ordered = sorted(windows, key=lambda w: w.start)
-            first = ordered[0].start
-            try:
-                since = TimeFrontier.at(first).join(pipeline.changes.refresh().since)
-                leases.enter_context(reading(pipeline.changes, reader, since.time or 0, lease_ms))
-                # From the shard's since, the export reads the snapshot there too.
-                from_since = pipeline.changes.since == TimeFrontier.at(first + 1)
-                after = {} if from_since else {"changes": first}
-                rows += pipeline.reader.rows_to_read("changes", after=after)
-            except Exception as failure:  # noqa: BLE001 - that source's own failure
-                outcomes[index] = failure
-                continue
-            root = pipeline.root / EXPORT_FOLDER
-            asked[index] = ShardExport(pipeline.changes, root, ordered, reader)
-        if asked:
-            spark = runs[next(iter(asked))][0].spark
-            name = runs[0][0].source.name if len(runs) == 1 else ALL_SOURCES
-            with (
-                planned_as(spark, is_small_step(rows), config.spark.conf),
-                phase(name, "export CDCv2") as figures,
-            ):
-                exported = export_together(spark, list(asked.values()))
-                figures["sources"] = len(asked)
-            for index, windows_exported in zip(asked, exported, strict=True):
-                pipeline = runs[index][0]
-                outcomes[index] = (
-                    windows_exported if isinstance(windows_exported, Exception)
-                    else SourceExport(pipeline.source.name, asked[index].root, windows_exported)
-                )  # fmt: skip
+    holds: list[ExitStack] = []
+    # Each hold is a commit to its source's log: a pool of threads registers them, and
+    # releases them, side by side.
+    with ThreadPoolExecutor(HOLD_THREADS, thread_name_prefix="reclock-export") as pool:
+        try:
+            held = pool.map(lambda run: _held(run, reader, lease_ms), runs)
+            for index, outcome in enumerate(held):
+                if isinstance(outcome, Exception):  # that source's own failure
+                    outcomes[index] = outcome
+                    continue
+                hold, asked[index], source_rows = outcome
+                holds.append(hold)
+                rows += source_rows
+            if asked:
+                spark = runs[next(iter(asked))][0].spark
+                name = runs[0][0].source.name if len(runs) == 1 else ALL_SOURCES
+                with (
+                    planned_as(spark, is_small_step(rows), config.spark.conf),
+                    phase(name, "export CDCv2") as figures,
+                ):
+                    exported = export_together(spark, list(asked.values()))
+                    figures["sources"] = len(asked)
+                for index, windows_exported in zip(asked, exported, strict=True):
+                    pipeline = runs[index][0]
+                    outcomes[index] = (
+                        windows_exported if isinstance(windows_exported, Exception)
+                        else SourceExport(pipeline.source.name, asked[index].root,
+                                          windows_exported)
+                    )  # fmt: skip
+        finally:
+            list(pool.map(ExitStack.close, holds))
     return [outcomes[index] for index in range(len(runs))]
+
+
+def _held(
+    run: ExportRun, reader: str, lease_ms: int
+) -> tuple[ExitStack, ShardExport, int] | Exception:
+    """The source's ``changes`` held for its export (from its first window on): the
+    hold (to close when the export ends), what to export, and the rows it reads; or the
+    source's own failure, with nothing held."""
+    pipeline, windows = run
+    ordered = sorted(windows, key=lambda w: w.start)
+    first = ordered[0].start
+    try:
+        with ExitStack() as hold:
+            since = TimeFrontier.at(first).join(pipeline.changes.refresh().since)
+            hold.enter_context(reading(pipeline.changes, reader, since.time or 0, lease_ms))
+            # From the shard's since, the export reads the snapshot there too.
+            from_since = pipeline.changes.since == TimeFrontier.at(first + 1)
+            after = {} if from_since else {"changes": first}
+            rows = pipeline.reader.rows_to_read("changes", after=after)
+            export = ShardExport(pipeline.changes, pipeline.root / EXPORT_FOLDER, ordered, reader)
+            return hold.pop_all(), export, rows
+    except Exception as failure:  # noqa: BLE001 - that source's own failure
+        return failure
