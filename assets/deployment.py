@@ -19,7 +19,7 @@ sources. Each source stays on its own: a source that fails (damaged dumps, a dri
 config, a held window) or whose blocking check fails never stops the others.
 Only a step's own thread reports to Dagster (its context is not thread-safe): the
 sources' progress is passed on from there, then each source's results. A step reports
-every other source of its own, then fails naming those that failed. A source's
+each of its sources that did not fail, then fails naming those that did. A source's
 export is left out when one of its blocking checks failed: a consumer never receives a
 stream the lake itself judged incomplete.
 """
