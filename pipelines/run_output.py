@@ -121,7 +121,9 @@ def progress_bar(config: Config, windows: int, console: Console | None = None) -
         sources = len(counts.done)
         tasks = ({name: bar.add_task(f"{name}: waiting", total=windows) for name in counts.done}
                  if sources <= BARS_UP_TO else {})  # fmt: skip
-        overall = (bar.add_task(f"{sources} sources: waiting", total=sources * windows)
+        # With a bar per source the overall one counts windows; alone, it names the phase.
+        first = "windows written" if tasks else "waiting"
+        overall = (bar.add_task(f"{sources} sources: {first}", total=sources * windows)
                    if sources > 1 else None)  # fmt: skip
 
         def show(event: PhaseEvent) -> None:

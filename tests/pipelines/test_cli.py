@@ -78,3 +78,20 @@ def test_many_sources_show_one_bar_and_a_line_per_tenth_of_them(tmp_path: Path) 
                 f"{written}/{len(names)} sources: 2/2 windows written"
                 for written in (2, 4, 6, 8, 10, 12, 14, 16, 18, 20)
             ]
+
+
+def test_a_few_sources_show_a_bar_each_and_one_counting_them_all(tmp_path: Path) -> None:
+    """Up to ``BARS_UP_TO`` sources, each has its bar naming its phase, and the overall
+    bar counts every source's windows written."""
+    data = deployment_data()
+    names = ["a", "b", "c"]
+    data["sources"] = [{**data["sources"][0], "name": name, "topic": name} for name in names]
+    out = io.StringIO()
+    with progress_bar(parse_config(data, tmp_path), 2, Console(file=out, force_terminal=True,
+                                                                 width=100)):  # fmt: skip
+        for name in names:
+            with phase(name, "publish state"):
+                pass
+    drawn = out.getvalue()
+    assert all(f"{name}: publish state" in drawn for name in names)
+    assert "3 sources: windows written" in drawn and "6/6" in drawn
