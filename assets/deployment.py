@@ -69,6 +69,7 @@ from cdc_core.app.export import ExportRun, SourceExport, export_sources, exporta
 from cdc_core.app.materialize import (
     LandedDumps,
     MaterializedWindows,
+    RegisteredAhead,
     Served,
     SourceRun,
     materialize_windows,
@@ -291,6 +292,11 @@ class SourceStep:
         if self.pipeline is None:
             return []
         return self.pipeline.landed_dumps(self.run.now_ms, self.run.arrived)
+
+    def registered_ahead(self, registered: RegisteredAhead) -> None:
+        """What the run registered before serving it: its windows' registration skips it."""
+        if self.pipeline is not None:
+            self.pipeline.registered_ahead(registered)
 
     def binding(self) -> SourceRun | None:
         """Its windows, to bind with the run's other sources' (a run of one range only)."""

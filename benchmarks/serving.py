@@ -26,6 +26,7 @@ from benchmarks.sources import Case
 from cdc_core.app.materialize import (
     SOURCE_WORKERS,
     LandedDumps,
+    RegisteredAhead,
     materialize_windows,
     serve_together,
 )
@@ -50,6 +51,10 @@ class Window:
     def landed_dumps(self) -> list[LandedDumps]:
         """What the window registers first."""
         return self.pipeline.landed_dumps(arrival_ms=int(time.time() * 1000))
+
+    def registered_ahead(self, registered: RegisteredAhead) -> None:
+        """What the run registered first: the window's registration skips it."""
+        self.pipeline.registered_ahead(registered)
 
     def binding(self) -> tuple[SourcePipeline, Windows]:
         """The window, to bind with the other sources'."""

@@ -73,6 +73,11 @@ DEFAULT_CONF: dict[str, str] = {
     # gateway round trips and a walk of the Python stack per call, half the gateway calls
     # of a run (2,800 per warm window, 1,260 without). reclock names its own errors.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # How long the driver JVM waits for its Python side to connect to a socket it opened
+    # to hand over results (a collect, a frame built from local rows); 15 s by default. On
+    # a machine loaded past its cores the Python side was seen to take longer, and the
+    # JVM's closing the socket failed the run ("Connection reset by peer").
+    "spark.python.authenticate.socketTimeout": "120s",
 }
 
 

@@ -33,7 +33,7 @@ from typing import Generic, Protocol, TypeVar
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig
-from cdc_core.ingest.registering import LandedDumps, register_landed
+from cdc_core.ingest.registering import LandedDumps, RegisteredAhead, register_landed
 from cdc_core.phases import ALL_SOURCES, phase
 from cdc_core.reclock import Windows
 from cdc_core.source import RunsTogether, SourcePipeline, SourceStatus, WindowReport
@@ -108,6 +108,11 @@ class SourceWork(Protocol[T_co]):
 
     def landed_dumps(self) -> Sequence[LandedDumps]:
         """What serving it registers first (see ``SourcePipeline.landed_dumps``)."""
+        ...
+
+    def registered_ahead(self, registered: RegisteredAhead) -> None:
+        """What the run registered before serving it: its registration skips that (see
+        ``SourcePipeline.registered_ahead``)."""
         ...
 
     def binding(self) -> SourceRun | None:
@@ -212,10 +217,11 @@ def register_together(spark: SparkSession, works: Sequence[SourceWork[object]]) 
     """Register the new dumps of every source of a run in one scan (each registry once:
     a transaction group's members list the same ones), before any source is served.
 
-    Only a shortcut: each source registers its own dumps again as it is served, which
-    finds them registered and costs no job. So what fails here (a registry that cannot be
-    read or refuses a changed dump, a scan that cannot read a dump) is left for the
-    sources concerned to meet, and report as their own failure, when they register."""
+    Only a shortcut: each source is handed what was registered here
+    (``RegisteredAhead``), and registers as it is served what that does not cover. So
+    what fails here (a registry that cannot be read or refuses a changed dump, a scan
+    that cannot read a dump) is left for the sources concerned to meet, and report as
+    their own failure, when they register."""
     with phase(ALL_SOURCES, "register dumps") as figures:
         landed: dict[str, LandedDumps] = {}
         for work in works:
@@ -223,11 +229,15 @@ def register_together(spark: SparkSession, works: Sequence[SourceWork[object]]) 
                 landed.update((e.registry.files_path, e) for e in work.landed_dumps())
             except Exception:  # noqa: BLE001, S112 - the source meets it when it registers
                 continue
+        entries = list(landed.values())
         try:
-            registered = register_landed(spark, list(landed.values()))
+            registered = register_landed(spark, entries)
+            ahead = RegisteredAhead.of(entries, registered)
         except Exception:  # noqa: BLE001 - each source meets it again when it registers
-            registered = []
+            registered, ahead = [], RegisteredAhead()
         figures["files"] = sum(outcome.files for outcome in registered)
+    for work in works:
+        work.registered_ahead(ahead)
 
 
 def _split_when_bound(unit: Opened[T], reclocked: set[str]) -> list[Opened[T]]:

@@ -54,6 +54,40 @@ class Registered:
     failure: Exception | None = None
 
 
+@dataclass(frozen=True)
+class RegisteredAhead:
+    """The dumps a run registered before serving its sources, per registry (by its
+    table's location): each registry's landed dumps as the run registered them, those of
+    registries that refused or failed left out.
+
+    Why: a member of a transaction group registers every registry of its group, so a run
+    serving a group of N members would read N registries N times over, though the run
+    registered them all at once before serving any. A source served afterwards skips a
+    registry whose dumps it lists are all here: registering them again would find none
+    new and refuse none, being the same files (path, size, mtime) against a registry
+    that only grows.
+
+    Invariant: only a registry whose registration succeeded is here, with the dumps it
+    was given; a dump listed since, or a registry that failed, is registered (and its
+    failure met) by the source as it is served."""
+
+    dumps: Mapping[str, frozenset[DumpFile]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, landed: Sequence[LandedDumps], outcomes: Sequence[Registered]) -> RegisteredAhead:
+        """What registering ``landed`` together gave ``outcomes`` (in order)."""
+        return cls({
+            entry.registry.files_path: frozenset(entry.dumps)
+            for entry, outcome in zip(landed, outcomes, strict=True)
+            if outcome.failure is None
+        })  # fmt: skip
+
+    def covers(self, entry: LandedDumps) -> bool:
+        """Whether every dump of ``entry`` was registered in its registry ahead."""
+        held = self.dumps.get(entry.registry.files_path)
+        return held is not None and held.issuperset(entry.dumps)
+
+
 def register_landed(spark: SparkSession, landed: Sequence[LandedDumps]) -> list[Registered]:
     """Register the new ones of each registry's landed dumps (one scan job for all of
     them); what each gave, in order. A failure of the scan itself (a dump gone since it was

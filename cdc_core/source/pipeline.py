@@ -37,7 +37,12 @@ from cdc_core.envelopes.upsert_together import UpsertSource
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
 from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
 from cdc_core.ingest.landing_watch import LandingWatch
-from cdc_core.ingest.registering import LandedDumps, register_landed
+from cdc_core.ingest.registering import (
+    LandedDumps,
+    Registered,
+    RegisteredAhead,
+    register_landed,
+)
 from cdc_core.phases import phase
 from cdc_core.reclock import HeldPartition, Windows, frontier_at, held_partitions, reclock_windows
 from cdc_core.reclock.reclocking import RangeToReclock, ReclockedRange, ReclockedWindows
@@ -176,6 +181,8 @@ class SourcePipeline:
         self.upstream = UpstreamCommit(self.root / "upstream")
         # The landing zone as ``input_bytes`` listed it, for the next registration.
         self._sized: list[list[DumpFile]] | None = None
+        # What the run registered before serving the source: its next registration skips it.
+        self._registered_ahead = RegisteredAhead()
         # What a joint binding prepared for the next run: its reads and its bindings.
         self._reads: CanonicalReads | None = None
         self._bound: dict[Windows, RangeBindings] = {}
@@ -222,17 +229,28 @@ class SourcePipeline:
         Returns how many of the source's own files were new (none when the run registered
         them with other sources' beforehand: see ``landed_dumps``)."""
         with phase(self.source.name, "register dumps") as figures:
-            landed = self.landed_dumps(arrival_ms, arrived)
+            ahead, self._registered_ahead = self._registered_ahead, RegisteredAhead()
+            landed = [e for e in self.landed_dumps(arrival_ms, arrived) if not ahead.covers(e)]
             self._sized = None
-            with planned_for_input(
-                self.spark, _new_bytes(landed), self.config.spark.conf
-            ):  # a scheduled run's dump is small: its scan (a cold process's first job) too
-                registered = register_landed(self.spark, landed)
+            registered: list[Registered] = []
+            if landed:
+                with planned_for_input(
+                    self.spark, _new_bytes(landed), self.config.spark.conf
+                ):  # a scheduled run's dump is small: its scan (a cold process's first job) too
+                    registered = register_landed(self.spark, landed)
             for outcome in registered:
                 if outcome.failure is not None:
                     raise outcome.failure
-            figures["files"] = registered[0].files
+            own = [o.files for e, o in zip(landed, registered, strict=True)
+                   if e.registry is self.registry]  # fmt: skip
+            figures["files"] = own[0] if own else 0
         return figures["files"]
+
+    def registered_ahead(self, registered: RegisteredAhead) -> None:
+        """What the run registered before serving the source (with other sources' dumps):
+        its next registration, and whether it has dumps to register first
+        (``binding_ahead``), skip the registries it covers."""
+        self._registered_ahead = registered
 
     def landed_dumps(
         self, arrival_ms: int, arrived: Mapping[str, int] | None = None
@@ -368,6 +386,7 @@ class SourcePipeline:
         return any(
             entry.registry.unregistered([d.path for d in entry.dumps])
             for entry in self.landed_dumps(arrival_ms=0)
+            if not self._registered_ahead.covers(entry)
         )
 
     def bound_ahead(self, windows: Windows, bindings: RangeBindings) -> None:

@@ -7,14 +7,24 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from cdc_core.app.materialize import LandedDumps, Served, serve_together, serving_units
+from cdc_core.app.materialize import (
+    LandedDumps,
+    RegisteredAhead,
+    Served,
+    serve_together,
+    serving_units,
+)
 from cdc_core.config import Config, load_config, parse_config
 from cdc_core.ingest import DumpFileChanged, list_dump_files
+from cdc_core.ingest.dumps import DumpFile
+from cdc_core.ingest.registry import Registry
 from cdc_core.phases import ALL_SOURCES, PhaseEvent, observing
 from cdc_core.source import SourcePipeline
 from pipelines.sample import write_sample
@@ -64,6 +74,9 @@ class Work:
 
     def landed_dumps(self) -> list:
         return []
+
+    def registered_ahead(self, registered: RegisteredAhead) -> None:
+        pass
 
     def binding(self) -> None:
         return None
@@ -165,6 +178,9 @@ class Registering:
     def landed_dumps(self) -> list[LandedDumps]:
         return self.pipeline.landed_dumps(self.now_ms)
 
+    def registered_ahead(self, registered: RegisteredAhead) -> None:
+        self.pipeline.registered_ahead(registered)
+
     def binding(self) -> None:
         return None
 
@@ -173,11 +189,21 @@ class Registering:
 
 
 def test_a_runs_new_dumps_are_registered_together_and_a_refusal_stays_its_sources(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every registry of the run (each source's, and the transaction topic's once) is
-    registered before any source is served, so no source finds a new dump of its own;
-    a source whose registered dump changed fails alone, and the others are registered."""
+    registered before any source is served, so no source finds a new dump of its own,
+    and no source reads a registry so registered again (a group's members would each
+    read every registry of the group); a source whose registered dump changed fails
+    alone, and the others are registered."""
+    asked: Counter[str] = Counter()  # registry -> times asked for its new files
+    new_files = Registry.new_files
+
+    def counted(registry: Registry, files: Iterable[DumpFile]) -> list[DumpFile]:
+        asked[registry.files_path] += 1
+        return new_files(registry, files)
+
+    monkeypatch.setattr(Registry, "new_files", counted)
     config = load_config(write_sample(tmp_path))
     now = config.start_ms + 100 * config.window_ms
     broken = config.source("clicks")
@@ -211,3 +237,8 @@ def test_a_runs_new_dumps_are_registered_together_and_a_refusal_stays_its_source
         if source is not broken:
             registry = SourcePipeline.from_config(spark, config, source).registry
             assert {f.path for f in registry.files()} == landed[source.topic]
+    # Once each, at the run's registration (and first, alone, the broken source's), and
+    # again only where that failed: the broken source's, as it is served.
+    clicks = SourcePipeline.from_config(spark, config, broken).registry.files_path
+    assert asked == {path: 3 if path == clicks else 1 for path in asked}
+    assert len(asked) == len(config.sources) + len(config.transactions)
