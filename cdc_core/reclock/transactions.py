@@ -41,6 +41,7 @@ transactions reach the driver; records stay on the executors.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -74,6 +75,7 @@ from cdc_core.reclock.remap import (
     propose_frontiers,
 )
 from cdc_core.shard import Shard
+from cdc_core.shard.log import LogMark, log_mark
 from cdc_core.storage import LocationLike, located
 from cdc_core.vocabulary import ReclockPolicy
 
@@ -162,6 +164,39 @@ class Member:
 
 # The shards of a group, under its folder: its bindings, and the transactions admitted.
 GROUP_TABLES = ("bindings", "admitted")
+
+
+class PendingSeen:
+    """What ``TransactionGroupBinder.pending`` found in this process for one group (by
+    its root and timeout), per window end (None: not bound), and the marks of the group's
+    tables when it looked.
+
+    Invariant: an answer is given again only while every table it was read from stands
+    at the mark it had (``log_mark``: a commit, or a table put in another's place, moves
+    it); the transaction topic's dumps never change once landed."""
+
+    _groups: dict[tuple[str, int], PendingSeen] = {}
+    _groups_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._marks: tuple[LogMark | None, ...] = ()
+        self._known: dict[int, PendingTransactions | None] = {}
+
+    @classmethod
+    def of(cls, root: str, timeout_ms: int) -> PendingSeen:
+        """The process's one record of the group at ``root`` with ``timeout_ms``."""
+        with cls._groups_lock:
+            return cls._groups.setdefault((root, timeout_ms), cls())
+
+    def holding(self, tables: Sequence[str]) -> dict[int, PendingTransactions | None]:
+        """The answers that still hold, with ``tables`` (the group's) as they stand now;
+        the caller holds ``lock`` and adds what it finds."""
+        known = self._marks or (None,) * len(tables)
+        marks = tuple(log_mark(t, k) for t, k in zip(tables, known, strict=True))
+        if marks != self._marks:
+            self._marks, self._known = marks, {}
+        return self._known
 
 
 class TransactionGroupBinder:
@@ -449,8 +484,27 @@ class TransactionGroupBinder:
         """Per window end the group has bound: the transactions the transaction topic
         announced (a BEGIN or END before the end) that its binding has not admitted;
         ``overdue`` names (at most MAX_OVERDUE of) those announced more than the group's
-        timeout before the end. The topic is read from the earliest end's open mark on:
-        every record of a transaction waiting at an end lies at or above its mark."""
+        timeout before the end.
+
+        Every member asks it of the same windows (its window report, its transactions
+        check): 400 times a window for a group of 200 tables, each a Spark job when a
+        transaction is open. The answer depends on the group's tables alone, so the
+        process finds it once per group and window while they stay as they were
+        (``PendingSeen``)."""
+        tables = (self.bindings.path, self.admitted.path, self.registry.files_path,
+                  self.registry.retired_path)  # fmt: skip
+        seen = PendingSeen.of(str(self.root), self.timeout_ms)
+        with seen.lock:  # members asking at once: the first finds it, the others reuse it
+            known = seen.holding(tables)
+            missing = [end for end in ends if end not in known]
+            if missing:
+                found = self._pending(missing)
+                known.update({end: found.get(end) for end in missing})
+            return {end: p for end in ends if (p := known[end]) is not None}
+
+    def _pending(self, ends: Sequence[int]) -> dict[int, PendingTransactions]:
+        """``pending`` found anew. The topic is read from the earliest end's open mark
+        on: every record of a transaction waiting at an end lies at or above its mark."""
         upper = self.bindings.refresh().upper.time
         ends = [end for end in ends if upper is None or end < upper]
         if not ends:

@@ -19,6 +19,7 @@ The scenario (1m windows from T0; every member binds by event time):
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,8 +27,12 @@ import pytest
 import yaml
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, build_sensor_context
 from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from cdc_core.config import load_config
+from cdc_core.reclock.transactions import TransactionGroupBinder
+from cdc_core.source import SourcePipeline
+from cdc_core.source.layout import transaction_binder
 from pipelines.build import build_definitions
 from pipelines.cli import main
 from pipelines.run import materialize
@@ -248,3 +253,34 @@ def test_inspect_shows_what_the_last_window_holds_back(
     printed = capsys.readouterr().out
     assert ("  transactions: 2 transaction(s) waiting (oldest announced "
             "2026-01-01T00:02:05Z); 2 overdue: T3, T4") in printed.splitlines()
+
+
+def test_members_share_one_answer_to_what_waits_until_a_group_table_moves(
+    lake: Path, tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every member asks what its group holds back at a window's end: the process finds
+    it once for them all, and again once a group table moved (here, a BEGIN of T5 at 200s
+    landed and registered on the transaction topic: at window 5's end it waits too)."""
+    shutil.copytree(lake.parent, tmp_path / "copy", ignore=shutil.ignore_patterns("dagster"))
+    config = load_config(tmp_path / "copy" / "reclock.yaml")
+    found: list[list[int]] = []
+    find = TransactionGroupBinder._pending
+
+    def counted(binder: TransactionGroupBinder, ends: list[int]) -> dict:
+        found.append(list(ends))
+        return find(binder, ends)
+
+    monkeypatch.setattr(TransactionGroupBinder, "_pending", counted)
+    orders, lines = (transaction_binder(spark, config, config.lake, name)
+                     for name in ("orders", "order_lines"))  # fmt: skip
+    end = T0 + 5 * 60 * S - 1
+    assert orders is not None and lines is not None
+    waiting = orders.pending([end])[end]
+    assert (waiting.count, waiting.overdue) == (2, ("T3", "T4"))
+    assert lines.pending([end]) == {end: waiting} and found == [[end]]
+
+    write_lines(config.landing / TXN_TOPIC / "late.json",
+                [record(TXN_TOPIC, 0, 9, 200 * S, None, begin("T5"))])  # fmt: skip
+    SourcePipeline.from_config(spark, config, config.source("orders")).register_dumps(T0)
+    assert lines.pending([end])[end].count == 3 and found == [[end], [end]]
+    assert orders.pending([end])[end].count == 3 and len(found) == 2
