@@ -68,6 +68,7 @@ from cdc_core.app.errors import STATED_ERRORS
 from cdc_core.app.export import ExportRun, SourceExport, export_sources, exportable
 from cdc_core.app.materialize import (
     LandedDumps,
+    ListedLanding,
     MaterializedWindows,
     RegisteredAhead,
     Served,
@@ -282,9 +283,10 @@ class SourceStep:
         self.open = functools.partial(open_source, spark, config, source, lake.root, lake.landing)
         self.pipeline = self.open() if picked.tables else None
 
-    def input_bytes(self) -> int:
-        """What its windows read (nothing when only its checks or export are picked)."""
-        return 0 if self.pipeline is None else self.pipeline.input_bytes()
+    def input_bytes(self, listed: ListedLanding) -> int:
+        """What its windows read (nothing when only its checks or export are picked),
+        the landing listed through ``listed``, which the run's sources share."""
+        return 0 if self.pipeline is None else self.pipeline.input_bytes(listed)
 
     def landed_dumps(self) -> list[LandedDumps]:
         """What its windows register first (nothing when only its checks or export are

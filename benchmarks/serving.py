@@ -26,6 +26,7 @@ from benchmarks.sources import Case
 from cdc_core.app.materialize import (
     SOURCE_WORKERS,
     LandedDumps,
+    ListedLanding,
     RegisteredAhead,
     materialize_windows,
     serve_together,
@@ -44,9 +45,9 @@ class Window:
     def __init__(self, pipeline: SourcePipeline, windows: Windows) -> None:
         self.pipeline, self.windows = pipeline, windows
 
-    def input_bytes(self) -> int:
+    def input_bytes(self, listed: ListedLanding) -> int:
         """What the window reads."""
-        return self.pipeline.input_bytes()
+        return self.pipeline.input_bytes(listed)
 
     def landed_dumps(self) -> list[LandedDumps]:
         """What the window registers first."""

@@ -126,8 +126,12 @@ def with_class_archive(options: str, archive: Path = CLASS_ARCHIVE) -> str:
 # in a fresh process without it (C2's compilations fight the run for 2 cores), while a
 # million records in 20 windows in one process ran 1.18x slower
 # (docs/design/2026-11-28-class-archive.md).
+# Compiling with C1 alone also shrinks the JVM's default code cache to 48 MB, which one
+# window of a 200-table transaction group filled ("CodeCache is full. Compiler has been
+# disabled": the rest of the run interpreted); it keeps the tiered default, 240 MB
+# (reserved address space: only what is compiled takes memory).
 # A config's own ``-XX:TieredStopAtLevel`` comes later in the options, and wins.
-QUICK_START_OPTIONS = "-XX:TieredStopAtLevel=1"
+QUICK_START_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def session_conf(

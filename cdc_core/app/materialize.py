@@ -33,7 +33,12 @@ from typing import Generic, Protocol, TypeVar
 from pyspark.sql import SparkSession
 
 from cdc_core.config import Config, SourceConfig
-from cdc_core.ingest.registering import LandedDumps, RegisteredAhead, register_landed
+from cdc_core.ingest.registering import (
+    LandedDumps,
+    ListedLanding,
+    RegisteredAhead,
+    register_landed,
+)
 from cdc_core.phases import ALL_SOURCES, phase
 from cdc_core.reclock import Windows
 from cdc_core.source import RunsTogether, SourcePipeline, SourceStatus, WindowReport
@@ -102,8 +107,9 @@ def materialize_windows(
 class SourceWork(Protocol[T_co]):
     """One source's part of a run, opened: what it reads, and serving it."""
 
-    def input_bytes(self) -> int:
-        """What serving it reads, in stored bytes (see ``SourcePipeline.input_bytes``)."""
+    def input_bytes(self, listed: ListedLanding) -> int:
+        """What serving it reads, in stored bytes, listing the landing through ``listed``,
+        which the run's sources share (see ``SourcePipeline.input_bytes``)."""
         ...
 
     def landed_dumps(self) -> Sequence[LandedDumps]:
@@ -178,8 +184,9 @@ def serve_together(
     done: queue.SimpleQueue[Served[T]] = queue.SimpleQueue()
     pool = ThreadPoolExecutor(max(1, min(workers, sources)), "reclock-source")
     try:
+        listed = ListedLanding() if together else None
         opened = _run_all(
-            pool, [functools.partial(_open_unit, unit, open_work, together) for unit in units], idle
+            pool, [functools.partial(_open_unit, unit, open_work, listed) for unit in units], idle
         )
         works = [ready for ready, _ in opened if ready]
         for _, failed in opened:
@@ -250,16 +257,17 @@ def _split_when_bound(unit: Opened[T], reclocked: set[str]) -> list[Opened[T]]:
 
 
 def _open_unit(
-    unit: list[str], open_work: Callable[[str], SourceWork[T]], sized: bool
+    unit: list[str], open_work: Callable[[str], SourceWork[T]], listed: ListedLanding | None
 ) -> tuple[Opened[T], list[Served[T]]]:
-    """Open each source of a unit (and size it, when ``sized``); a source that cannot be
-    opened fails alone (a group's members after it still open: each is its own source)."""
+    """Open each source of a unit (and size it, listing the landing through ``listed``,
+    when given); a source that cannot be opened fails alone (a group's members after it
+    still open: each is its own source)."""
     ready: Opened[T] = []
     failed: list[Served[T]] = []
     for name in unit:
         try:
             work = open_work(name)
-            ready.append((name, work, work.input_bytes() if sized else 0))
+            ready.append((name, work, 0 if listed is None else work.input_bytes(listed)))
         except Exception as failure:  # noqa: BLE001 - reported as the source's failure
             failed.append(Served(name, failure=failure))
     return ready, failed

@@ -14,14 +14,16 @@ commit fails alone: the others are registered all the same.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from cdc_core.ingest.dumps import DumpFile
+from cdc_core.ingest.dumps import DumpFile, list_dump_files
 from cdc_core.ingest.registry import Registry, scan_new_dumps
+from cdc_core.storage import LocationLike, located
 
 # Registries committing at once: each commit is a few small object writes, mostly waiting.
 COMMIT_THREADS = 4
@@ -43,6 +45,58 @@ class LandedDumps:
         for dump in new:
             moments.setdefault(self.arrived.get(dump.path, self.arrival_ms), []).append(dump)
         return sorted(moments.items())
+
+
+class ListedLanding:
+    """The landing zone as one run lists it for the sources it serves: each topic's dump
+    files listed once, by the first source to ask, and each registry's new bytes counted
+    once, for the first source to ask.
+
+    Why: a member of a transaction group registers every registry of its group, so each
+    member of a 200-table group would list the same 202 folders and look through the
+    same 202 registries, and the run's size would count the group's dumps 200 times. One
+    listing serves them all as well as one each: any listing is the landing as it stood
+    at some moment of the run's start, and what lands after it is the next run's.
+
+    Invariant: summed over the run's sources, ``new_bytes`` counts each registry's new
+    dumps exactly once."""
+
+    def __init__(self) -> None:
+        self._listed: dict[tuple[str, str], list[DumpFile]] = {}
+        self._counted: set[str] = set()
+        self._lock = threading.Lock()
+
+    def dump_files(self, landing: LocationLike, topic: str) -> list[DumpFile]:
+        """The dump files landed for ``topic`` under ``landing``, listed once per run."""
+        key = (str(located(landing)), topic)
+        with self._lock:
+            listed = self._listed.get(key)
+        if listed is None:  # two sources listing a topic at once keep the first listing
+            found = list_dump_files(landing, topic)
+            with self._lock:
+                listed = self._listed.setdefault(key, found)
+        return listed
+
+    def new_bytes(self, landed: Sequence[LandedDumps]) -> int:
+        """The stored bytes that registering ``landed`` would scan, of the registries no
+        source of the run counted before (an unreadable path counts nothing)."""
+        fresh: dict[str, LandedDumps] = {}
+        with self._lock:
+            for entry in landed:
+                if entry.registry.files_path not in self._counted:
+                    self._counted.add(entry.registry.files_path)
+                    fresh[entry.registry.files_path] = entry
+        return new_dump_bytes(list(fresh.values()))
+
+
+def new_dump_bytes(landed: Sequence[LandedDumps]) -> int:
+    """The stored bytes of the ``landed`` dumps that registering would scan: those not
+    registered yet (an unreadable path counts nothing)."""
+    total = 0
+    for entry in landed:
+        new = set(entry.registry.unregistered([d.path for d in entry.dumps]))
+        total += sum(max(d.size, 0) for d in entry.dumps if d.path in new)
+    return total
 
 
 @dataclass(frozen=True)

@@ -648,7 +648,9 @@ class _Tables:
         """Read both tables (loaded at their ``marks``) but their folded files."""
         rows, folded_files = _parts(files, FILES_SCHEMA)
         gone, folded_retired = _parts(retired, RETIRED_SCHEMA)
-        live = rows.join(gone.select(["path"]), "path", join_type="left anti")
+        # A filter, not Arrow's anti join: the join's engine took 50 ms a call in a run's
+        # process (200 registries read at a run's start: 10 s), the filter well under 1 ms.
+        live = rows.filter(pc.invert(pc.is_in(rows["path"], gone["path"])))
         with_records = pc.filter(live["path"], pc.fill_null(pc.greater(live["records"], 0), False))
         bad_lines = pc.fill_null(pc.greater(live["bad_lines"], 0), False)
         # A key or header file has no record of its own, and no error either.

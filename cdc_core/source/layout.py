@@ -122,6 +122,7 @@ def transaction_binder(
     group = config.transaction_group(source)
     if group is None:
         return None
+    lake = located(lake)  # once, not once per member: a group may have hundreds
     root = group_root(lake, group)
     if to_read and not all(existing_table(str(root / name)) for name in GROUP_TABLES):
         return None

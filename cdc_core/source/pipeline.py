@@ -35,12 +35,14 @@ from cdc_core.envelopes import (
 from cdc_core.envelopes.encodings import PartEncoding, as_json_text
 from cdc_core.envelopes.upsert_together import UpsertSource
 from cdc_core.frontier import OffsetFrontier, TimeFrontier, iso
-from cdc_core.ingest import CanonicalReads, DumpFile, Registry, list_dump_files
+from cdc_core.ingest import CanonicalReads, DumpFile, Registry
 from cdc_core.ingest.landing_watch import LandingWatch
 from cdc_core.ingest.registering import (
     LandedDumps,
+    ListedLanding,
     Registered,
     RegisteredAhead,
+    new_dump_bytes,
     register_landed,
 )
 from cdc_core.phases import phase
@@ -235,7 +237,7 @@ class SourcePipeline:
             registered: list[Registered] = []
             if landed:
                 with planned_for_input(
-                    self.spark, _new_bytes(landed), self.config.spark.conf
+                    self.spark, new_dump_bytes(landed), self.config.spark.conf
                 ):  # a scheduled run's dump is small: its scan (a cold process's first job) too
                     registered = register_landed(self.spark, landed)
             for outcome in registered:
@@ -272,21 +274,33 @@ class SourcePipeline:
         if self.group is not None:
             registries += [m.registry for m in self.group.members.values()]
             registries.append(self.group.registry)
-        return registries
+        # Its own registry once (the group's members include it, at the same place unless
+        # its tables are built elsewhere): twice would register its new dumps twice.
+        unique: dict[str, Registry] = {}
+        for registry in registries:
+            unique.setdefault(registry.files_path, registry)
+        return list(unique.values())
 
-    def _landed(self, registries: Sequence[Registry]) -> list[list[DumpFile]]:
-        """The dump files landed for each registry's topic, as listed now."""
-        return [list_dump_files(self.landing, r.topic) for r in registries]
+    def _landed(
+        self, registries: Sequence[Registry], listed: ListedLanding | None = None
+    ) -> list[list[DumpFile]]:
+        """The dump files landed for each registry's topic, as listed now (or as the run
+        ``listed`` them for its sources)."""
+        listed = listed or ListedLanding()
+        return [listed.dump_files(self.landing, r.topic) for r in registries]
 
-    def input_bytes(self) -> int:
+    def input_bytes(self, listed: ListedLanding | None = None) -> int:
         """What a run of the source reads, in stored bytes, judged before it registers
         anything: the landed dumps it would register and what a run from the outputs'
         upper reads (``_input_bytes``). Sizes the plan of sources served together; the
-        next ``register_dumps`` (or ``landed_dumps``) takes this listing, not one of its own."""
-        self._sized = self._landed(self._registries())
+        next ``register_dumps`` (or ``landed_dumps``) takes this listing, not one of its own.
+        ``listed``: the landing as the run lists it for every source it serves (the
+        registries another source counted count nothing here)."""
+        listed = listed or ListedLanding()
+        self._sized = self._landed(self._registries(), listed)
         lower = self.outputs_upper().time
         prior = 0 if lower is None else self._input_bytes(lower)
-        return _new_bytes(self.landed_dumps(arrival_ms=0)) + prior
+        return listed.new_bytes(self.landed_dumps(arrival_ms=0)) + prior
 
     def outputs_upper(self) -> TimeFrontier:
         """Where all outputs stand: the meet of their uppers ([0] before the first window)."""
@@ -702,16 +716,6 @@ def _after_held(windows: Windows, lower: int) -> Windows:
     ``lower``: windows the outputs already hold are not bound or read again (their
     bindings may lie below the remap's since, compacted by a retire)."""
     return windows.from_end(lower - 1) if lower - 1 > windows.start else windows
-
-
-def _new_bytes(landed: Iterable[LandedDumps]) -> int:
-    """The stored bytes of the ``landed`` dumps that registering would scan: those not
-    registered yet (an unreadable path counts nothing)."""
-    total = 0
-    for entry in landed:
-        new = set(entry.registry.unregistered([d.path for d in entry.dumps]))
-        total += sum(max(d.size, 0) for d in entry.dumps if d.path in new)
-    return total
 
 
 def proven_empty(*witnesses: DataFrame | None) -> bool:

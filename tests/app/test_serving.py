@@ -12,17 +12,19 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.app.materialize import (
     LandedDumps,
+    ListedLanding,
     RegisteredAhead,
     Served,
     serve_together,
     serving_units,
 )
 from cdc_core.config import Config, load_config, parse_config
-from cdc_core.ingest import DumpFileChanged, list_dump_files
+from cdc_core.ingest import DumpFileChanged, list_dump_files, registering
 from cdc_core.ingest.dumps import DumpFile
 from cdc_core.ingest.registry import Registry
 from cdc_core.phases import ALL_SOURCES, PhaseEvent, observing
@@ -69,7 +71,7 @@ class Work:
     def __init__(self, recorder: Recorder, name: str) -> None:
         self.recorder, self.name = recorder, name
 
-    def input_bytes(self) -> int:
+    def input_bytes(self, listed: ListedLanding) -> int:
         return 1
 
     def landed_dumps(self) -> list:
@@ -172,8 +174,8 @@ class Registering:
     def __init__(self, pipeline: SourcePipeline, now_ms: int) -> None:
         self.pipeline, self.now_ms = pipeline, now_ms
 
-    def input_bytes(self) -> int:
-        return self.pipeline.input_bytes()
+    def input_bytes(self, listed: ListedLanding) -> int:
+        return self.pipeline.input_bytes(listed)
 
     def landed_dumps(self) -> list[LandedDumps]:
         return self.pipeline.landed_dumps(self.now_ms)
@@ -242,3 +244,35 @@ def test_a_runs_new_dumps_are_registered_together_and_a_refusal_stays_its_source
     clicks = SourcePipeline.from_config(spark, config, broken).registry.files_path
     assert asked == {path: 3 if path == clicks else 1 for path in asked}
     assert len(asked) == len(config.sources) + len(config.transactions)
+
+
+def test_a_runs_sources_list_each_topic_once_and_count_each_registrys_bytes_once(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction group's members each register every registry of their group: sized
+    for one run, the topics are listed once for them all, and each registry's new dumps
+    count once, for the first member sized, as much as that member counts alone; and a
+    member registers its own dumps once (its registry is also one of its group's)."""
+    config = load_config(write_sample(tmp_path))
+    group = config.transactions[0]
+    topics = [config.source(name).topic for name in group.sources] + [group.topic]
+    landed = sum(d.size for topic in topics for d in list_dump_files(config.landing, topic))
+    listings: Counter[str] = Counter()
+    list_topic = registering.list_dump_files
+
+    def counted(landing: Path, topic: str) -> list[DumpFile]:
+        listings[topic] += 1
+        return list_topic(landing, topic)
+
+    monkeypatch.setattr(registering, "list_dump_files", counted)
+    first, second = (SourcePipeline.from_config(spark, config, config.source(name))
+                     for name in group.sources)  # fmt: skip
+    listed = ListedLanding()
+    assert (first.input_bytes(listed), second.input_bytes(listed)) == (landed, 0)
+    assert listings == {topic: 1 for topic in topics}
+    assert second.input_bytes() == landed  # alone, it counts and lists all of its own
+    assert listings == {topic: 2 for topic in topics}
+    # Its own registry is one of its group's: it registers its own dumps once, not twice.
+    second.register_dumps(config.start_ms + 100 * config.window_ms)
+    commits = DeltaTable(second.registry.files_path).history()
+    assert [c.get("reclock.operation") for c in commits].count("register") == 1

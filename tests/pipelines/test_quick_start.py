@@ -43,7 +43,7 @@ def test_a_one_partition_runs_driver_compiles_with_c1_alone(tmp_path: Path) -> N
         capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert QUICK_START_OPTIONS in done.stdout.split()
+    assert set(QUICK_START_OPTIONS.split()) <= set(done.stdout.split())
 
 
 def test_only_a_run_of_one_partition_counts_as_short() -> None:
