@@ -15,7 +15,7 @@ from dagster import (
 )
 
 from assets.partitions import window_bounds
-from assets.source_assets import output_key, source_tags
+from assets.source_assets import Metadata, output_key, source_tags, with_window_figures
 from cdc_core.app.export import EXPORT_ENCODING, SourceExport, Window, WindowExport
 from cdc_core.calendar import to_datetime
 from cdc_core.config import SourceConfig
@@ -25,7 +25,7 @@ def export_key(source: str) -> AssetKey:
     """The asset key of a source's CDCv2 export of ``changes``."""
     return output_key(source, "changes_cdcv2")
 
-def window_export_metadata(export: WindowExport) -> dict[str, object]:
+def window_export_metadata(export: WindowExport) -> Metadata:
     """One window's own export, under stable keys the Partitions view plots per window."""
     return {
         "updates": export.updates,
@@ -67,21 +67,21 @@ def export_windows_of(
     ]
 
 
-def report_export(context: AssetExecutionContext, exported: SourceExport) -> MaterializeResult:
-    """The export's materialization, with each window's own figures."""
-    key = export_key(exported.source)
+def report_export(
+    context: AssetExecutionContext, exported: SourceExport, run_keys: Sequence[str]
+) -> MaterializeResult:
+    """The export's materialization after a run of the windows ``run_keys``, with each
+    window's own figures."""
     for index, export in enumerate(exported.exports, 1):
         context.log.info(
             f"[{index}/{len(exported.exports)}] {exported.source}: exported {export.summary()}"
         )
-        context.add_asset_metadata(
-            window_export_metadata(export), asset_key=key, partition_key=export.key
-        )
-    return MaterializeResult(
-        asset_key=key,
-        metadata={
-            "folder": MetadataValue.path(str(exported.root)),
-            "encoding": EXPORT_ENCODING.name,
-            "windows": len(exported.exports),
-        },
+    metadata: Metadata = {
+        "folder": MetadataValue.path(str(exported.root)),
+        "encoding": EXPORT_ENCODING.name,
+        "windows": len(exported.exports),
+    }
+    per_window = {e.key: window_export_metadata(e) for e in exported.exports}
+    return with_window_figures(
+        context, export_key(exported.source), metadata, per_window, run_keys
     )

@@ -410,8 +410,9 @@ class SourceServed:
         name = step.source.name
         if self.windows is not None and self.backlog is not None:
             yield from report_windows(
-                context, step.config, step.source, self.windows, self.backlog, step.picked.tables
-            )
+                context, step.config, step.source, self.windows, self.backlog,
+                step.picked.tables, step.run.keys,
+            )  # fmt: skip
         if self.readers is not None:
             yield from reports.report(context, self.readers)
         blocked: list[str] = []
@@ -422,5 +423,5 @@ class SourceServed:
                 context.log.warning(f"{name}: CDCv2 export not built: a blocking check failed")
             return [f"{name}: blocking check(s) failed: {', '.join(blocked)}"]
         if self.export is not None:
-            yield report_export(context, self.export)
+            yield report_export(context, self.export, step.run.keys)
         return []
