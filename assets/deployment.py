@@ -58,7 +58,7 @@ from assets.reader_checks import READERS_CHECK, judge_readers, readers_spec
 from assets.run_serving import RunServing, Selection
 from assets.source_assets import (
     ARRIVALS_TAG,
-    log_phase,
+    PhaseLog,
     output_key,
     report_windows,
     table_specs,
@@ -208,10 +208,11 @@ def _step_assets(
             return SourceStep(context, config, source, picked[name], spark, lake, partitions, run)
 
         progress: queue.SimpleQueue[PhaseEvent] = queue.SimpleQueue()
+        phases = PhaseLog(context, config, len(picked))
 
         def pass_on_progress() -> None:
             while not progress.empty():
-                log_phase(context, config, progress.get())
+                phases.log(progress.get())
 
         def serve(names: list[str]) -> Iterator[Served[SourceServed]]:
             with observing(progress.put):
@@ -223,6 +224,7 @@ def _step_assets(
         failed: list[str] = []
         for served in serving.for_step(context.run_id, own, picked, serve):
             pass_on_progress()
+            phases.flush()  # the sources are served by now: each source's phases, kept
             try:
                 if served.failure is not None:
                     raise served.failure

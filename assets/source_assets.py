@@ -25,7 +25,7 @@ from assets.partitions import to_datetime, window_key
 from cdc_core.app.materialize import MaterializedWindows
 from cdc_core.app.status import Backlog, SourceTable, source_tables
 from cdc_core.config import Config, SourceConfig
-from cdc_core.phases import PhaseEvent
+from cdc_core.phases import ALL_SOURCES, PhaseEvent
 from cdc_core.source import SourceStatus, WindowReport
 
 # A table's metadata: Dagster's own values and the plain ones it takes as they are.
@@ -133,21 +133,64 @@ def with_window_figures(
     return MaterializeResult(asset_key=key, metadata=metadata)
 
 
-def log_phase(context: AssetExecutionContext, config: Config, event: PhaseEvent) -> None:
-    """A step log line as each engine phase starts and ends, with its counts, and one line
-    per window for the phases that count rows per window: a long step is never silent."""
-    if not event.ended:
-        context.log.info(f"{event.source}: {event.name} ...")
-        return
-    per_time = event.figures.get("rows_per_time") or {}
-    figures = "".join(
-        f"; {name}: {value}" for name, value in event.figures.items() if name != "rows_per_time"
+# Beyond this many sources in a run, each source's phases are logged in one line once
+# it is served, not as they start and end (some twenty lines a source): each line is an
+# event in Dagster's event log, about 3 ms on an instance's storage, and a window of 200
+# sources logged 4,000 of them.
+PHASE_LINES_UP_TO = 16
+
+
+class PhaseLog:
+    """The step's log of the engine's phases, so a long step is never silent.
+
+    Each phase of the whole run (``ALL_SOURCES``) is logged as it starts and ends, with
+    its counts. So is each source's, with a line per window for the phases that count
+    rows per window, when the run serves at most ``PHASE_LINES_UP_TO`` sources; beyond,
+    each source's phases wait, and ``flush`` logs them in one line per source: what each
+    took and counted."""
+
+    def __init__(self, context: AssetExecutionContext, config: Config, sources: int) -> None:
+        self.context, self.config = context, config
+        self.each_line = sources <= PHASE_LINES_UP_TO
+        self._waiting: dict[str, list[PhaseEvent]] = {}
+
+    def log(self, event: PhaseEvent) -> None:
+        """Log ``event`` (a phase starting or ending), or keep it for ``flush``."""
+        if not (self.each_line or event.source == ALL_SOURCES):
+            if event.ended:
+                self._waiting.setdefault(event.source, []).append(event)
+            return
+        if not event.ended:
+            self.context.log.info(f"{event.source}: {event.name} ...")
+            return
+        self.context.log.info(f"{event.source}: {event.name} done in {event.seconds:.1f} s"
+                              f"{_figures(event, '; ')}")  # fmt: skip
+        for end, rows in sorted((event.figures.get("rows_per_time") or {}).items()):
+            self.context.log.info(
+                f"{event.source}: {event.name}: window {window_key(self.config, end)}: "
+                f"{rows} row(s)"
+            )
+
+    def flush(self) -> None:
+        """One line per source whose phases ``log`` kept: each phase with its seconds and
+        counts, in the order they ended."""
+        waiting, self._waiting = self._waiting, {}
+        for source, events in waiting.items():
+            total = sum(e.seconds or 0.0 for e in events)
+            phases = "; ".join(
+                f"{e.name} {e.seconds:.1f} s{_figures(e, ', ')}" for e in events
+            )
+            self.context.log.info(f"{source}: {len(events)} phase(s) done in {total:.1f} s: "
+                                  f"{phases}")  # fmt: skip
+
+
+def _figures(event: PhaseEvent, separator: str) -> str:
+    """The counts a phase ended with, each after ``separator`` (rows per window left out)."""
+    return "".join(
+        f"{separator}{name}: {value}"
+        for name, value in event.figures.items()
+        if name != "rows_per_time"
     )
-    context.log.info(f"{event.source}: {event.name} done in {event.seconds:.1f} s{figures}")
-    for end, rows in sorted(per_time.items()):
-        context.log.info(
-            f"{event.source}: {event.name}: window {window_key(config, end)}: {rows} row(s)"
-        )
 
 
 def window_metadata(report: WindowReport, backlog: Backlog) -> Metadata:
