@@ -72,9 +72,10 @@ def to_result(
     severity: AssetCheckSeverity,
     config: Config,
     key: AssetCheckKey,
+    partitions: str,
 ) -> AssetCheckResult:
     """A check outcome as Dagster's result for check ``key``, naming the window(s) it
-    judged."""
+    judged (``partitions``: their keys, as ``judged_partitions`` gives them)."""
     start, end = window
     return AssetCheckResult(
         asset_key=key.asset_key,
@@ -83,7 +84,7 @@ def to_result(
         severity=severity,
         description=outcome.description,
         metadata={
-            "partition": judged_partitions(config, window),
+            "partition": partitions,
             "windows": (end - start) // config.window_ms,
             "window_start": MetadataValue.timestamp(to_datetime(start)),
             "window_end": MetadataValue.timestamp(to_datetime(end)),
@@ -179,6 +180,8 @@ def report_judged(
     name = judged.source.name
     failures: list[Exception] = []
     blocked: list[str] = []
+    # Once for all the source's checks: the config's calendar is made afresh at each ask.
+    partitions = "" if judged.window is None else judged_partitions(config, judged.window)
     for check, outcome in judged.judged:
         key = AssetCheckKey(output_key(name, check.asset), check.name)
         if isinstance(outcome, Exception):  # re-raised once every other check reported
@@ -193,7 +196,7 @@ def report_judged(
             continue
         if check.blocks(outcome):
             blocked.append(f"{check.asset}.{check.name}")
-        result = to_result(outcome, judged.window, severity(check), config, key)
+        result = to_result(outcome, judged.window, severity(check), config, key, partitions)
         yield from reports.report(context, result)
     if failures:
         raise failures[0]
