@@ -215,11 +215,15 @@ def _step_assets(
                 phases.log(progress.get())
 
         def serve(names: list[str]) -> Iterator[Served[SourceServed]]:
-            with observing(progress.put):
-                finish = functools.partial(finish_sources, spark, config)
-                yield from serve_together(
-                    spark, config, names, open_step, idle=pass_on_progress, finish=finish
-                )
+            try:
+                with observing(progress.put):
+                    finish = functools.partial(finish_sources, spark, config)
+                    yield from serve_together(
+                        spark, config, names, open_step, idle=pass_on_progress, finish=finish
+                    )
+            finally:  # a serving that raised still logs what its sources did
+                pass_on_progress()
+                phases.flush()
 
         failed: list[str] = []
         for served in serving.for_step(context.run_id, own, picked, serve):
