@@ -41,7 +41,7 @@ from cdc_core.cdcv2.stream_files import (
 from cdc_core.config import Config
 from cdc_core.frontier import TimeFrontier, iso
 from cdc_core.phases import ALL_SOURCES, phase
-from cdc_core.shard import Shard, existing_table
+from cdc_core.shard import Shard
 from cdc_core.shard.leases import read_leases, reading
 from cdc_core.source import SourcePipeline
 from cdc_core.source.planning import is_small_step
@@ -219,11 +219,8 @@ def _export_steps(export: ShardExport) -> _Steps:
 
 
 def _live_exports(shard: Shard) -> set[str]:
-    """The holders of the shard's live reader registrations (none while it has no table)."""
-    table = existing_table(shard.path)
-    if table is None:
-        return set()
-    return {r.holder for r in read_leases(shard.path, table).live()}
+    """The holders of the shard's live reader registrations, as of its newest commit."""
+    return {r.holder for r in read_leases(shard.path, shard.refresh().delta_table).live()}
 
 
 def _export_renaming(

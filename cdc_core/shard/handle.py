@@ -55,6 +55,8 @@ class ShardHandle:
         self._schema = delta_io.shard_schema(data_schema)
         self._table = table
         self.writer: str | None = None  # a registered writer's id names its staging
+        # The upper whose commit releases the registered writer with it (``writing``).
+        self.releases_at: TimeFrontier | None = None
         self._load_state()
 
     @classmethod
@@ -107,6 +109,12 @@ class ShardHandle:
         return self._since
 
     @property
+    def delta_table(self) -> DeltaTable:
+        """The Delta table object the handle loaded its state from. Whoever moves it on
+        (a lease commit through it) must ``refresh`` the handle after."""
+        return self._table
+
+    @property
     def version(self) -> int:
         """The Delta log version this handle last loaded."""
         return self._version
@@ -123,12 +131,19 @@ class ShardHandle:
         frontiers: Sequence[Transaction],
         metadata: dict[str, Any],
         still_valid: Callable[[], bool],
+        also: Callable[[], tuple[dict[str, Any], list[Transaction]]] | None = None,
     ) -> bool:
         """Commit at the version this handle read (``log.commit_once``); after a conflict
-        the commit is retried iff ``still_valid()`` holds on the new state, else False."""
+        the commit is retried iff ``still_valid()`` holds on the new state, else False.
+        ``also`` gives what each attempt carries besides, decided at the version it
+        commits from: commit info entries and app transactions."""
         while True:
+            extra, transactions = also() if also is not None else ({}, [])
+            carried = [*frontiers, *transactions]
             try:
-                committed = commit_once(self._table, self.path, actions, frontiers, metadata)
+                committed = commit_once(
+                    self._table, self.path, actions, carried, {**metadata, **extra}
+                )
             finally:
                 self._load_state()  # the table moved with the log: keep the frontiers in step
             if committed:

@@ -30,7 +30,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -275,7 +275,19 @@ class LeaseBook:
     def __init__(self, path: str, shard: Shard | None = None) -> None:
         self.path = files.normalize(path)
         self.shard = shard
-        self._table = newest_table(self.path)
+        self._opened: DeltaTable | None = None
+
+    @property
+    def _table(self) -> DeltaTable:
+        """The table the book reads and commits through. A shard's book uses the handle's
+        own (``_update`` reloads the handle after it moved), so registering a run's writer
+        opens no table; any other book opens its table at first use, so a renewer whose
+        block ends before its first renewal opens none."""
+        if self.shard is not None:
+            return self.shard.delta_table
+        if self._opened is None:
+            self._opened = newest_table(self.path)
+        return self._opened
 
     @classmethod
     def of(cls, shard: Shard) -> LeaseBook:
@@ -414,26 +426,57 @@ class LeaseBook:
     ) -> dict[str, Registration]:
         """Compare-and-set of the registration table: read, decide, commit at the next
         version with no retry; on a conflict re-read and decide again. ``change`` gets the
-        state and the version its commit will have; None means nothing to commit."""
+        state and the version its commit will have; None means nothing to commit.
+        A shard's handle is reloaded after, whatever happened: the book moved its table."""
+        try:
+            return self._decide_and_commit(change, detail)
+        finally:
+            if self.shard is not None:
+                self.shard.refresh()
+
+    def _decide_and_commit(
+        self,
+        change: Callable[[Leases, int], dict[str, Registration] | None],
+        detail: str,
+    ) -> dict[str, Registration]:
+        """``_update``'s compare-and-set loop: read, decide, commit; after a lost race,
+        again on the newer state."""
         while True:
             leases = self.read()
             commit = leases.version + 1
             registrations = change(leases, commit)
             if registrations is None:
                 return dict(leases.registrations)
-            stored: dict[str, dict[str, Any]] = {READER: {}, WRITER: {}}
-            for registration in registrations.values():
-                stored[registration.kind][registration.holder] = registration.stored()
-            metadata = commit_metadata("leases", detail, {LEASES_KEY: stored})
-            transactions = [Transaction(LEASES_APP_ID, commit)]
+            stored, transactions = _lease_table(registrations.values(), commit)
+            metadata = commit_metadata("leases", detail, stored)
             if not commit_once(self._table, self.path, [], transactions, metadata):
                 continue  # another commit took that version: decide again on the new state
-            if self.shard is not None:
-                self.shard.refresh()
             return {
                 holder: replace(r, renewed_ms=_commit_ms(self.path, r.renewed_version))
                 for holder, r in registrations.items()
             }
+
+
+def _lease_table(
+    registrations: Iterable[Registration], commit: int
+) -> tuple[dict[str, Any], list[Transaction]]:
+    """What the commit at version ``commit`` carries to store ``registrations`` as the
+    shard's lease table: its commit info entry, and the app transaction pointing at it."""
+    stored: dict[str, dict[str, Any]] = {READER: {}, WRITER: {}}
+    for registration in registrations:
+        stored[registration.kind][registration.holder] = registration.stored()
+    return {LEASES_KEY: stored}, [Transaction(LEASES_APP_ID, commit)]
+
+
+def released_with_commit(
+    table_path: str, table: DeltaTable, writer: str
+) -> tuple[dict[str, Any], list[Transaction]]:
+    """What a writer's data commit at the version after ``table``'s carries to release
+    ``writer`` with it: the lease table as loaded, without ``writer``. The commit is a
+    compare-and-set at the loaded version, so no other lease change can slip between."""
+    leases = read_leases(table_path, table)
+    kept = [r for holder, r in leases.registrations.items() if holder != writer]
+    return _lease_table(kept, table.version() + 1)
 
 
 def _shard_since(table: DeltaTable) -> TimeFrontier:
@@ -503,21 +546,32 @@ def _renew(book: LeaseBook, holder: str, lease_ms: int, stop: threading.Event) -
 
 
 @contextmanager
-def writing(shards: Sequence[Shard], writer: str, lease_ms: int) -> Iterator[None]:
+def writing(
+    shards: Sequence[Shard], writer: str, lease_ms: int, *, through: TimeFrontier | None = None
+) -> Iterator[None]:
     """Register ``writer`` on every shard of ``shards`` while the block stages and commits
     to them, then release them (also on failure): its staging is never collected while
     the lease is live, and once a crash leaves it unreleased, it is collected when the
-    lease runs out. A block outliving the lease is fenced at its next commit."""
+    lease runs out. A block outliving the lease is fenced at its next commit.
+
+    With ``through``, the upper the block takes each shard to, the commit that takes a
+    shard there releases the lease with it (``ShardWriter.commit``): the block's last
+    commit on the shard, so a release costs no commit of its own. A shard the block did
+    not take there is released when it ends, as without."""
     registered: list[LeaseBook] = []
     try:
         for shard in shards:
             book = LeaseBook.of(shard)
             book.register_writer(writer, lease_ms)
+            shard.releases_at = through
             registered.append(book)
         yield
     finally:
         for book in registered:
-            book.release(writer)
+            assert book.shard is not None  # a writer registers through its shard handle
+            book.shard.releases_at = None
+            if book.shard.writer == writer:  # not released by a commit of the block
+                book.release(writer)
 
 
 def unique_reader_id(prefix: str) -> str:

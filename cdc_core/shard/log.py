@@ -421,6 +421,35 @@ def existing_table(location: str, version: int | None = None) -> DeltaTable | No
         return newest_table(location)
 
 
+def table_to_read(location: str) -> DeltaTable | None:
+    """The Delta table at ``location`` at its newest commit, to read and never to move or
+    commit through (the object is shared); None where there is none.
+
+    Why: a run looks at a table it does not write (a source's published ``state``) at
+    several of its steps: to plan, to size a step, to tell a publish from another
+    writer's, to report. Each open reads the log again. The process keeps each table it
+    opened with its log's mark (``log_mark``) and opens it again only once the mark
+    moved: a look costs two stats on local disk, one listing on an object store.
+    Invariant: the table returned is at the mark found by this call's look."""
+    with _TO_READ_LOCK:
+        kept = _TO_READ.get(location)
+    mark = log_mark(location, kept[0] if kept else None)
+    if mark is None:
+        return None
+    if kept is not None and kept[0] == mark:
+        return kept[1]
+    table = existing_table(location, mark.version)
+    if table is not None:
+        with _TO_READ_LOCK:
+            _TO_READ[location] = (mark, table)
+    return table
+
+
+# The tables ``table_to_read`` opened, by location, with their log's mark when opened.
+_TO_READ: dict[str, tuple[LogMark, DeltaTable]] = {}
+_TO_READ_LOCK = threading.Lock()
+
+
 def newest_table(location: str) -> DeltaTable:
     """The Delta table at ``location`` at its log's newest commit, that commit confirmed
     the newest (``confirmed_newest``); a failure of the store is a StorageFailure."""
@@ -431,8 +460,17 @@ def newest_table(location: str) -> DeltaTable:
 
 def read_to_newest(table: DeltaTable, location: str) -> DeltaTable:
     """``table`` read on to its log's newest commit, that commit confirmed the newest
-    (``confirmed_newest``)."""
-    with on_store(f"reading the log of {location}", files.join(location, "_delta_log")):
+    (``confirmed_newest``).
+
+    Most calls find the table where it was (a handle refreshed again, a table re-read
+    right after its own commit): then the commit after its version is absent, and one
+    lookup of that file says so (a stat, or a HEAD on an object store) where reading the
+    log on lists it. Commits are numbered without gaps and reclock's logs never expire,
+    so a missing next commit means no newer one."""
+    log = files.join(files.normalize(location), "_delta_log")
+    with on_store(f"reading the log of {location}", log):
+        if not files.is_object(files.join(log, f"{table.version() + 1:020d}.json")):
+            return table
         table.update_incremental()
     return confirmed_newest(table, location)
 

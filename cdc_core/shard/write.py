@@ -192,17 +192,24 @@ class ShardWriter(ShardHandle):
             "upper": new_upper.time,
             "counts": [list(count) for count in staged.counts],
         }
+        releasing = self.writer if self._releases_with(new_upper) else None
         committed = self._commit(
             [delta_io.add_action(f, data_change=True) for f in staged.files],
             frontier_transactions(UPPER, new_upper),
             commit_metadata(
                 "append",
-                f"upper {expected_upper} -> {new_upper}, {len(staged.files)} file(s)",
+                f"upper {expected_upper} -> {new_upper}, {len(staged.files)} file(s)"
+                + (f", releasing writer {releasing}" if releasing else ""),
                 {PROGRESS_KEY: progress},
             ),
             still_valid=lambda: self._upper == expected_upper and self._writer_live(),
+            also=None if releasing is None else (
+                lambda: leases.released_with_commit(self.path, self._table, releasing)
+            ),
         )
         if committed:
+            if releasing is not None:  # what it stages from now on is anonymous staging
+                self.writer = self.releases_at = None
             return None
         self.discard(staged)
         return UpperMismatch(expected_upper, self._upper)
@@ -235,6 +242,12 @@ class ShardWriter(ShardHandle):
     def discard(self, staged: StagedBatch) -> None:
         """Delete the files of a batch that will not be committed."""
         delta_io.delete_batches(self.path, [staged.batch_id])
+
+    def _releases_with(self, new_upper: TimeFrontier) -> bool:
+        """Whether a commit taking the upper to ``new_upper`` releases the registered
+        writer with it: it is the last the writer makes (``leases.writing``)."""
+        return (self.writer is not None and self.releases_at is not None
+                and self.releases_at <= new_upper)  # fmt: skip
 
     def _writer_live(self) -> bool:
         """Raises LeaseExpired when this handle's registered writer's lease ran out."""

@@ -328,7 +328,8 @@ class SourcePipeline:
         shards = [self.remap, *self.outputs]
         planned = planned_for_input(self.spark, self._input_bytes(lower), self.config.spark.conf)
         lease_ms = self.config.readers.lease_ms
-        lease = self._lease or writing(shards, unique_reader_id("run"), lease_ms)
+        lease = self._lease or writing(shards, unique_reader_id("run"), lease_ms,
+                                       through=_through(windows))  # fmt: skip
         self._lease = None
         with lease, planned:
             reads, self._reads = self.run_reads(), None
@@ -420,13 +421,15 @@ class SourcePipeline:
             reported=self._reported_files(lower),
         )  # fmt: skip
 
-    def lease_run(self) -> ExitStack:
-        """Register the writer lease of the source's next run on its tables now, for a
-        run whose reclocked records are staged with other sources' before it starts; the
-        run releases it when it ends (closing the stack releases it sooner)."""
+    def lease_run(self, windows: Windows) -> ExitStack:
+        """Register the writer lease of the source's next run of ``windows`` on its tables
+        now, for a run whose reclocked records are staged with other sources' before it
+        starts; each table's last commit of the run releases it, else the run's end
+        (closing the stack releases it sooner)."""
         stack = ExitStack()
         shards = [self.remap, *self.outputs]
-        stack.enter_context(writing(shards, unique_reader_id("run"), self.config.readers.lease_ms))
+        stack.enter_context(writing(shards, unique_reader_id("run"), self.config.readers.lease_ms,
+                                    through=_through(windows)))  # fmt: skip
         self._lease = stack
         return stack
 
@@ -709,6 +712,12 @@ class SourcePipeline:
                 figures["changed"] = len(self.registration.sync())
         with phase(self.source.name, "status"):
             return self.reader.status()
+
+
+def _through(windows: Windows) -> TimeFrontier:
+    """The upper a run of ``windows`` takes the source's tables to: the commit that takes
+    one there is the run's last on it, and releases the run's writer lease with it."""
+    return TimeFrontier.at(windows.end + 1)
 
 
 def _after_held(windows: Windows, lower: int) -> Windows:

@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping
 
 from cdc_core.ingest import Registry
 from cdc_core.reclock import frontier_at
-from cdc_core.shard import Shard, existing_table
+from cdc_core.shard import Shard
 from cdc_core.shard.delta_io import DataFile, live_files
+from cdc_core.shard.log import table_to_read
 from cdc_core.shard.read import ShardReader
 from cdc_core.storage import Location
 
@@ -44,7 +45,7 @@ def prior_outputs(
     """The files of the prior outputs a run's envelope joins: the published ``state``,
     else the ``changes``; and each of the ``joined`` shards (a classic DEBEZIUM source's
     dedup state, a CDCv2 stream's records)."""
-    table = existing_table(str(state))
+    table = table_to_read(str(state))
     prior = live_files(table) if table is not None else changes.live_files()
     for shard in joined:
         prior += shard.live_files() if shard is not None else []
@@ -62,7 +63,7 @@ def rows_to_read(
         if isinstance(table, ShardReader):
             low = after[name] + 1 if name in after else None
             rows += sum(f.num_records for f in table.live_files() if f.may_hold_times(low, None))
-        elif (published := existing_table(str(table))) is not None:
+        elif (published := table_to_read(str(table))) is not None:
             rows += sum(f.num_records for f in live_files(published))
     return rows
 

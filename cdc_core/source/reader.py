@@ -25,8 +25,9 @@ from cdc_core.ingest import Registry
 from cdc_core.phases import phase
 from cdc_core.reclock.transactions import PendingTransactions, TransactionGroupBinder
 from cdc_core.schemas import ERROR, REMAP, history_schema
-from cdc_core.shard import ShardUsageError, existing_table
+from cdc_core.shard import ShardUsageError
 from cdc_core.shard.delta_io import live_files
+from cdc_core.shard.log import table_to_read
 from cdc_core.shard.read import ShardReader
 from cdc_core.source.layout import output_tables, shard_tables, source_registry, transaction_binder
 from cdc_core.source.planning import is_small_step, rows_to_read
@@ -280,7 +281,7 @@ def _table_status(shard: ShardReader) -> TableStatus:
 
 def _plain_table_status(place: Location, schema: StructType) -> TableStatus:
     path = str(place)
-    table = existing_table(path)
+    table = table_to_read(path)
     if table is None:
         return TableStatus(path, schema, -1, 0, None, None)
     files = live_files(table)

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from cdc_core.shard import Shard, existing_table
+from cdc_core.shard import Shard
 from cdc_core.shard.delta_io import (
     DataFile,
     WrittenFile,
@@ -39,6 +39,7 @@ from cdc_core.shard.log import (
     commit_metadata,
     log_mark,
     open_or_create,
+    table_to_read,
 )
 from cdc_core.shard.read import ShardReader
 from cdc_core.updates import DIFF, TIME, consolidate
@@ -168,7 +169,7 @@ def published_updates(
 def published_files(path: str, as_of: int) -> list[DataFile] | None:
     """The files of ``state`` when it holds exactly the snapshot at ``as_of`` that reclock
     published (see ``published_updates``); None otherwise."""
-    table = existing_table(path)
+    table = table_to_read(path)
     if table is None:
         return None
     files = live_files(table)

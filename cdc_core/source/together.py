@@ -347,7 +347,7 @@ class RunsTogether:
     def _lease(self, run: _Ahead) -> bool:
         """Register the run's writer lease on the source's tables ahead of its run."""
         try:
-            lease = run.pipeline.lease_run()
+            lease = run.pipeline.lease_run(run.windows)
         except Exception:  # noqa: BLE001 - the source meets it when it runs
             return False
         with self._lock:

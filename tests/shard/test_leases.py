@@ -358,3 +358,41 @@ def test_holds_names_every_live_registration_and_nothing_once_they_are_released(
             assert registered() == {(WRITER, "run-1"), (READER, "reader-1")}
         assert registered() == {(WRITER, "run-1")}
     assert holds(shard.path) == []
+
+
+def test_a_writers_last_commit_releases_it_with_the_data_and_keeps_the_other_holds(
+    spark, history
+):
+    """A block told the upper it takes the shard to: the commit that gets there carries
+    the lease table without the writer, so no release commit follows; a reader registered
+    meanwhile keeps its hold. A commit short of that upper releases nothing."""
+    def append(row: tuple, lower: int, upper: int) -> None:
+        assert history.compare_and_append(updates(spark, [row]), at(lower), at(upper)) is None
+
+    with reading(history, "reader-1", 3, HOUR_MS):
+        with writing([history], "run-1", HOUR_MS, through=at(9)):
+            registered = history.version
+            append(("d", 4, 6, 1), 6, 8)
+            assert {h.registration.holder for h in holds(history.path)} == {"run-1", "reader-1"}
+            append(("e", 5, 8, 1), 8, 9)
+            released = history.version
+            assert holds(history.path)[0].registration.holder == "reader-1"
+            assert [h.registration.kind for h in holds(history.path)] == [READER]
+            # What it stages after its release is anonymous: gc judges it by its age.
+            assert history.writer is None
+        assert history.version == released == registered + 2  # no release commit
+        info = delta_io.commit_info(history.path, released)
+        assert list(info[LEASES_KEY][READER]) == ["reader-1"] and info[LEASES_KEY][WRITER] == {}
+    assert holds(history.path) == []
+    assert collected(history.snapshot(8)) == [("b", 2, 8, 2), ("c", 3, 8, 1), ("d", 4, 8, 1),
+                                              ("e", 5, 8, 1)]  # fmt: skip
+
+
+def test_a_block_that_fails_short_of_its_upper_releases_when_it_ends(spark, history):
+    with pytest.raises(RuntimeError), writing([history], "run-1", HOUR_MS, through=at(9)):
+        assert history.compare_and_append(updates(spark, [("d", 4, 6, 1)]), at(6), at(8)) is None
+        raise RuntimeError("the run failed before its last window")
+    after = history.version
+    assert holds(history.path) == []
+    assert delta_io.commit_info(history.path, after)[LEASES_KEY][WRITER] == {}
+    assert "releasing" not in delta_io.commit_info(history.path, after - 1)["userMetadata"]

@@ -38,6 +38,7 @@ from cdc_core.shard import (
 )
 from cdc_core.shard.leases import reading, writing
 from cdc_core.shard.log import KEPT_APP_IDS, app_version, merge_files
+from cdc_core.storage import files
 from tests.judged_alone import completeness
 
 KV = StructType([StructField("k", StringType()), StructField("v", LongType())])
@@ -686,6 +687,8 @@ def test_a_commit_failure_with_an_unreadable_log_is_indeterminate(spark, shard, 
         raise OSError("connection reset")
 
     monkeypatch.setattr(DeltaTable, "create_write_transaction", refuse)
+    # The log cannot be read again: neither its next commit looked up nor the log listed.
+    monkeypatch.setattr(files, "is_object", refuse)
     monkeypatch.setattr(DeltaTable, "update_incremental", refuse)
     with pytest.raises(ShardStorageError) as error:
         shard.commit(staged, at(0), at(5))
