@@ -57,6 +57,7 @@ class ShardHandle:
         self.writer: str | None = None  # a registered writer's id names its staging
         # The upper whose commit releases the registered writer with it (``writing``).
         self.releases_at: TimeFrontier | None = None
+        self._files: tuple[int, tuple[DataFile, ...]] | None = None  # by loaded version
         self._load_state()
 
     @classmethod
@@ -163,9 +164,14 @@ class ShardHandle:
             self._load_state()
 
     def live_files(self) -> list[DataFile]:
-        """The data files of the version this handle last loaded."""
-        with location_failure(f"listing the files of {self.path}"):
-            return delta_io.live_files(self._table)
+        """The data files of the version this handle last loaded. A version's files never
+        change, so they are built once per version (a run asks at each step), and each
+        caller gets its own list."""
+        kept = self._files
+        if kept is None or kept[0] != self._version:
+            with location_failure(f"listing the files of {self.path}"):
+                kept = self._files = (self._version, tuple(delta_io.live_files(self._table)))
+        return list(kept[1])
 
     def _files_holding(self, low: int | None, high: int | None) -> list[DataFile]:
         """The files whose ``time`` statistics may hold times in [low, high]."""

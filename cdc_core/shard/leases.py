@@ -557,10 +557,14 @@ def writing(
     With ``through``, the upper the block takes each shard to, the commit that takes a
     shard there releases the lease with it (``ShardWriter.commit``): the block's last
     commit on the shard, so a release costs no commit of its own. A shard the block did
-    not take there is released when it ends, as without."""
+    not take there is released when it ends, as without. A shard already there is not
+    registered at all: no commit of the block can move its upper, so the block stages
+    nothing on it (staging always precedes a commit that moves the upper)."""
     registered: list[LeaseBook] = []
     try:
         for shard in shards:
+            if through is not None and through <= shard.upper:
+                continue
             book = LeaseBook.of(shard)
             book.register_writer(writer, lease_ms)
             shard.releases_at = through

@@ -396,3 +396,10 @@ def test_a_block_that_fails_short_of_its_upper_releases_when_it_ends(spark, hist
     assert holds(history.path) == []
     assert delta_io.commit_info(history.path, after)[LEASES_KEY][WRITER] == {}
     assert "releasing" not in delta_io.commit_info(history.path, after - 1)["userMetadata"]
+
+
+def test_a_shard_already_at_the_blocks_upper_is_not_registered(spark, history):
+    before = history.version
+    with writing([history], "run-1", HOUR_MS, through=at(6)):
+        assert holds(history.path) == []
+    assert history.version == before

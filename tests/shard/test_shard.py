@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     IntegerType,
@@ -37,7 +37,13 @@ from cdc_core.shard import (
     stored_upper,
 )
 from cdc_core.shard.leases import reading, writing
-from cdc_core.shard.log import KEPT_APP_IDS, app_version, merge_files
+from cdc_core.shard.log import (
+    KEPT_APP_IDS,
+    app_version,
+    merge_files,
+    read_to_newest,
+    table_to_read,
+)
 from cdc_core.storage import files
 from tests.judged_alone import completeness
 
@@ -724,3 +730,42 @@ def test_an_empty_shard_has_size_zero_without_a_spark_job_and_still_checks_its_b
     assert scheduler.nextJobId() == before
     with pytest.raises(ShardUsageError):
         shard.size(7)  # not complete yet: refused, empty or not
+
+
+def test_a_log_read_on_from_where_it_stands_lists_nothing_and_a_new_commit_is_found(
+    tmp_path, monkeypatch
+):
+    """While the commit after a table's version is absent, reading its log on looks that
+    file up and lists nothing; once another writer committed, the table moves to it."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": [0]}))
+    table = DeltaTable(path)
+    listed: list[int] = []
+    update = DeltaTable.update_incremental
+
+    def counted(self: DeltaTable) -> None:
+        listed.append(self.version())
+        update(self)
+
+    monkeypatch.setattr(DeltaTable, "update_incremental", counted)
+    assert read_to_newest(table, path).version() == 0 and listed == []
+    write_deltalake(path, pa.table({"id": [1]}), mode="append")
+    assert read_to_newest(table, path).version() == 1 and listed == [0]
+
+
+def test_a_table_to_read_is_opened_again_only_once_its_log_moved(tmp_path, monkeypatch):
+    path = str(tmp_path / "t")
+    assert table_to_read(path) is None
+    write_deltalake(path, pa.table({"id": [0]}))
+    first = table_to_read(path)
+    assert first is not None and first.version() == 0
+    assert table_to_read(path) is first  # the same log: no open
+    write_deltalake(path, pa.table({"id": [1]}), mode="append")
+    second = table_to_read(path)
+    assert second is not None and second is not first and second.version() == 1
+    assert sorted(second.to_pyarrow_table()["id"].to_pylist()) == [0, 1]
+    # A table put in its place (a rebuild's swap) is a new log: opened afresh.
+    shutil.rmtree(path)
+    write_deltalake(path, pa.table({"id": [7]}))
+    swapped = table_to_read(path)
+    assert swapped is not None and swapped.to_pyarrow_table()["id"].to_pylist() == [7]

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from cdc_core.config import Config, load_config
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows, mint_bindings
+from cdc_core.shard import delta_io
 from cdc_core.shard.leases import WRITER, read_leases
 from cdc_core.source import SourcePipeline
 from cdc_core.source.state import published_updates
@@ -153,27 +154,40 @@ def _data(rows: list[tuple]) -> list[dict]:
 def test_a_run_writes_as_a_registered_writer_and_releases_its_leases(
     spark: SparkSession, sample: Config, tmp_path: Path
 ) -> None:
-    """While a run appends, it is a live registered writer of every shard it writes (its
-    staging safe from any gc); once it ends, nothing of it stays registered."""
+    """While a run stages and commits, it is a live registered writer of every shard it
+    writes (its staging safe from any gc): from before it binds until its last commit to
+    the shard, which releases it. So once it ends nothing of it stays registered, and no
+    commit of its own follows to say so."""
     config = sample.model_copy(update={"lake": tmp_path / "lake"})
     source = config.sources[0]
     pipeline = SourcePipeline.from_config(spark, config, source)
     pipeline.register_dumps(arrival_ms=config.start_ms + 100 * config.window_ms)
     shards = [pipeline.remap, *pipeline.outputs]
-    seen: dict[str, set[str]] = {}
+    before = {shard.path: DeltaTable(shard.path).version() for shard in shards}
+    seen: dict[str, dict[str, set[str]]] = {}
 
     def look(event: PhaseEvent) -> None:
-        if event.name == "append changes" and not event.ended:
-            for shard in shards:
-                leases = read_leases(shard.path, DeltaTable(shard.path))
-                seen[shard.path] = {r.holder for r in leases.live(WRITER)}
+        if event.name in ("bind windows", "append changes") and not event.ended:
+            seen[event.name] = {
+                shard.path: {r.holder for r in
+                             read_leases(shard.path, DeltaTable(shard.path)).live(WRITER)}
+                for shard in shards
+            }  # fmt: skip
 
     with observing(look):
         pipeline.run_windows(windows(config, 1, 2))
-    writers = set().union(*seen.values())
-    assert len(writers) == 1 and all(seen[shard.path] == writers for shard in shards)
+    writers = set().union(*seen["bind windows"].values())
+    assert len(writers) == 1 and all(seen["bind windows"][s.path] == writers for s in shards)
+    # By the envelope, the remap's and reclocked's last commits of the run released them.
+    released = {pipeline.remap.path, pipeline.reclocked.path}
+    assert {path for path, held in seen["append changes"].items() if not held} == released
     for shard in shards:
-        assert read_leases(shard.path, DeltaTable(shard.path)).registrations == {}
+        table = DeltaTable(shard.path)
+        assert read_leases(shard.path, table).registrations == {}
+        newest = delta_io.commit_info(shard.path, table.version())
+        assert "releasing writer" in newest["userMetadata"]  # the data commit released it
+        # Registered, then its data, then nothing: two commits of the run for one window.
+        assert table.version() == before[shard.path] + 2
 
 
 def test_a_window_run_again_reports_the_figures_its_first_run_wrote(
