@@ -6,7 +6,6 @@ last loaded, so what it reads is consistent; ``refresh`` moves it to the newest 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
@@ -21,13 +20,12 @@ from cdc_core.shard.delta_io import DataFile
 from cdc_core.shard.log import (
     SINCE,
     UPPER,
-    LogMark,
+    KeptByMark,
     TableDescription,
     commit_once,
     frontier_at,
     frontier_transactions,
     location_failure,
-    log_mark,
     open_or_create,
     read_frontier,
     read_to_newest,
@@ -188,22 +186,14 @@ def stored_upper(path: str) -> TimeFrontier:
     """The upper committed at ``path``, read from its Delta log alone: no Spark, nothing
     created (a sensor's look must change nothing). ``[0]`` where no shard exists yet.
 
-    The process keeps each upper it read with the log's mark (``log_mark``), and opens
-    the table again only once the mark moved: a sensor asking for every source's outputs
-    each tick looks at each log, and reads only those committed to since its last tick."""
-    with _STORED_UPPERS_LOCK:
-        kept = _STORED_UPPERS.get(path)
-    mark = log_mark(path, kept[0] if kept else None)
-    if mark is None:
-        return TimeFrontier.at(0)
-    if kept is not None and kept[0] == mark:
-        return kept[1]
-    upper = frontier_at(path, mark.version, UPPER)
-    with _STORED_UPPERS_LOCK:
-        _STORED_UPPERS[path] = (mark, upper)
-    return upper
+    The process keeps each upper it read with the log's mark (``KeptByMark``), and reads
+    the newest commit again only once the mark moved: a sensor asking for every source's
+    outputs each tick looks at each log, and reads only those committed to since its
+    last tick."""
+    upper = _STORED_UPPERS.get(path)
+    return TimeFrontier.at(0) if upper is None else upper
 
 
-# The uppers this process read, by table location, with the log's mark when read.
-_STORED_UPPERS: dict[str, tuple[LogMark, TimeFrontier]] = {}
-_STORED_UPPERS_LOCK = threading.Lock()
+_STORED_UPPERS: KeptByMark[TimeFrontier] = KeptByMark(
+    lambda path, mark: frontier_at(path, mark.version, UPPER)
+)

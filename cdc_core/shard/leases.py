@@ -560,7 +560,7 @@ def writing(
     not take there is released when it ends, as without. A shard already there is not
     registered at all: no commit of the block can move its upper, so the block stages
     nothing on it (staging always precedes a commit that moves the upper)."""
-    registered: list[LeaseBook] = []
+    registered: list[tuple[Shard, LeaseBook]] = []
     try:
         for shard in shards:
             if through is not None and through <= shard.upper:
@@ -568,13 +568,12 @@ def writing(
             book = LeaseBook.of(shard)
             book.register_writer(writer, lease_ms)
             shard.releases_at = through
-            registered.append(book)
+            registered.append((shard, book))
         yield
     finally:
-        for book in registered:
-            assert book.shard is not None  # a writer registers through its shard handle
-            book.shard.releases_at = None
-            if book.shard.writer == writer:  # not released by a commit of the block
+        for shard, book in registered:
+            shard.releases_at = None
+            if shard.writer == writer:  # not released by a commit of the block
                 book.release(writer)
 
 

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -421,33 +421,50 @@ def existing_table(location: str, version: int | None = None) -> DeltaTable | No
         return newest_table(location)
 
 
+T = TypeVar("T")
+
+
+class KeptByMark(Generic[T]):
+    """What this process read of each table, kept with its log's mark (``log_mark``) and
+    read again only once the mark moved: a look costs two stats on local disk, one
+    listing on an object store, where reading again opens the table or its newest
+    commit. Thread-safe; two threads that miss at once both read, and either is kept."""
+
+    def __init__(self, read: Callable[[str, LogMark], T | None]) -> None:
+        self._read = read
+        self._kept: dict[str, tuple[LogMark, T]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, location: str) -> T | None:
+        """What ``read`` gives for the table at ``location`` at the mark this call finds
+        (None where there is no table, or where ``read`` gives None)."""
+        with self._lock:
+            kept = self._kept.get(location)
+        mark = log_mark(location, kept[0] if kept else None)
+        if mark is None:
+            return None
+        if kept is not None and kept[0] == mark:
+            return kept[1]
+        value = self._read(location, mark)
+        if value is not None:
+            with self._lock:
+                self._kept[location] = (mark, value)
+        return value
+
+
+# A run looks at a table it does not write (a source's published ``state``) at several
+# of its steps: to plan, to size a step, to tell a publish from another writer's, to
+# report. The table is opened once per mark and shared: read it, never move or commit
+# through it.
+_TABLES_TO_READ: KeptByMark[DeltaTable] = KeptByMark(
+    lambda location, mark: existing_table(location, mark.version)
+)
+
+
 def table_to_read(location: str) -> DeltaTable | None:
     """The Delta table at ``location`` at its newest commit, to read and never to move or
-    commit through (the object is shared); None where there is none.
-
-    Why: a run looks at a table it does not write (a source's published ``state``) at
-    several of its steps: to plan, to size a step, to tell a publish from another
-    writer's, to report. Each open reads the log again. The process keeps each table it
-    opened with its log's mark (``log_mark``) and opens it again only once the mark
-    moved: a look costs two stats on local disk, one listing on an object store.
-    Invariant: the table returned is at the mark found by this call's look."""
-    with _TO_READ_LOCK:
-        kept = _TO_READ.get(location)
-    mark = log_mark(location, kept[0] if kept else None)
-    if mark is None:
-        return None
-    if kept is not None and kept[0] == mark:
-        return kept[1]
-    table = existing_table(location, mark.version)
-    if table is not None:
-        with _TO_READ_LOCK:
-            _TO_READ[location] = (mark, table)
-    return table
-
-
-# The tables ``table_to_read`` opened, by location, with their log's mark when opened.
-_TO_READ: dict[str, tuple[LogMark, DeltaTable]] = {}
-_TO_READ_LOCK = threading.Lock()
+    commit through (the object is shared, ``KeptByMark``); None where there is none."""
+    return _TABLES_TO_READ.get(location)
 
 
 def newest_table(location: str) -> DeltaTable:
