@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.config import Config
 from cdc_core.reclock import Windows
+from cdc_core.shard.log import commit_at
 from cdc_core.source import SourcePipeline
 
 
@@ -62,3 +63,11 @@ class SampleLake:
         path = self.config.lake / source / table
         version = self.first_run_versions[path] if first_run else None
         return table_rows(self.config, source, table, version)
+
+
+def commit_info(location: str, version: int) -> dict:
+    """The commitInfo of commit ``version`` of the table at ``location`` (which must
+    still be in its log): its log time and reclock's metadata."""
+    commit = commit_at(location, version)
+    assert commit is not None, f"commit {version} of {location} is not in its log"
+    return dict(commit.info)

@@ -220,7 +220,7 @@ def _export_steps(export: ShardExport) -> _Steps:
 
 def _live_exports(shard: Shard) -> set[str]:
     """The holders of the shard's live reader registrations, as of its newest commit."""
-    return {r.holder for r in read_leases(shard.path, shard.refresh().delta_table).live()}
+    return {r.holder for r in read_leases(shard.refresh().delta_table).live()}
 
 
 def _export_renaming(

@@ -416,14 +416,6 @@ def commit_actions(table_path: str, version: int) -> list[dict]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def commit_info(table_path: str, version: int) -> dict:
-    """The commitInfo of one commit: its log timestamp and custom metadata."""
-    for action in commit_actions(table_path, version):
-        if "commitInfo" in action:
-            return action["commitInfo"]
-    raise ValueError(f"commit {version} of {table_path} has no commitInfo")
-
-
 @dataclass(frozen=True)
 class RemovedFile:
     """A file a commit removed from the table (it stays on disk until gc)."""

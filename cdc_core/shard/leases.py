@@ -44,9 +44,12 @@ from cdc_core.shard.delta_io import DataFile
 from cdc_core.shard.handle import SINCE
 from cdc_core.shard.log import (
     LEASES_APP_ID,
+    CommitSummary,
     app_version,
     carried_at,
+    commit_at,
     commit_metadata,
+    commit_of,
     commit_once,
     log_mark,
     newest_table,
@@ -161,46 +164,43 @@ class ReadCapability:
     expires_ms: int
 
 
-def _commit_ms(table_path: str, version: int) -> int:
+def _commit_ms(table: DeltaTable, version: int) -> int:
     """A commit's log timestamp, as its writer recorded it in the commit info; 0 (older
     than any lease) for a commit log cleanup expired: ``trim_log`` keeps every commit a
     live registration refers to, so only expired registrations refer to such a commit."""
-    try:
-        return int(delta_io.commit_info(table_path, version)["timestamp"])
-    except FileNotFoundError:
-        return 0
+    commit = commit_of(table, version)
+    return 0 if commit is None else commit.log_ms
 
 
-def _stored(table_path: str, pointer: int) -> dict[str, dict[str, Any]]:
-    """The lease table the commit ``pointer`` stored, by kind then holder; empty for a
-    commit log cleanup expired (unchanged for longer than any lease)."""
-    try:
-        stored = delta_io.commit_info(table_path, pointer)[LEASES_KEY]
-    except FileNotFoundError:
+def _stored(commit: CommitSummary | None) -> dict[str, dict[str, Any]]:
+    """The lease table ``commit`` stored, by kind then holder; empty for a commit log
+    cleanup expired (unchanged for longer than any lease)."""
+    if commit is None:
         return {}
+    stored = commit.info[LEASES_KEY]
     return json.loads(stored) if isinstance(stored, str) else stored
 
 
-def _registered(table_path: str, pointer: int) -> bool:
-    """Whether the lease table the commit ``pointer`` stored holds any registration."""
-    return any(_stored(table_path, pointer).get(kind) for kind in (READER, WRITER))
+def _registered(commit: CommitSummary | None) -> bool:
+    """Whether the lease table ``commit`` stored holds any registration."""
+    return any(_stored(commit).get(kind) for kind in (READER, WRITER))
 
 
-def read_leases(table_path: str, table: DeltaTable) -> Leases:
+def read_leases(table: DeltaTable) -> Leases:
     """The registrations at the version ``table`` has loaded."""
     version = table.version()
     pointer = app_version(table, LEASES_APP_ID)
-    log_ms = _commit_ms(table_path, version)
+    log_ms = _commit_ms(table, version)
     if pointer is None:
         return Leases(version, log_ms, None)
-    stored = _stored(table_path, pointer)
+    stored = _stored(commit_of(table, pointer))
     registrations = {
         holder: Registration(
             holder=holder,
             kind=kind,
             lease_ms=entry["lease_ms"],
             renewed_version=entry["renewed"],
-            renewed_ms=_commit_ms(table_path, entry["renewed"]),
+            renewed_ms=_commit_ms(table, entry["renewed"]),
             since=entry.get("since"),
             version=entry.get("version"),
         )
@@ -210,12 +210,12 @@ def read_leases(table_path: str, table: DeltaTable) -> Leases:
     return Leases(version, log_ms, pointer, registrations)
 
 
-def check_writer(table_path: str, table: DeltaTable, writer: str) -> None:
+def check_writer(table: DeltaTable, writer: str) -> None:
     """Fence a writer whose lease ran out: its staging may be collected already, so it
     must not commit (LeaseExpired). Judged at the version the commit is made from: a gc
     that saw the lease expired saw an older or equal version, and a commit from an older
     version than that one conflicts."""
-    _live_registration(read_leases(table_path, table), writer, WRITER)
+    _live_registration(read_leases(table), writer, WRITER)
 
 
 def collectable_files(
@@ -228,7 +228,7 @@ def collectable_files(
       readers, as Delta's vacuum retention);
     - a file no commit ever added (staging): a registered writer's when its lease is no
       longer live; an unregistered writer's when it was written ``retention_ms`` ago."""
-    holds = read_leases(table_path, table)
+    holds = read_leases(table)
     pinned = holds.oldest_pinned_version()
     writers = holds.live_writers()
     cutoff_ms = int(time.time() * 1000) - retention_ms
@@ -297,7 +297,7 @@ class LeaseBook:
     def read(self) -> Leases:
         """The registrations as of the log's latest version."""
         read_to_newest(self._table, self.path)
-        return read_leases(self.path, self._table)
+        return read_leases(self._table)
 
     # ---- readers ----------------------------------------------------------------------
 
@@ -452,7 +452,7 @@ class LeaseBook:
             if not commit_once(self._table, self.path, [], transactions, metadata):
                 continue  # another commit took that version: decide again on the new state
             return {
-                holder: replace(r, renewed_ms=_commit_ms(self.path, r.renewed_version))
+                holder: replace(r, renewed_ms=_commit_ms(self._table, r.renewed_version))
                 for holder, r in registrations.items()
             }
 
@@ -474,7 +474,7 @@ def released_with_commit(
     """What a writer's data commit at the version after ``table``'s carries to release
     ``writer`` with it: the lease table as loaded, without ``writer``. The commit is a
     compare-and-set at the loaded version, so no other lease change can slip between."""
-    leases = read_leases(table_path, table)
+    leases = read_leases(table)
     kept = [r for holder, r in leases.registrations.items() if holder != writer]
     return _lease_table(kept, table.version() + 1)
 
@@ -617,10 +617,10 @@ def holds(table_path: str) -> list[Hold]:
     carried = None if mark is None else carried_at(table_path, mark.version)
     if carried is not None:
         pointer = carried.get(LEASES_APP_ID)
-        if pointer is None or not _registered(table_path, pointer):
+        if pointer is None or not _registered(commit_at(table_path, pointer)):
             return []
     table = newest_table(table_path)
-    leases = read_leases(table_path, table)
+    leases = read_leases(table)
     if not leases.registrations:
         return []
     _, removals = delta_io.file_history(table_path, leases.version)
@@ -634,7 +634,7 @@ def holds(table_path: str) -> list[Hold]:
             pinned = [f for f in removals if f.version > r.version and f.path in on_disk]
             versions = leases.version - r.version
             size = sum(f.size for f in pinned)
-            age_ms = leases.log_ms - _commit_ms(table_path, r.version)
+            age_ms = leases.log_ms - _commit_ms(table, r.version)
         else:
             staged = [p for p in on_disk if delta_io.batch_writer(p) == r.holder]
             versions = 0

@@ -192,51 +192,94 @@ def app_version(table: DeltaTable, app_id: str) -> int | None:
     commit file answers them all, once per table and version. A commit that does not say
     it carries them (another writer's, or one reclock made before it carried them) leaves
     the question to delta-rs. Invariant: the answer is what delta-rs would give."""
-    carried = _carried(table) if app_id in KEPT_APP_IDS else None
+    if app_id not in KEPT_APP_IDS:
+        return table.transaction_version(app_id)
+    commit = commit_of(table, table.version())
+    carried = None if commit is None else commit.carried
     if carried is None:
         return table.transaction_version(app_id)
     return carried.get(app_id)
 
 
-def _carried(table: DeltaTable) -> Mapping[str, int] | None:
-    """``carried_at`` the table's loaded version, kept per table object and version (a
-    version never changes)."""
-    version = table.version()
-    with _CARRIED_LOCK:
-        known = _CARRIED.get(id(table))
-    if known is not None and known[0] == version:
-        return known[1]
-    carried = carried_at(from_spark_path(table.table_uri), version)  # a URI like Spark's
-    with _CARRIED_LOCK:
-        if id(table) not in _CARRIED:  # forgotten with the table object
-            weakref.finalize(table, _forget, id(table))
-        _CARRIED[id(table)] = (version, carried)
-    return carried
+@dataclass(frozen=True)
+class CommitSummary:
+    """What reclock reads of one commit of a log: its commit info (log time, operation,
+    lease table) and the versions of the app transactions it holds."""
+
+    info: Mapping[str, Any]
+    transactions: Mapping[str, int]
+
+    @property
+    def carried(self) -> Mapping[str, int] | None:
+        """The app transactions, when the commit says it carries every kept one (else
+        None: only delta-rs's replay of the log knows them)."""
+        return self.transactions if self.info.get(CARRIES_KEY) == CARRIES else None
+
+    @property
+    def log_ms(self) -> int:
+        """The commit's log timestamp, as its writer recorded it."""
+        if "timestamp" not in self.info:
+            raise ValueError("a commit without a commitInfo timestamp")
+        return int(self.info["timestamp"])
+
+
+def commit_at(location: str, version: int) -> CommitSummary | None:
+    """The commit ``version`` of the table at ``location``, read from its file (one
+    GetObject on an object store); None when log cleanup removed it."""
+    try:
+        actions = delta_io.commit_actions(files.normalize(location), version)
+    except FileNotFoundError:
+        return None
+    info: Mapping[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    return CommitSummary(info, {a["txn"]["appId"]: a["txn"]["version"] for a in actions
+                                if "txn" in a})  # fmt: skip
 
 
 def carried_at(location: str, version: int) -> Mapping[str, int] | None:
     """The app-transaction versions the commit ``version`` of the table at ``location``
     carries, when it says it carries every kept one (else None: ask delta-rs). One read of
     one commit file; a commit the log's cleanup removed carries nothing."""
-    try:
-        actions = delta_io.commit_actions(files.normalize(location), version)
-    except FileNotFoundError:
-        return None
-    if not any(a.get("commitInfo", {}).get(CARRIES_KEY) == CARRIES for a in actions):
-        return None
-    return {a["txn"]["appId"]: a["txn"]["version"] for a in actions if "txn" in a}
+    commit = commit_at(location, version)
+    return None if commit is None else commit.carried
+
+
+def commit_of(table: DeltaTable, version: int) -> CommitSummary | None:
+    """``commit_at`` of ``table``'s log, read once per table object and version.
+
+    Why: a lease decision reads the commit the lease table is stored in, the newest one
+    (its log time) and each holder's renewal, and frontiers read the newest one: mostly
+    the same few commits, again after each commit. A commit of a log never changes; a
+    table object reads one log (a table swapped in at its location is another object's
+    to read), so what it read holds for the object's life. Only the newest
+    ``_COMMITS_KEPT`` versions are kept per object: a handle lives through a long run."""
+    with _COMMITS_LOCK:
+        kept = _COMMITS.get(id(table))
+        if kept is not None and version in kept:
+            return kept[version]
+    commit = commit_at(from_spark_path(table.table_uri), version)  # a URI like Spark's
+    if commit is None:
+        return None  # not kept: a version asked before it was written may come
+    with _COMMITS_LOCK:
+        if id(table) not in _COMMITS:  # forgotten with the table object
+            weakref.finalize(table, _forget, id(table))
+        kept = _COMMITS.setdefault(id(table), {})
+        kept[version] = commit
+        for old in sorted(kept)[:-_COMMITS_KEPT]:
+            del kept[old]
+    return commit
 
 
 def _forget(table_id: int) -> None:
-    """Drop what ``_carried`` kept of a table object that is gone."""
-    with _CARRIED_LOCK:
-        _CARRIED.pop(table_id, None)
+    """Drop what ``commit_of`` kept of a table object that is gone."""
+    with _COMMITS_LOCK:
+        _COMMITS.pop(table_id, None)
 
 
-# What ``_carried`` read, per live table object (by id, as a DeltaTable is unhashable):
-# the version read and the versions it carries.
-_CARRIED: dict[int, tuple[int, Mapping[str, int] | None]] = {}
-_CARRIED_LOCK = threading.RLock()  # a finalizer may run while it is held
+# What ``commit_of`` read, per live table object (by id, as a DeltaTable is unhashable):
+# by version, the commit read.
+_COMMITS: dict[int, dict[int, CommitSummary]] = {}
+_COMMITS_KEPT = 16
+_COMMITS_LOCK = threading.RLock()  # a finalizer may run while it is held
 
 
 def carried_forward(table: DeltaTable, app_transactions: Sequence[Transaction]

@@ -45,7 +45,7 @@ class ShardMaintainer(ShardHandle):
         if not self._since <= since:
             raise ShardUsageError(f"since may only advance: it is {self._since}, not {since}")
         while True:
-            holds = leases.read_leases(self.path, self._table)
+            holds = leases.read_leases(self._table)
             target = since.meet(holds.hold())
             if not self._since < target:
                 return self._since
@@ -116,7 +116,7 @@ class ShardMaintainer(ShardHandle):
         with location_failure(f"trimming the log of {self.path}"):
             self._reload()
             self._table.create_checkpoint()
-            holds = leases.read_leases(self.path, self._table)
+            holds = leases.read_leases(self._table)
             keep_from = min({self._table.version(), *holds.referenced_versions()})
             older_than_ms = int(time.time() * 1000) - keep_ms
             return delta_io.trim_log(self.path, keep_from, older_than_ms)

@@ -252,7 +252,7 @@ class ShardWriter(ShardHandle):
     def _writer_live(self) -> bool:
         """Raises LeaseExpired when this handle's registered writer's lease ran out."""
         if self.writer is not None:
-            leases.check_writer(self.path, self._table, self.writer)
+            leases.check_writer(self._table, self.writer)
         return True
 
     def _write_rows(

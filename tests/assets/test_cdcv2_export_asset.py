@@ -271,7 +271,7 @@ def test_the_export_holds_changes_while_it_runs_and_releases_it(materialized) ->
     registered = json.loads(registered) if isinstance(registered, str) else registered
     assert registered["reader"][reader]["since"] == T0  # the first window's start
     assert registered["reader"][reader]["lease_ms"] == config.readers.lease_ms
-    assert reader not in read_leases(path, DeltaTable(path)).registrations
+    assert reader not in read_leases(DeltaTable(path)).registrations
 
 
 def run_readers_check(config: Config) -> AssetCheckEvaluation:

@@ -36,6 +36,7 @@ from cdc_core.shard.leases import (
 )
 from cdc_core.source.resumption import UpstreamCommit, retire
 from pipelines.cli import main
+from tests.lake_rows import commit_info
 from tests.reclock.test_reclock_support import (
     Options,
     Rec,
@@ -109,6 +110,34 @@ def test_a_reader_holds_the_since_through_compaction_and_gc_until_its_lease_runs
     assert files_on_disk(history.path) == live
 
 
+def test_a_lease_read_reads_each_commit_once_per_table_object(history, monkeypatch):
+    """Reading the lease table again at a version already read costs no read of its
+    commits; a new commit is read once; another table object reads for itself."""
+    book = LeaseBook.of(history)
+    book.register("r", since=1, lease_ms=HOUR_MS)
+    read: list[int] = []
+    actions = delta_io.commit_actions
+
+    def counted(path: str, version: int) -> list[dict]:
+        read.append(version)
+        return actions(path, version)
+
+    monkeypatch.setattr(delta_io, "commit_actions", counted)
+    table = DeltaTable(history.path)
+    first = read_leases(table)
+    assert first.registrations["r"].renewed_version == table.version()
+    assert read == [table.version()]  # the newest commit holds the lease table itself
+    assert read_leases(table) == first and read == [table.version()]
+    book.heartbeat("r")  # the book reads through its own table object
+    read.clear()
+    table.update_incremental()
+    renewed = read_leases(table)
+    assert renewed.registrations["r"].renewed_version == table.version() == first.version + 1
+    assert read == [table.version()]  # only the new commit
+    assert read_leases(DeltaTable(history.path)) == renewed
+    assert read == [table.version(), table.version()]
+
+
 def test_the_since_is_the_meet_of_the_live_readers_and_the_request(history):
     book = LeaseBook.of(history)
     book.register("slow", since=3, lease_ms=HOUR_MS)
@@ -175,9 +204,9 @@ def test_registrations_live_in_the_log_and_change_by_compare_and_set(spark, hist
     with pytest.raises(LeaseUsageError, match="registered already"):
         stale.register("r", since=1, lease_ms=HOUR_MS)  # re-decided on the newer log
     table = DeltaTable(history.path)
-    leases = read_leases(history.path, table)
+    leases = read_leases(table)
     assert leases.registrations["r"].since == 1
-    last = delta_io.commit_info(history.path, table.version())
+    last = commit_info(history.path, table.version())
     assert last[LEASES_KEY] == {READER: {"r": {"lease_ms": HOUR_MS, "renewed": table.version(),
                                                  "since": 1, "version": table.version()}},
                                 WRITER: {}}
@@ -322,7 +351,7 @@ def test_the_readers_command_registers_lists_renews_and_releases(
     holder = ("--source", "users", "--reader", "audit")
     code, out, _ = reclock("register", *holder, "--since", "2026-01-01T00:00:00Z")
     assert code == 0 and "audit holds users/changes from 2026-01-01T00:00:00Z" in out
-    registered = read_leases(changes, DeltaTable(changes)).registrations["audit"]
+    registered = read_leases(DeltaTable(changes)).registrations["audit"]
     assert (registered.since, registered.lease_ms) == (T0, HOUR_MS)  # the config's lease
 
     code, out, _ = reclock()
@@ -330,7 +359,7 @@ def test_the_readers_command_registers_lists_renews_and_releases(
     assert "(live); pins 0 version(s), 0 byte(s)" in out
 
     assert reclock("heartbeat", *holder, "--lease", "2h")[0] == 0
-    renewed = read_leases(changes, DeltaTable(changes)).registrations["audit"]
+    renewed = read_leases(DeltaTable(changes)).registrations["audit"]
     assert renewed.lease_ms == 2 * HOUR_MS and renewed.renewed_version > registered.version
 
     code, _, err = reclock("register", *holder, "--since", "2026-01-01T00:00:00Z")
@@ -381,7 +410,7 @@ def test_a_writers_last_commit_releases_it_with_the_data_and_keeps_the_other_hol
             # What it stages after its release is anonymous: gc judges it by its age.
             assert history.writer is None
         assert history.version == released == registered + 2  # no release commit
-        info = delta_io.commit_info(history.path, released)
+        info = commit_info(history.path, released)
         assert list(info[LEASES_KEY][READER]) == ["reader-1"] and info[LEASES_KEY][WRITER] == {}
     assert holds(history.path) == []
     assert collected(history.snapshot(8)) == [("b", 2, 8, 2), ("c", 3, 8, 1), ("d", 4, 8, 1),
@@ -394,8 +423,8 @@ def test_a_block_that_fails_short_of_its_upper_releases_when_it_ends(spark, hist
         raise RuntimeError("the run failed before its last window")
     after = history.version
     assert holds(history.path) == []
-    assert delta_io.commit_info(history.path, after)[LEASES_KEY][WRITER] == {}
-    assert "releasing" not in delta_io.commit_info(history.path, after - 1)["userMetadata"]
+    assert commit_info(history.path, after)[LEASES_KEY][WRITER] == {}
+    assert "releasing" not in commit_info(history.path, after - 1)["userMetadata"]
 
 
 def test_a_shard_already_at_the_blocks_upper_is_not_registered(spark, history):

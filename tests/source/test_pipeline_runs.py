@@ -15,11 +15,11 @@ from pyspark.sql import SparkSession
 from cdc_core.config import Config, load_config
 from cdc_core.phases import PhaseEvent, observing
 from cdc_core.reclock import Windows, mint_bindings
-from cdc_core.shard import delta_io
 from cdc_core.shard.leases import WRITER, read_leases
 from cdc_core.source import SourcePipeline
 from cdc_core.source.state import published_updates
 from pipelines.sample import write_sample
+from tests.lake_rows import commit_info
 
 WINDOWS = 4  # of the sample's eight: enough for history, short enough for a test
 SHARDS = ("remap", "reclocked", "changes", "errors")
@@ -170,7 +170,7 @@ def test_a_run_writes_as_a_registered_writer_and_releases_its_leases(
         if event.name in ("bind windows", "append changes") and not event.ended:
             seen[event.name] = {
                 shard.path: {r.holder for r in
-                             read_leases(shard.path, DeltaTable(shard.path)).live(WRITER)}
+                             read_leases(DeltaTable(shard.path)).live(WRITER)}
                 for shard in shards
             }  # fmt: skip
 
@@ -183,8 +183,8 @@ def test_a_run_writes_as_a_registered_writer_and_releases_its_leases(
     assert {path for path, held in seen["append changes"].items() if not held} == released
     for shard in shards:
         table = DeltaTable(shard.path)
-        assert read_leases(shard.path, table).registrations == {}
-        newest = delta_io.commit_info(shard.path, table.version())
+        assert read_leases(table).registrations == {}
+        newest = commit_info(shard.path, table.version())
         assert "releasing writer" in newest["userMetadata"]  # the data commit released it
         # Registered, then its data, then nothing: two commits of the run for one window.
         assert table.version() == before[shard.path] + 2
