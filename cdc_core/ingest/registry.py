@@ -37,6 +37,7 @@ from cdc_core.ingest.dumps import (
 )
 from cdc_core.shard import delta_io
 from cdc_core.shard.log import (
+    NO_TABLE,
     LogMark,
     append_rows,
     existing_table,
@@ -272,7 +273,9 @@ class Registry:
         with _READS_LOCK:
             cached = _READS.get(self.files_path)
         paths = (self.files_path, self.retired_path)
-        known = (None, None) if cached is None else cached.marks
+        known = (None, None) if cached is None else tuple(
+            NO_TABLE if mark is None else mark for mark in cached.marks
+        )
         marks = (log_mark(paths[0], known[0]), log_mark(paths[1], known[1]))
         if cached is None or cached.marks != marks:
             files, retired = (

@@ -75,7 +75,7 @@ from cdc_core.reclock.remap import (
     propose_frontiers,
 )
 from cdc_core.shard import Shard
-from cdc_core.shard.log import LogMark, log_mark
+from cdc_core.shard.log import NO_TABLE, LogMark, log_mark
 from cdc_core.storage import LocationLike, located
 from cdc_core.vocabulary import ReclockPolicy
 
@@ -192,7 +192,8 @@ class PendingSeen:
     def holding(self, tables: Sequence[str]) -> dict[int, PendingTransactions | None]:
         """The answers that still hold, with ``tables`` (the group's) as they stand now;
         the caller holds ``lock`` and adds what it finds."""
-        known = self._marks or (None,) * len(tables)
+        known: list[LogMark | None] = [NO_TABLE if m is None else m for m in self._marks]
+        known = known or [None] * len(tables)
         marks = tuple(log_mark(t, k) for t, k in zip(tables, known, strict=True))
         if marks != self._marks:
             self._marks, self._known = marks, {}

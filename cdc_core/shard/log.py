@@ -395,16 +395,25 @@ class LogMark:
     mtime_ms: int
 
 
+# The mark of a look that found no table: given to ``log_mark`` as the known mark, the
+# next look lists the log folder once (a first look also reads ``_last_checkpoint``).
+NO_TABLE = LogMark(-1, 0, 0)
+
+
 def log_mark(location: str, known: LogMark | None = None) -> LogMark | None:
     """The mark of the table at ``location`` now (None where there is none). Reads no
     commit and creates nothing. With the ``known`` mark of an earlier look: on local disk
     two lookups find whether it still holds (its commit file as it was, no next one),
     whatever the log's length; on an object store one listing from its version on (the
-    commits before it cost no request). Without one, the listing starts at the newest
-    checkpoint (``_last_checkpoint``, read once), so a log of a year of windows, which
-    never expires, costs what a day's does; only a log without a checkpoint is listed
-    whole, and it is short."""
+    commits before it cost no request). Known to hold no table (``NO_TABLE``): one
+    listing of the log folder, empty until a table is made there (a log cleanup leaves
+    the newest checkpoint's commit and every later one). Without one, the listing starts
+    at the newest checkpoint (``_last_checkpoint``, read once), so a log of a year of
+    windows costs what a day's does; only a log without a checkpoint is listed whole,
+    and it is short."""
     log = files.join(files.normalize(location), "_delta_log")
+    if known == NO_TABLE:
+        return _newest_from(log, 0)
     if known is not None:
         if not is_remote(location) and _still_at(log, known):
             return known

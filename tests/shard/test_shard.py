@@ -39,7 +39,9 @@ from cdc_core.shard import (
 from cdc_core.shard.leases import reading, writing
 from cdc_core.shard.log import (
     KEPT_APP_IDS,
+    NO_TABLE,
     app_version,
+    log_mark,
     merge_files,
     read_to_newest,
     table_to_read,
@@ -751,6 +753,32 @@ def test_a_log_read_on_from_where_it_stands_lists_nothing_and_a_new_commit_is_fo
     assert read_to_newest(table, path).version() == 0 and listed == []
     write_deltalake(path, pa.table({"id": [1]}), mode="append")
     assert read_to_newest(table, path).version() == 1 and listed == [0]
+
+
+def test_a_look_after_one_that_found_no_table_lists_the_log_alone_and_finds_it(
+    tmp_path, monkeypatch
+):
+    """Known to hold no table, a location is looked at by one listing of its log folder,
+    without reading ``_last_checkpoint``; that finds a table made since, even once a log
+    cleanup removed its first commits."""
+    path = str(tmp_path / "t")
+    read: list[str] = []
+    read_bytes = files.read_bytes
+
+    def counted(location: str) -> bytes:
+        read.append(location)
+        return read_bytes(location)
+
+    monkeypatch.setattr(files, "read_bytes", counted)
+    assert log_mark(path) is None and len(read) == 1  # a first look reads the checkpoint's
+    assert log_mark(path, NO_TABLE) is None and len(read) == 1
+    write_deltalake(path, pa.table({"id": [0]}))
+    write_deltalake(path, pa.table({"id": [1]}), mode="append")
+    found = log_mark(path, NO_TABLE)
+    assert found is not None and found.version == 1 and len(read) == 1
+    DeltaTable(path).create_checkpoint()
+    os.remove(os.path.join(path, "_delta_log", f"{0:020d}.json"))
+    assert log_mark(path, NO_TABLE) == found == log_mark(path)
 
 
 def test_a_table_to_read_is_opened_again_only_once_its_log_moved(tmp_path, monkeypatch):
