@@ -8,8 +8,11 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from cdc_core.app import status, upkeep
 from cdc_core.app.errors import USAGE_ERRORS
@@ -23,6 +26,7 @@ from cdc_core.config import (
     load_config,
 )
 from cdc_core.frontier import iso
+from cdc_core.phases import PhaseEvent, observing
 from cdc_core.shard.leases import LeaseUsageError
 from cdc_core.spark import CLASS_ARCHIVE
 from cdc_core.spark_server import DEFAULT_PORT
@@ -50,14 +54,38 @@ def write_class_archive() -> Path:
     return archive
 
 
-def print_summary(config: Config) -> None:
-    """One line per source: windows done, upper, state rows and current errors."""
+def print_summary(config: Config, heard: Mapping[str, Mapping[str, Any]]) -> None:
+    """One line per source: windows done, upper, state rows and current errors, as the
+    run's ``status`` phase of the source announced them (``heard``); a source the run did
+    not finish is looked up."""
+    missing = [s.name for s in config.sources if s.name not in heard]
+    looked = {found.source: found.summary() for found in status.statuses(config, missing)}
     print(f"{'source':<12}{'windows':>9}  {'upper':<26}{'state rows':>11}{'errors':>8}")
-    for found in status.statuses(config):
+    for source in config.sources:
+        line = heard.get(source.name) or looked[source.name]
         print(
-            f"{found.source:<12}{found.windows_done:>9}  {found.upper.iso():<26}"
-            f"{found.tables['state'].rows:>11}{found.current_errors:>8}"
+            f"{source.name:<12}{line['windows']:>9}  {line['upper']:<26}"
+            f"{line['state rows']:>11}{line['current errors']:>8}"
         )
+
+
+def _named(source: str | None) -> list[str] | None:
+    """The sources a command asks for: the one named, or every one (None)."""
+    return None if source is None else [source]
+
+
+@contextmanager
+def summaries_heard() -> Iterator[dict[str, Mapping[str, Any]]]:
+    """The summary each source's ``status`` phase announces during the block, by source:
+    a run computes every source's status as it ends, so its summary need not again."""
+    heard: dict[str, Mapping[str, Any]] = {}
+
+    def keep(event: PhaseEvent) -> None:
+        if event.ended and event.name == "status":
+            heard[event.source] = event.figures
+
+    with observing(keep):
+        yield heard
 
 
 def print_retired(source: str, report: RetireReport) -> None:
@@ -71,7 +99,7 @@ def print_retired(source: str, report: RetireReport) -> None:
 
 def print_inspection(config: Config, source: str | None) -> None:
     """``reclock inspect``: frontiers, lag and tables of each source."""
-    for found in status.statuses(config, source, transactions=True):
+    for found in status.statuses(config, _named(source), transactions=True):
         print(found.describe())
         print()
 
@@ -305,13 +333,15 @@ def main(argv: list[str] | None = None) -> int:
             home = (args.workdir / "dagster").resolve()
             quiet_instance(home)
             os.environ.setdefault("DAGSTER_HOME", str(home))  # `make ui` shows these runs
-            ok = materialize(config, verbose=args.verbose)
-            print_summary(config)
+            with summaries_heard() as heard:
+                ok = materialize(config, verbose=args.verbose)
+            print_summary(config, heard)
             return 0 if ok else 1
         config = load_config(args.config)
         if args.command == "materialize":
-            ok = materialize(config, args.through, verbose=args.verbose)
-            print_summary(config)
+            with summaries_heard() as heard:
+                ok = materialize(config, args.through, verbose=args.verbose)
+            print_summary(config, heard)
             return 0 if ok else 1
         if args.command == "snapshot":
             fmt = args.format or ("parquet" if args.out else "table")
@@ -322,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0
         if args.command == "inspect" and args.json:
-            found = status.statuses(config, args.source, transactions=True)
+            found = status.statuses(config, _named(args.source), transactions=True)
             print(json_output.dumps(json_output.inspection(found)))
             return 0
         if args.command == "inspect":

@@ -7,6 +7,7 @@ lake this process may only read.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
@@ -24,15 +25,17 @@ from cdc_core.vocabulary import CatalogKind
 
 
 def statuses(
-    config: Config, only: str | None = None, *, transactions: bool = False
+    config: Config, only: Collection[str] | None = None, *, transactions: bool = False
 ) -> list[SourceStatus]:
-    """Every source's status (or the one named ``only``); ``transactions``: with what each
-    transaction group member's last window holds back."""
+    """Every source's status (or those named in ``only``; none asked opens no session);
+    ``transactions``: with what each transaction group member's last window holds back."""
+    sources = [s for s in config.sources if only is None or s.name in only]
+    if not sources:
+        return []
     spark = config_spark(config)
     return [
         SourceReader.open(spark, config, source, config.lake).status(transactions=transactions)
-        for source in config.sources
-        if only is None or source.name == only
+        for source in sources
     ]
 
 

@@ -710,8 +710,10 @@ class SourcePipeline:
         if self.registration is not None:
             with phase(self.source.name, "register tables") as figures:
                 figures["changed"] = len(self.registration.sync())
-        with phase(self.source.name, "status"):
-            return self.reader.status()
+        with phase(self.source.name, "status") as figures:
+            status = self.reader.status()
+            figures.update(status.summary())  # what the run's summary prints of it
+            return status
 
 
 def _through(windows: Windows) -> TimeFrontier:

@@ -82,6 +82,16 @@ class SourceStatus:
             return 0
         return (upper - 1 - self.start_ms) // self.window_ms
 
+    def summary(self) -> dict[str, int | str]:
+        """What a run's summary line shows of the source: windows done, the outputs'
+        upper, the rows of ``state`` and the current errors."""
+        return {
+            "windows": self.windows_done,
+            "upper": self.upper.iso(),
+            "state rows": self.tables["state"].rows,
+            "current errors": self.current_errors,
+        }
+
     def describe(self) -> str:
         """What ``reclock inspect`` prints: frontiers, lag, and each table's version and rows."""
         lines = [self.inspection.describe(), "  tables:"]

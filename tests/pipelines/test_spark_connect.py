@@ -12,6 +12,8 @@ and the bad-input corpus (damaged and truncated gzip files among others).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -19,14 +21,16 @@ import textwrap
 import time
 from collections import Counter
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
 
+from cdc_core.app import status
 from cdc_core.app.export import EXPORT_FOLDER
 from cdc_core.config import Config, load_config
 from cdc_core.spark_server import listening
-from pipelines.run import materialize
+from pipelines.cli import main
 from pipelines.sample import write_sample
 from tests.connect_server import REPO, attached, client_env
 from tests.lake_rows import table_rows
@@ -82,9 +86,24 @@ def _contents(config: Config) -> dict[str, Counter]:
 
 @pytest.fixture(scope="module")
 def in_process(tmp_path_factory: pytest.TempPathFactory, spark) -> dict[str, Counter]:
-    """The small sample materialized in the suite's own (in-process) session."""
-    config = load_config(_small_sample(tmp_path_factory.mktemp("in-process")))
-    assert materialize(config)
+    """The small sample materialized in the suite's own (in-process) session, by the
+    command line; its summary is what a look at each source finds after the run, and
+    comes from the run itself (no source is looked up again)."""
+    config_file = _small_sample(tmp_path_factory.mktemp("in-process"))
+    config = load_config(config_file)
+    printed = io.StringIO()
+    with (mock.patch.object(status, "statuses", wraps=status.statuses) as looked,
+          contextlib.redirect_stdout(printed)):  # fmt: skip
+        assert main(["materialize", "--config", str(config_file)]) == 0
+    assert looked.call_args_list == [mock.call(config, [])]
+    summary = {line.split()[0]: line.split()[1:] for line in printed.getvalue().splitlines()
+               if line.split() and line.split()[0] in SOURCES}  # fmt: skip
+    assert summary == {
+        found.source: [str(found.windows_done), found.upper.iso(),
+                       str(found.tables["state"].rows), str(found.current_errors)]
+        for found in status.statuses(config)
+    }  # fmt: skip
+    assert summary["users"][0] == "4" and int(summary["users"][3]) > 0
     contents = _contents(config)
     for table in ("users/state", "users/history", "users/errors", "pageviews/state"):
         assert contents[table], f"{table} is empty: the comparison would prove little"
