@@ -17,8 +17,9 @@ checks judged together (one Spark job per check kind,
 ``cdc_core.app.checks.judge_together``), then their exports. The other sources' checks
 and exports are judged the same way, together, in a thread of their own
 (``FinishLater``) while the steps report every source's tables; a later step waits for
-them only to report its sources' checks and exports. Each step reports its own sources. Each source stays on its own: a source that fails (damaged dumps, a drifted
-config, a held window) or whose blocking check fails never stops the others.
+them only to report its sources' checks and exports. Each step reports its own sources.
+Each source stays on its own: a source that fails (damaged dumps, a drifted config, a
+held window) or whose blocking check fails never stops the others.
 Only a step's own thread reports to Dagster (its context is not thread-safe): the
 sources' progress is passed on from there, then each source's results. A step reports
 each of its sources that did not fail, then fails naming those that did. A source's
