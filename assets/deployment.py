@@ -12,14 +12,11 @@ run that selects some assets (a UI pick of one source's tables, or of one table,
 check, one export) serves only their sources.
 
 The run's first step serves every source the run selects (``assets.run_serving``): their
-windows several at once (``cdc_core.app.materialize``); then its own sources' selected
+windows several at once (``cdc_core.app.materialize``); then every source's selected
 checks judged together (one Spark job per check kind,
-``cdc_core.app.checks.judge_together``), then their exports. The other sources' checks
-and exports are judged the same way, together, in a thread of their own
-(``FinishLater``) while the steps report every source's tables; a later step waits for
-them only to report its sources' checks and exports. Each step reports its own sources.
-Each source stays on its own: a source that fails (damaged dumps, a drifted config, a
-held window) or whose blocking check fails never stops the others.
+``cdc_core.app.checks.judge_together``); then their exports. Each step reports its own
+sources. Each source stays on its own: a source that fails (damaged dumps, a drifted
+config, a held window) or whose blocking check fails never stops the others.
 Only a step's own thread reports to Dagster (its context is not thread-safe): the
 sources' progress is passed on from there, then each source's results. A step reports
 each of its sources that did not fail, then fails naming those that did. A source's
@@ -31,10 +28,9 @@ import dataclasses
 import functools
 import json
 import queue
-import threading
 import time
 import traceback
-from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from dagster import (
@@ -71,7 +67,6 @@ from cdc_core.app.checks import ChecksToJudge, JudgedChecks, blocks_export, judg
 from cdc_core.app.errors import STATED_ERRORS
 from cdc_core.app.export import ExportRun, SourceExport, export_sources, exportable
 from cdc_core.app.materialize import (
-    IDLE_SECONDS,
     LandedDumps,
     ListedLanding,
     MaterializedWindows,
@@ -219,12 +214,10 @@ def _step_assets(
             while not progress.empty():
                 phases.log(progress.get())
 
-        later: list[FinishLater] = []  # the run's other sources' checks and exports
-
         def serve(names: list[str]) -> Iterator[Served[SourceServed]]:
             try:
                 with observing(progress.put):
-                    finish = functools.partial(finish_own_first, spark, config, own, later)
+                    finish = functools.partial(finish_sources, spark, config)
                     yield from serve_together(
                         spark, config, names, open_step, idle=pass_on_progress, finish=finish
                     )
@@ -232,38 +225,22 @@ def _step_assets(
                 pass_on_progress()
                 phases.flush()
 
-        served_here = list(serving.for_step(context.run_id, own, picked, serve))
-        for finishing in later:  # the serving has ended: its phases are this step's alone
-            finishing.start()
-        pass_on_progress()
-        phases.flush()  # the sources are served by now: each source's phases, kept
         failed: list[str] = []
-
-        def report_failure(source: str, failure: Exception) -> None:
-            if isinstance(failure, STATED_ERRORS):  # its message says what and where
-                context.log.error(f"{source} failed: {failure}")
-            else:
-                trace = "".join(traceback.format_exception(failure))
-                context.log.error(f"{source} failed:\n{trace}")
-            failed.append(f"{source}: {type(failure).__name__}: {failure}")
-
-        # Every source's tables first, then its checks and export: those of sources a
-        # later step reports are judged meanwhile (``FinishLater``).
-        tabled: list[SourceServed] = []
-        for served in served_here:
+        for served in serving.for_step(context.run_id, own, picked, serve):
+            pass_on_progress()
+            phases.flush()  # the sources are served by now: each source's phases, kept
             try:
                 if served.failure is not None:
                     raise served.failure
                 assert served.result is not None
-                yield from served.result.report_tables(context)
-                tabled.append(served.result)
+                failed += yield from served.result.report(context, reports)
             except Exception as failure:
-                report_failure(served.source, failure)
-        for result in tabled:
-            try:
-                failed += yield from result.report_checks(context, reports, phases)
-            except Exception as failure:
-                report_failure(result.step.source.name, failure)
+                if isinstance(failure, STATED_ERRORS):  # its message says what and where
+                    context.log.error(f"{served.source} failed: {failure}")
+                else:
+                    trace = "".join(traceback.format_exception(failure))
+                    context.log.error(f"{served.source} failed:\n{trace}")
+                failed.append(f"{served.source}: {type(failure).__name__}: {failure}")
         if failed:
             raise SourcesFailed(
                 f"{len(failed)} of {len(own)} source(s) failed; the others' results are "
@@ -415,83 +392,6 @@ def finish_sources(
     return [finished.get(s.source, s) for s in served]
 
 
-def finish_own_first(
-    spark: SparkSession,
-    config: Config,
-    own: Collection[str],
-    later: list["FinishLater"],
-    served: list[Served["SourceServed"]],
-) -> list[Served["SourceServed"]]:
-    """``finish_sources`` for the serving step's ``own`` sources; the run's other served
-    sources are left to a ``FinishLater`` (added to ``later``, for the step to start once
-    its serving has ended), so their checks and exports run while the steps report."""
-    mine = [s for s in served if s.source in own]
-    done = {s.source: s for s in (finish_sources(spark, config, mine) if mine else [])}
-    others = [s.result for s in served if s.source not in own and s.result is not None]
-    if others:
-        finishing = FinishLater(functools.partial(
-            finish_sources, spark, config, [Served(r.step.source.name, r) for r in others]
-        ))  # fmt: skip
-        later.append(finishing)
-        for result in others:
-            result.later = finishing
-    return [done.get(s.source, s) for s in served]
-
-
-class FinishLater:
-    """The checks and exports of the sources a run's later steps report, run in a thread
-    of their own while the steps report the run's tables.
-
-    Why: the steps report one after another on the run's thread, and Dagster's work for
-    each table and check reported is as long, at a hundred sources, as the checks' and
-    exports' Spark jobs: run meanwhile, those cost the run no time of their own.
-    Invariant: a step reports a source's checks and export only once they are done; a
-    failure of the whole is each source's failure. The phases it runs are passed to the
-    step that waits, each to one step."""
-
-    def __init__(self, finish: Callable[[], list[Served["SourceServed"]]]) -> None:
-        self._finish = finish
-        self._events: queue.SimpleQueue[PhaseEvent] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._finished: dict[str, Served[SourceServed]] = {}
-        self._failure: Exception | None = None
-
-    def start(self) -> None:
-        """Start finishing (once)."""
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="reclock-finish-later", daemon=True
-                )
-                self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            with observing(self._events.put):
-                self._finished = {s.source: s for s in self._finish()}
-        except Exception as failure:  # noqa: BLE001 - each source's failure, when reported
-            self._failure = failure
-
-    def finished(self, source: str, phases: PhaseLog) -> Served["SourceServed"]:
-        """What finishing gave ``source``, once done; the phases run meanwhile are logged
-        to ``phases``."""
-        self.start()
-        assert self._thread is not None
-        while self._thread.is_alive():
-            self._thread.join(IDLE_SECONDS)
-            self._pass_on(phases)
-        self._pass_on(phases)
-        if self._failure is not None:
-            raise self._failure
-        return self._finished[source]
-
-    def _pass_on(self, phases: PhaseLog) -> None:
-        while not self._events.empty():
-            phases.log(self._events.get())
-        phases.flush()
-
-
 @dataclass
 class SourceServed:
     """What serving a source gave, to be reported."""
@@ -502,34 +402,23 @@ class SourceServed:
     readers: AssetCheckResult | None = None
     judged: JudgedChecks | None = None
     export: SourceExport | None = None
-    later: "FinishLater | None" = None  # who judges its checks, when a later step reports it
 
     def blocking_failed(self) -> bool:
         """Whether the export must wait on the judged checks (before they are reported)."""
         return self.judged is not None and blocks_export(self.judged)
 
-    def report_tables(self, context: AssetExecutionContext) -> Iterator[Event]:
-        """Yield the source's tables, as its windows left them."""
+    def report(
+        self, context: AssetExecutionContext, reports: CheckReports
+    ) -> Generator[Event, None, list[str]]:
+        """Yield the source's results; returns what failed without raising: the
+        blocking checks that failed."""
         step = self.step
+        name = step.source.name
         if self.windows is not None and self.backlog is not None:
             yield from report_windows(
                 context, step.config, step.source, self.windows, self.backlog,
                 step.picked.tables, step.run.keys,
             )  # fmt: skip
-
-    def report_checks(
-        self, context: AssetExecutionContext, reports: CheckReports, phases: PhaseLog
-    ) -> Generator[Event, None, list[str]]:
-        """Yield the source's checks and export, once judged and exported (a later step's
-        source waits for ``FinishLater``, its phases logged meanwhile); returns what failed
-        without raising: the blocking checks that failed. Its checks or export failing
-        raise."""
-        step = self.step
-        name = step.source.name
-        if self.later is not None:
-            finished = self.later.finished(name, phases)
-            if finished.failure is not None:
-                raise finished.failure
         if self.readers is not None:
             yield from reports.report(context, self.readers)
         blocked: list[str] = []

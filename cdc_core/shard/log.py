@@ -534,8 +534,10 @@ def read_to_newest(table: DeltaTable, location: str) -> DeltaTable:
     Most calls find the table where it was (a handle refreshed again, a table re-read
     right after its own commit): then the commit after its version is absent, and one
     lookup of that file says so (a stat, or a HEAD on an object store) where reading the
-    log on lists it. Commits are numbered without gaps and reclock's logs never expire,
-    so a missing next commit means no newer one."""
+    log on lists it. Commits are numbered without gaps, and a log cleanup (``trim_log``)
+    removes only commits before a checkpoint, older than a reader lease, that no live
+    registration refers to: for a handle read on within a lease of its load, or whose
+    holder is registered, a missing next commit means no newer one."""
     log = files.join(files.normalize(location), "_delta_log")
     with on_store(f"reading the log of {location}", log):
         if not files.is_object(files.join(log, f"{table.version() + 1:020d}.json")):

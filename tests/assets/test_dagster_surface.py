@@ -386,9 +386,8 @@ def test_a_source_that_fails_leaves_the_others_exact_and_the_run_names_it(
     """``users`` cannot be opened (a rebuild's swap was cut short: every open refuses
     it) and comes first in the config; ``mirror`` still runs whole (tables, checks,
     export) and equals the rows by hand, then the step of ``users`` fails naming it
-    alone. With a step per source, the run's first step serves both sources (their phases
-    are logged there); the checks and export of the other step's source are judged while
-    the steps report, and logged by that step."""
+    alone. With a step per source, the run's first step serves both sources (every phase
+    is logged there) and the other only reports."""
     monkeypatch.setattr("assets.deployment.SOURCES_PER_STEP", per_step)
     config = two_sources(tmp_path)
     marker = config.lake / ".rebuild" / f"{SOURCE}.swap"
@@ -414,15 +413,8 @@ def test_a_source_that_fails_leaves_the_others_exact_and_the_run_names_it(
     steps = {e.step_key for e in result.all_events if e.is_step_success or e.is_step_failure}
     assert steps == ({"sources"} if per_step == 2 else {"sources_1", "sources_2"})
     first = next(e.step_key for e in result.all_events if e.is_step_start)
-    phases = [(e.step_key, e.user_message) for e in instance.all_logs(result.run_id)
-              if " done in " in e.user_message]  # fmt: skip
-    served = {message for step, message in phases if step == first}
-    assert any(": bind" in message for message in served), served
-    # A later step logs only its source's checks and export, judged while it reported.
-    later = [message for step, message in phases if step != first]
-    assert bool(later) == (per_step == 1), later
-    assert all(m.startswith(f"{MIRROR}: ") and (": check " in m or ": export CDCv2 " in m)
-               for m in later), later  # fmt: skip
+    phases = {e.step_key for e in instance.all_logs(result.run_id) if " done in " in e.user_message}
+    assert phases == {first}, phases
     assert f"{SOURCE}: RebuildUnfinished" in message and MIRROR not in message
     # A named error is logged as one line that says what failed, never as a trace.
     errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.ERROR]
