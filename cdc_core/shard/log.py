@@ -480,11 +480,13 @@ class KeptByMark(Generic[T]):
     """What this process read of each table, kept with its log's mark (``log_mark``) and
     read again only once the mark moved: a look costs two stats on local disk, one
     listing on an object store, where reading again opens the table or its newest
-    commit. Thread-safe; two threads that miss at once both read, and either is kept."""
+    commit. A location found holding no table is kept as ``NO_TABLE`` (looked at again
+    by one listing). Thread-safe; two threads that miss at once both read, and either is
+    kept."""
 
     def __init__(self, read: Callable[[str, LogMark], T | None]) -> None:
         self._read = read
-        self._kept: dict[str, tuple[LogMark, T]] = {}
+        self._kept: dict[str, tuple[LogMark, T | None]] = {}
         self._lock = threading.Lock()
 
     def get(self, location: str) -> T | None:
@@ -494,6 +496,8 @@ class KeptByMark(Generic[T]):
             kept = self._kept.get(location)
         mark = log_mark(location, kept[0] if kept else None)
         if mark is None:
+            with self._lock:
+                self._kept[location] = (NO_TABLE, None)
             return None
         if kept is not None and kept[0] == mark:
             return kept[1]

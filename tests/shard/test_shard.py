@@ -783,7 +783,11 @@ def test_a_look_after_one_that_found_no_table_lists_the_log_alone_and_finds_it(
 
 def test_a_table_to_read_is_opened_again_only_once_its_log_moved(tmp_path, monkeypatch):
     path = str(tmp_path / "t")
-    assert table_to_read(path) is None
+    read: list[str] = []
+    read_bytes = files.read_bytes
+    monkeypatch.setattr(files, "read_bytes", lambda at: read.append(at) or read_bytes(at))
+    assert table_to_read(path) is None and len(read) == 1  # its _last_checkpoint, looked for
+    assert table_to_read(path) is None and len(read) == 1  # known empty: a listing alone
     write_deltalake(path, pa.table({"id": [0]}))
     first = table_to_read(path)
     assert first is not None and first.version() == 0
