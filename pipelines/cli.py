@@ -8,11 +8,8 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from cdc_core.app import status, upkeep
 from cdc_core.app.errors import USAGE_ERRORS
@@ -26,15 +23,13 @@ from cdc_core.config import (
     load_config,
 )
 from cdc_core.frontier import iso
-from cdc_core.phases import PhaseEvent, observing
 from cdc_core.shard.leases import LeaseUsageError
 from cdc_core.spark import CLASS_ARCHIVE
 from cdc_core.spark_server import DEFAULT_PORT
 from pipelines import json_output
 from pipelines.run import materialize
-from pipelines.run_output import (
-    quiet_instance,
-)
+from pipelines.run_output import quiet_instance
+from pipelines.run_summary import print_summary, summaries_heard
 from pipelines.sample import write_sample
 
 # Of the sample's eight windows: every source, check and export runs in the first two.
@@ -54,38 +49,9 @@ def write_class_archive() -> Path:
     return archive
 
 
-def print_summary(config: Config, heard: Mapping[str, Mapping[str, Any]]) -> None:
-    """One line per source: windows done, upper, state rows and current errors, as the
-    run's ``status`` phase of the source announced them (``heard``); a source the run did
-    not finish is looked up."""
-    missing = [s.name for s in config.sources if s.name not in heard]
-    looked = {found.source: found.summary() for found in status.statuses(config, missing)}
-    print(f"{'source':<12}{'windows':>9}  {'upper':<26}{'state rows':>11}{'errors':>8}")
-    for source in config.sources:
-        line = heard.get(source.name) or looked[source.name]
-        print(
-            f"{source.name:<12}{line['windows']:>9}  {line['upper']:<26}"
-            f"{line['state rows']:>11}{line['current errors']:>8}"
-        )
-
-
 def _named(source: str | None) -> list[str] | None:
     """The sources a command asks for: the one named, or every one (None)."""
     return None if source is None else [source]
-
-
-@contextmanager
-def summaries_heard() -> Iterator[dict[str, Mapping[str, Any]]]:
-    """The summary each source's ``status`` phase announces during the block, by source:
-    a run computes every source's status as it ends, so its summary need not again."""
-    heard: dict[str, Mapping[str, Any]] = {}
-
-    def keep(event: PhaseEvent) -> None:
-        if event.ended and event.name == "status":
-            heard[event.source] = event.figures
-
-    with observing(keep):
-        yield heard
 
 
 def print_retired(source: str, report: RetireReport) -> None:
@@ -156,8 +122,10 @@ def manage_reader(config: Config, args: argparse.Namespace) -> None:
         if args.since is None:
             raise LeaseUsageError("register needs --since")
         held = book.register(args.reader, args.since, lease_ms)
-        print(f"{args.reader} holds {source}/{args.table} from {iso(held.since)} at version "
-              f"{held.version}, until {iso(held.expires_ms)} (log time) unless renewed")
+        print(
+            f"{args.reader} holds {source}/{args.table} from {iso(held.since)} at version "
+            f"{held.version}, until {iso(held.expires_ms)} (log time) unless renewed"
+        )
     elif args.action == "heartbeat":
         renewed = book.heartbeat(args.reader, lease_ms if args.lease else None)
         print(f"{args.reader} renewed until {iso(renewed.expires_ms)} (log time)")
@@ -282,7 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--port", type=int, default=DEFAULT_PORT, help="default %(default)s")
     server.add_argument("--master", help="the server's Spark master (default local[2])")
     server.add_argument(
-        "--conf", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
+        "--conf",
+        action="append",
+        default=[],
+        type=parse_setting,
+        metavar="KEY=VALUE",
         help="a Spark setting of the server, e.g. spark.driver.memory=2g (repeatable)",
     )
     server.add_argument(
