@@ -8,12 +8,16 @@ from), nine checks and an export, the bodies doing nothing but report. No schedu
 window launched as a Dagster run can cost less than this, however fast its Spark work is:
 
     python -m benchmarks.dagster_floor [--repeat 5] [--sources 200] [--per-step 16]
-        [--checks 9]
+        [--checks 9] [--windows 60]
+
+With ``--windows`` W > 1 the run covers W windows, as a backfill does: one
+materialization per table and window, each check reported once for the range (as
+reclock reports it: the evaluation itself, since Dagster would list every partition of
+the asset to find the materialization judged).
 
 Reports the median wall of the whole process, of its start and imports, and of its run.
 """
 
-from __future__ import annotations
 
 import argparse
 import json
@@ -22,36 +26,44 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
 import pyspark.sql.connect.session  # noqa: F401  (the client a run attaches with)
+from dagster import AssetExecutionContext
 
 import pipelines.cli  # noqa: F401  (reclock's definitions, as a run imports them)
 from assets.deployment import SOURCES_PER_STEP
+from assets.partitions import range_tags
 from benchmarks.open_ended import timed_command
+
+Reported = dg.MaterializeResult | dg.AssetCheckResult | dg.AssetCheckEvaluation | dg.Output
 
 # Each table and the table it is built from, as reclock's sources have them.
 TABLES = (("remap", None), ("reclocked", "remap"), ("changes", "reclocked"),
           ("errors", "reclocked"), ("state", "changes"), ("history", "changes"))  # fmt: skip
-PARTITION = "2026-12-01-11:00"
+KEY_FORMAT, FIRST_PARTITION = "%Y-%m-%d-%H:%M", "2026-12-01-11:00"
 
 
-def child(out: Path, sources: int, per_step: int, checks: int) -> None:
-    """One process's run of the no-op job (its imports done, at module level); when the
-    run began and how long it took, written to ``out``."""
+def child(out: Path, sources: int, per_step: int, checks: int, windows: int) -> None:
+    """One process's run of the no-op job (its imports done, at module level) over
+    ``windows`` windows; when the run began and how long it took, written to ``out``."""
     imported = time.time()
     minutes = dg.TimeWindowPartitionsDefinition(
-        start="2026-01-01-00:00", cron_schedule="* * * * *", fmt="%Y-%m-%d-%H:%M"
+        start="2026-01-01-00:00", cron_schedule="* * * * *", fmt=KEY_FORMAT
     )
     names = [f"source_{index:03d}" for index in range(sources)]
-    steps = [step_of(names[i : i + per_step], minutes, checks)
+    steps = [step_of(names[i : i + per_step], minutes, checks, ranged=windows > 1)
              for i in range(0, sources, per_step)]  # fmt: skip
     defs = dg.Definitions(
         assets=steps, jobs=[dg.define_asset_job("window", selection=dg.AssetSelection.all())]
     )
+    last = datetime.strptime(FIRST_PARTITION, KEY_FORMAT) + timedelta(minutes=windows - 1)
     result = defs.resolve_job_def("window").execute_in_process(
-        instance=dg.DagsterInstance.ephemeral(), partition_key=PARTITION,
+        instance=dg.DagsterInstance.ephemeral(),
+        partition_key=None if windows > 1 else FIRST_PARTITION,
+        tags=range_tags(FIRST_PARTITION, last.strftime(KEY_FORMAT)) if windows > 1 else None,
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
     )  # fmt: skip
     out.write_text(json.dumps({
@@ -60,10 +72,11 @@ def child(out: Path, sources: int, per_step: int, checks: int) -> None:
 
 
 def step_of(
-    names: list[str], partitions: dg.PartitionsDefinition, checks: int
+    names: list[str], partitions: dg.PartitionsDefinition, checks: int, *, ranged: bool
 ) -> dg.AssetsDefinition:
     """One step's multi-asset of the sources ``names``, reporting every table, check and
-    export of each."""
+    export of each (``ranged``: a check as its evaluation, as reclock reports one in a run
+    of several windows)."""
     tables = {name: [dg.AssetKey([name, table]) for table, _ in TABLES] for name in names}
     specs = [
         dg.AssetSpec(dg.AssetKey([name, table]),
@@ -77,13 +90,21 @@ def step_of(
 
     @dg.multi_asset(name=f"sources_{names[0]}", specs=specs, check_specs=check_specs,
                     partitions_def=partitions, can_subset=True)  # fmt: skip
-    def step() -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    def step(context: AssetExecutionContext) -> Iterator[Reported]:
+        specs = context.assets_def.check_specs_by_output_name
+        outputs = {spec.key: output for output, spec in specs.items()}
         for name in names:
             for key in tables[name]:
                 yield dg.MaterializeResult(asset_key=key, metadata={"rows": 1})
             for check, table in judged:
-                yield dg.AssetCheckResult(check_name=check, asset_key=tables[name][table],
-                                          passed=True)  # fmt: skip
+                if not ranged:
+                    yield dg.AssetCheckResult(check_name=check, asset_key=tables[name][table],
+                                              passed=True)  # fmt: skip
+                    continue
+                yield dg.Output(None, output_name=outputs[
+                    dg.AssetCheckKey(tables[name][table], check)])  # fmt: skip
+                yield dg.AssetCheckEvaluation(asset_key=tables[name][table], check_name=check,
+                                              passed=True)  # fmt: skip
             yield dg.MaterializeResult(asset_key=dg.AssetKey([name, "changes_cdcv2"]))
 
     return step
@@ -95,13 +116,14 @@ def main() -> None:
     parser.add_argument("--sources", type=int, default=1)
     parser.add_argument("--per-step", type=int, default=SOURCES_PER_STEP)
     parser.add_argument("--checks", type=int, default=9, help="checks per source")
+    parser.add_argument("--windows", type=int, default=1, help="windows the run covers")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.sources, args.per_step, args.checks)
+        child(args.child, args.sources, args.per_step, args.checks, args.windows)
         return
     shape = ["--sources", str(args.sources), "--per-step", str(args.per_step),
-             "--checks", str(args.checks)]  # fmt: skip
+             "--checks", str(args.checks), "--windows", str(args.windows)]  # fmt: skip
     walls, imports, runs = [], [], []
     with tempfile.TemporaryDirectory() as work:
         out = Path(work) / "times.json"
@@ -114,10 +136,13 @@ def main() -> None:
             walls.append(run.wall)
             imports.append(times["imported"] - run.spawned)
             runs.append(times["run"])
-    print(f"a fresh no-op window run of {args.sources} source(s) in steps of {args.per_step}, "
-          f"median of {args.repeat}: {statistics.median(walls):.2f} s "
-          f"wall (start and imports {statistics.median(imports):.2f} s, the Dagster run "
-          f"{statistics.median(runs):.2f} s; the rest is the process's exit)")
+    print(
+        f"a fresh no-op run of {args.windows} window(s) of {args.sources} source(s) in steps "
+        f"of {args.per_step}, "
+        f"median of {args.repeat}: {statistics.median(walls):.2f} s "
+        f"wall (start and imports {statistics.median(imports):.2f} s, the Dagster run "
+        f"{statistics.median(runs):.2f} s; the rest is the process's exit)"
+    )
 
 
 if __name__ == "__main__":

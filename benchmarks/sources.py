@@ -4,11 +4,14 @@
                                  [--modes own attached] [--backfill-windows 60]
                                  [--quick] [--workdir DIR] [--page DIR]
 
-Two variants, each on a fresh lake per N (``--sources``):
+Three variants, each on a fresh lake per N (``--sources``):
 
 - ``upsert``: N upsert sources, one topic each, 4 Kafka partitions, JSON dumps in the
   local landing zone (kcat ``-J`` lines, one file per topic and window): 200 records per
   topic over the first 10 windows, then 20 records per topic in each later window;
+- ``upsert-held``: the same records held in one source: one upsert topic that gets, each
+  window, the records (and keys) of N topics of ``upsert`` (the peer a deployment of
+  many sources is held against);
 - ``debezium``: N ``debezium-upsert`` tables of one Postgres database, all members of one
   transaction group with the connector's transaction topic (BEGIN and END records):
   every transaction writes one row in each of 4 tables (in every table when N < 4), and
@@ -102,7 +105,7 @@ from pipelines.sample import (
 )
 from resources.lake import LakeResource
 
-VARIANTS = ("upsert", "debezium")
+VARIANTS = ("upsert", "upsert-held", "debezium")
 MODES = ("own", "attached")
 SOURCES = (1, 16, 64, 200)
 QUICK_SOURCES = (1, 4)
@@ -149,10 +152,12 @@ class Topic:
 
 
 class Upserts:
-    """N upsert topics, each written by a producer of its own (seeded by topic and window)."""
+    """N upsert topics, each written by a producer of its own (seeded by topic and window);
+    ``held_in_one``: one topic that carries the records and keys of N."""
 
-    def __init__(self, landing: Path, n: int) -> None:
-        self.topics = [Topic(landing, f"events_{i:03d}") for i in range(n)]
+    def __init__(self, landing: Path, n: int, *, held_in_one: bool = False) -> None:
+        self.topics = [Topic(landing, f"events_{i:03d}") for i in range(1 if held_in_one else n)]
+        self.scale = n if held_in_one else 1
 
     def sources(self) -> list[dict[str, object]]:
         """The config's sources."""
@@ -172,7 +177,7 @@ class Upserts:
         for topic in self.topics:
             rng = random.Random(f"{topic.folder.name}:{window_start_ms}")
             topic.write(window_start_ms, upsert_messages(
-                rng, records=records, keys=KEYS, partitions=PARTITIONS,
+                rng, records=records * self.scale, keys=KEYS * self.scale, partitions=PARTITIONS,
                 start_ms=window_start_ms, span_ms=MINUTE_MS, delete_fraction=DELETES,
             ))  # fmt: skip
 
@@ -316,7 +321,10 @@ class Case:
         self.n = n
         self.landing = root / "landing"
         self.lake = root / "lake"
-        self.workload = (Upserts if variant == "upsert" else Database)(self.landing, n)
+        self.workload = (
+            Database(self.landing, n) if variant == "debezium"
+            else Upserts(self.landing, n, held_in_one=variant == "upsert-held")
+        )  # fmt: skip
         # Every window measured is closed from the start.
         self.start_ms = floor_minute(int(time.time() * 1000)) - (windows + 1) * MINUTE_MS
         self.landed = 0  # windows whose dumps landed
@@ -391,7 +399,11 @@ def loadavg() -> float:
 
 
 def run_case(
-    root: Path, variant: str, n: int, modes: list[str], backfill: int,
+    root: Path,
+    variant: str,
+    n: int,
+    modes: list[str],
+    backfill: int,
     server: tuple[str, JobCount] | None,
 ) -> list[Figures]:
     """Every measure of ``variant`` with ``n`` sources (see the module docstring);
@@ -483,10 +495,20 @@ def page_report(cases: Cases) -> Report:
     """The report page: a window's wall seconds, Spark jobs and Delta commits against the
     source count, each case's measures and the seconds each source adds."""
     drawn, (walls, jobs, commits) = figure(rows=3)
-    line_chart(walls, per_window(cases, lambda f: f.wall), "sources (N)",
-               "wall seconds per window", "one window's cost against source count")
-    line_chart(jobs, per_window(cases, lambda f: f.jobs), "sources (N)",
-               "Spark jobs per window", "Spark jobs against source count")
+    line_chart(
+        walls,
+        per_window(cases, lambda f: f.wall),
+        "sources (N)",
+        "wall seconds per window",
+        "one window's cost against source count",
+    )
+    line_chart(
+        jobs,
+        per_window(cases, lambda f: f.jobs),
+        "sources (N)",
+        "Spark jobs per window",
+        "Spark jobs against source count",
+    )
     line_chart(commits, per_window(cases, lambda f: f.commits), "sources (N)",
                "Delta commits per window", "Delta commits against source count")  # fmt: skip
     parts = [
