@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Executor
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 
@@ -96,19 +97,24 @@ def unregistered_dumps(
     landing: LocationLike,
     watch: LandingWatch,
     pending: Iterable[str],
+    looks: Executor,
 ) -> list[str]:
     """Paths of landed dump files no registry of ``lake`` holds yet: each source's topic,
     and each transaction group's transaction topic (a member's run registers those), as
-    ``watch`` lists them (``pending``: paths earlier looks found unregistered)."""
+    ``watch`` lists them (``pending``: paths earlier looks found unregistered).
+
+    The topics are listed in turn (``watch`` keeps where each listing stands); the
+    registries are looked up on ``looks``' threads: each look opens its table and reads
+    Parquet footers and row groups, mostly outside the interpreter, so a sensor's first
+    tick over 200 topics does not wait on each in turn."""
     registries = [source_registry(lake, source) for source in config.sources]
     registries += [
         transaction_registry(group_root(lake, group), group.topic) for group in config.transactions
     ]
     pending = list(pending)
-    waiting = []
-    for registry in registries:
-        waiting += registry.unregistered(watch.landed(landing, registry.topic, pending))
-    return waiting
+    landed = [watch.landed(landing, registry.topic, pending) for registry in registries]
+    looked = looks.map(lambda r, paths: r.unregistered(paths), registries, landed)
+    return [path for paths in looked for path in paths]
 
 
 @dataclass(frozen=True)
@@ -166,9 +172,7 @@ class SourcePipeline:
         # to move in, and evolve what a config change reshapes (or refuse the change).
         check_not_mid_swap(located(lake), source.name)
         # A metastore that does not answer fails the run before anything is written.
-        self.registration = (
-            Registration.of(spark, config, source, self.root) if registers else None
-        )
+        self.registration = Registration.of(spark, config, source, self.root) if registers else None
         if self.registration is not None:
             self.registration.reach()
         settle_schema(self.root, source)
@@ -206,9 +210,7 @@ class SourcePipeline:
 
     def _open(self, table: str, schema: StructType) -> Shard:
         """The shard ``table`` of the source, created described when missing."""
-        return Shard.open(
-            self.spark, str(self.root / table), schema, described(self.source, table)
-        )
+        return Shard.open(self.spark, str(self.root / table), schema, described(self.source, table))
 
     @classmethod
     def from_config(
@@ -346,9 +348,12 @@ class SourcePipeline:
                             imposed=self.imposed_bindings, bound=self._bound.pop(windows, None),
                         )  # fmt: skip
                     with phase(self.source.name, "append reclocked") as figures:
-                        records_in = self.reclocked.append(  # one row per (partition, offset)
-                            run.reclocked.records, lower, upper, consolidated=True
-                        ) or {}
+                        records_in = (
+                            self.reclocked.append(  # one row per (partition, offset)
+                                run.reclocked.records, lower, upper, consolidated=True
+                            )
+                            or {}
+                        )
                         figures["rows"] = sum(records_in.values())
                         figures["rows_per_time"] = records_in
                 # The envelope reads the run's records from the canonical reads the run keeps
@@ -606,9 +611,12 @@ class SourcePipeline:
         errors: Updates = reclocked.errors.filter(in_range).unionByName(result.errors)
         try:
             with phase(self.source.name, "append changes") as figures:
-                changes = self.changes.append(  # envelope outputs come consolidated
-                    result.changes, lower, upper, consolidated=True
-                ) or {}
+                changes = (
+                    self.changes.append(  # envelope outputs come consolidated
+                        result.changes, lower, upper, consolidated=True
+                    )
+                    or {}
+                )
                 figures["rows"] = sum(changes.values())
                 figures["rows_per_time"] = changes
             with phase(self.source.name, "append errors") as figures:
