@@ -136,13 +136,10 @@ def main() -> None:
             walls.append(run.wall)
             imports.append(times["imported"] - run.spawned)
             runs.append(times["run"])
-    print(
-        f"a fresh no-op run of {args.windows} window(s) of {args.sources} source(s) in steps "
-        f"of {args.per_step}, "
-        f"median of {args.repeat}: {statistics.median(walls):.2f} s "
-        f"wall (start and imports {statistics.median(imports):.2f} s, the Dagster run "
-        f"{statistics.median(runs):.2f} s; the rest is the process's exit)"
-    )
+    print(f"a fresh no-op run of {args.windows} window(s) of {args.sources} source(s) in "
+          f"steps of {args.per_step}, median of {args.repeat}: {statistics.median(walls):.2f} s "
+          f"wall (start and imports {statistics.median(imports):.2f} s, the Dagster run "
+          f"{statistics.median(runs):.2f} s; the rest is the process's exit)")
 
 
 if __name__ == "__main__":

@@ -399,11 +399,7 @@ def loadavg() -> float:
 
 
 def run_case(
-    root: Path,
-    variant: str,
-    n: int,
-    modes: list[str],
-    backfill: int,
+    root: Path, variant: str, n: int, modes: list[str], backfill: int,
     server: tuple[str, JobCount] | None,
 ) -> list[Figures]:
     """Every measure of ``variant`` with ``n`` sources (see the module docstring);
@@ -495,20 +491,10 @@ def page_report(cases: Cases) -> Report:
     """The report page: a window's wall seconds, Spark jobs and Delta commits against the
     source count, each case's measures and the seconds each source adds."""
     drawn, (walls, jobs, commits) = figure(rows=3)
-    line_chart(
-        walls,
-        per_window(cases, lambda f: f.wall),
-        "sources (N)",
-        "wall seconds per window",
-        "one window's cost against source count",
-    )
-    line_chart(
-        jobs,
-        per_window(cases, lambda f: f.jobs),
-        "sources (N)",
-        "Spark jobs per window",
-        "Spark jobs against source count",
-    )
+    line_chart(walls, per_window(cases, lambda f: f.wall), "sources (N)",
+               "wall seconds per window", "one window's cost against source count")
+    line_chart(jobs, per_window(cases, lambda f: f.jobs), "sources (N)",
+               "Spark jobs per window", "Spark jobs against source count")
     line_chart(commits, per_window(cases, lambda f: f.commits), "sources (N)",
                "Delta commits per window", "Delta commits against source count")  # fmt: skip
     parts = [

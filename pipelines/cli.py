@@ -122,10 +122,8 @@ def manage_reader(config: Config, args: argparse.Namespace) -> None:
         if args.since is None:
             raise LeaseUsageError("register needs --since")
         held = book.register(args.reader, args.since, lease_ms)
-        print(
-            f"{args.reader} holds {source}/{args.table} from {iso(held.since)} at version "
-            f"{held.version}, until {iso(held.expires_ms)} (log time) unless renewed"
-        )
+        print(f"{args.reader} holds {source}/{args.table} from {iso(held.since)} at version "
+              f"{held.version}, until {iso(held.expires_ms)} (log time) unless renewed")
     elif args.action == "heartbeat":
         renewed = book.heartbeat(args.reader, lease_ms if args.lease else None)
         print(f"{args.reader} renewed until {iso(renewed.expires_ms)} (log time)")
@@ -250,11 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--port", type=int, default=DEFAULT_PORT, help="default %(default)s")
     server.add_argument("--master", help="the server's Spark master (default local[2])")
     server.add_argument(
-        "--conf",
-        action="append",
-        default=[],
-        type=parse_setting,
-        metavar="KEY=VALUE",
+        "--conf", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
         help="a Spark setting of the server, e.g. spark.driver.memory=2g (repeatable)",
     )
     server.add_argument(

@@ -172,7 +172,9 @@ class SourcePipeline:
         # to move in, and evolve what a config change reshapes (or refuse the change).
         check_not_mid_swap(located(lake), source.name)
         # A metastore that does not answer fails the run before anything is written.
-        self.registration = Registration.of(spark, config, source, self.root) if registers else None
+        self.registration = (
+            Registration.of(spark, config, source, self.root) if registers else None
+        )
         if self.registration is not None:
             self.registration.reach()
         settle_schema(self.root, source)
@@ -210,7 +212,9 @@ class SourcePipeline:
 
     def _open(self, table: str, schema: StructType) -> Shard:
         """The shard ``table`` of the source, created described when missing."""
-        return Shard.open(self.spark, str(self.root / table), schema, described(self.source, table))
+        return Shard.open(
+            self.spark, str(self.root / table), schema, described(self.source, table)
+        )
 
     @classmethod
     def from_config(
@@ -348,12 +352,9 @@ class SourcePipeline:
                             imposed=self.imposed_bindings, bound=self._bound.pop(windows, None),
                         )  # fmt: skip
                     with phase(self.source.name, "append reclocked") as figures:
-                        records_in = (
-                            self.reclocked.append(  # one row per (partition, offset)
-                                run.reclocked.records, lower, upper, consolidated=True
-                            )
-                            or {}
-                        )
+                        records_in = self.reclocked.append(  # one row per (partition, offset)
+                            run.reclocked.records, lower, upper, consolidated=True
+                        ) or {}
                         figures["rows"] = sum(records_in.values())
                         figures["rows_per_time"] = records_in
                 # The envelope reads the run's records from the canonical reads the run keeps
@@ -611,12 +612,9 @@ class SourcePipeline:
         errors: Updates = reclocked.errors.filter(in_range).unionByName(result.errors)
         try:
             with phase(self.source.name, "append changes") as figures:
-                changes = (
-                    self.changes.append(  # envelope outputs come consolidated
-                        result.changes, lower, upper, consolidated=True
-                    )
-                    or {}
-                )
+                changes = self.changes.append(  # envelope outputs come consolidated
+                    result.changes, lower, upper, consolidated=True
+                ) or {}
                 figures["rows"] = sum(changes.values())
                 figures["rows_per_time"] = changes
             with phase(self.source.name, "append errors") as figures:
