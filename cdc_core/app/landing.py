@@ -53,8 +53,8 @@ def look_at_landing(
 
     The registries and the outputs' logs are read from ``LOOKS_AT_ONCE`` threads: a
     code server's first look reads each of hundreds of them, mostly outside the
-    interpreter (a first tick over 202 topics: 1.71 s against 1.87 s one after another, median of
-    6 paired runs)."""
+    interpreter (a first tick over 202 topics took 1.71 s, against 1.87 s one after
+    another: medians of 6 paired runs)."""
     watch = LandingWatch(listing, now_ms)
     with ThreadPoolExecutor(LOOKS_AT_ONCE, thread_name_prefix="landing-look") as looks:
         waiting = unregistered_dumps(config, lake, landing, watch, pending, looks)
