@@ -377,8 +377,11 @@ class Registry:
         rows = pa.concat_tables([
             tables.rows.select(["partition", "max_offset"]),
             tables.folded_tops.select(["partition", "max_offset"]),
-        ]).filter(pc.is_valid(pc.field("partition")))  # fmt: skip
-        tops = rows.group_by("partition").aggregate([("max_offset", "max")])
+        ])  # fmt: skip
+        rows = rows.filter(pc.is_valid(rows["partition"]))
+        # In the calling thread: Arrow's thread pool, woken for a few rows, waits on a
+        # run's busy cores (as a filter by expression would).
+        tops = rows.group_by("partition", use_threads=False).aggregate([("max_offset", "max")])
         return OffsetFrontier({
             p: o + 1 for p, o in zip(tops["partition"].to_pylist(),
                                      tops["max_offset_max"].to_pylist(), strict=True)

@@ -288,7 +288,7 @@ class ShardWriter(ShardHandle):
 def _from_time(updates: Updates, time: int) -> Updates:
     """The updates at ``time`` or later."""
     if isinstance(updates, pa.Table):
-        return updates.filter(pc.field(TIME) >= time)
+        return updates.filter(pc.greater_equal(updates[TIME], time))  # a mask: see read.py
     return updates.where(F.col(TIME) >= time)
 
 
