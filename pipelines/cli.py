@@ -300,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             quiet_instance(home)
             os.environ.setdefault("DAGSTER_HOME", str(home))  # `make ui` shows these runs
             with summaries_heard() as heard:
-                ok = materialize(config, verbose=args.verbose)
+                # Eight windows of a few hundred records: a short run, whose driver
+                # starts quick (about 48 s against 57 s for the run).
+                ok = materialize(config, verbose=args.verbose, short=True)
             print_summary(config, heard)
             return 0 if ok else 1
         config = load_config(args.config)

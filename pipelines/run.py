@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 from dagster import DagsterInstance
 
@@ -27,10 +28,16 @@ from pipelines.run_output import (
     progress_bar,
     quiet_warnings,
 )
+from resources.run_tags import SHORT_RUN_TAG
 
 
 def materialize(
-    config: Config, through_ms: int | None = None, *, exports: bool = True, verbose: bool = False
+    config: Config,
+    through_ms: int | None = None,
+    *,
+    exports: bool = True,
+    verbose: bool = False,
+    short: bool = False,
 ) -> bool:
     """Every closed window of every source, in order, in one in-process Dagster run, with
     the asset checks; ``exports=False`` leaves out the CDCv2 export of each source. It
@@ -44,7 +51,8 @@ def materialize(
     starting Spark. Windows before the partitions' start (the launchable span, never
     before the retention horizon) are no partitions: asking only for them is refused.
     One window runs as that partition (its checks' results attach to it), more as a
-    range.
+    range. ``short``: the caller knows the run is short however many windows it covers
+    (the demo's), so its driver starts quick (``resources.spark.is_short_run``).
     """
     now_ms = int(time.time() * 1000)
     plan = plan_run(config, through_ms, now_ms, exports=exports)
@@ -68,7 +76,7 @@ def materialize(
             result = job.execute_in_process(
                 instance=instance,
                 partition_key=keys[0] if one else None,
-                tags=None if one else range_tags(keys[0], keys[-1]),
+                tags=run_tags(keys, short=short),
                 raise_on_error=False,
                 asset_selection=None if exports else source_output_keys(config),
                 run_config=dagster_run_config(verbose),
@@ -77,6 +85,13 @@ def materialize(
     print(f"Materialized windows {keys[0]} .. {keys[-1]} ({len(keys)} windows): "
           f"{'success' if result.success else 'FAILED'}")
     return result.success
+
+
+def run_tags(keys: Sequence[str], *, short: bool) -> dict[str, str]:
+    """The tags of a run of the windows ``keys`` (one: its partition key names it instead):
+    their range, and ``SHORT_RUN_TAG`` for a run its caller knows is ``short``."""
+    covered = range_tags(keys[0], keys[-1]) if len(keys) > 1 else {}
+    return {**covered, **({SHORT_RUN_TAG: "true"} if short else {})}
 
 
 def _instance() -> DagsterInstance:

@@ -10,7 +10,7 @@ from dagster import InitResourceContext
 from dagster_pyspark import PySparkResource
 
 from cdc_core.app.session import run_spark
-from resources.run_tags import ASSET_PARTITION_RANGE_START_TAG, PARTITION_NAME_TAG
+from resources.run_tags import ASSET_PARTITION_RANGE_START_TAG, PARTITION_NAME_TAG, SHORT_RUN_TAG
 
 
 class ReclockSparkResource(PySparkResource):
@@ -29,17 +29,20 @@ class ReclockSparkResource(PySparkResource):
         return False
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        """Start (or attach) the run's one session; a run of one partition (a scheduled
-        or sensed window, one picked in the UI) is a short job: its driver starts quick."""
+        """Start (or attach) the run's one session; a short run (``is_short_run``) is
+        a short job: its driver starts quick."""
         tags = context.dagster_run.tags if context.dagster_run is not None else {}
         self._spark_session = run_spark(
-            self.spark_config, self.places, quick_start=is_one_partition(tags)
+            self.spark_config, self.places, quick_start=is_short_run(tags)
         )
 
 
-def is_one_partition(tags: Mapping[str, str]) -> bool:
-    """Whether a run's tags select a single partition (not a range, not unpartitioned)."""
-    return PARTITION_NAME_TAG in tags and ASSET_PARTITION_RANGE_START_TAG not in tags
+def is_short_run(tags: Mapping[str, str]) -> bool:
+    """Whether a run's tags make it short: a single partition (a scheduled or sensed
+    window, one picked in the UI; not a range, not unpartitioned), or ``SHORT_RUN_TAG``
+    set by a launcher that knows its run is short."""
+    one_partition = PARTITION_NAME_TAG in tags and ASSET_PARTITION_RANGE_START_TAG not in tags
+    return one_partition or tags.get(SHORT_RUN_TAG) == "true"
 
 
 def spark_resource(

@@ -1,6 +1,6 @@
 """A short run's driver starts quick: a Dagster run of one partition (what a schedule, a
-sensor or a pick in the UI launches) compiles with C1 alone, a range run keeps C2 for its
-throughput, and a config's own choice wins."""
+sensor or a pick in the UI launches), or one its launcher tags short (the demo), compiles
+with C1 alone, a range run keeps C2 for its throughput, and a config's own choice wins."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from pathlib import Path
 from assets.partitions import range_tags
 from cdc_core.calendar import PARTITION_FORMAT
 from cdc_core.spark import DRIVER_JAVA_OPTIONS, QUICK_START_OPTIONS, session_conf
-from resources.spark import is_one_partition
+from pipelines.run import run_tags
+from resources.run_tags import SHORT_RUN_TAG
+from resources.spark import is_short_run
 from tests.connect_server import client_env
 from tests.upsert_config import write_upsert_config
 
@@ -46,11 +48,14 @@ def test_a_one_partition_runs_driver_compiles_with_c1_alone(tmp_path: Path) -> N
     assert set(QUICK_START_OPTIONS.split()) <= set(done.stdout.split())
 
 
-def test_only_a_run_of_one_partition_counts_as_short() -> None:
-    assert is_one_partition({"dagster/partition": "2026-01-01T00:00:00"})
-    assert is_one_partition({"dagster/partition": "k", "dagster/backfill": "b"})
-    assert not is_one_partition(range_tags("2026-01-01T00:00:00", "2026-01-01T00:59:00"))
-    assert not is_one_partition({})  # unpartitioned: a check run on its own, maintenance
+def test_a_run_of_one_partition_or_tagged_short_by_its_launcher_counts_as_short() -> None:
+    assert is_short_run({"dagster/partition": "2026-01-01T00:00:00"})
+    assert is_short_run({"dagster/partition": "k", "dagster/backfill": "b"})
+    hour = range_tags("2026-01-01T00:00:00", "2026-01-01T00:59:00")
+    assert not is_short_run(hour)
+    assert is_short_run({**hour, SHORT_RUN_TAG: "true"})
+    assert not is_short_run({**hour, SHORT_RUN_TAG: "false"})
+    assert not is_short_run({})  # unpartitioned: a check run on its own, maintenance
 
 
 def test_a_quick_start_comes_before_a_configs_own_driver_options() -> None:
@@ -59,3 +64,11 @@ def test_a_quick_start_comes_before_a_configs_own_driver_options() -> None:
     assert quick.startswith(QUICK_START_OPTIONS) and quick.endswith(own)  # the JVM's last wins
     full = session_conf(conf={DRIVER_JAVA_OPTIONS: own})[DRIVER_JAVA_OPTIONS]
     assert QUICK_START_OPTIONS not in full and full.endswith(own)
+
+
+def test_a_run_its_caller_knows_is_short_is_tagged_so_and_no_other() -> None:
+    keys = ["2026-01-01T00:00:00", "2026-01-01T00:01:00", "2026-01-01T00:02:00"]
+    assert is_short_run(run_tags(keys, short=True))  # the demo's eight windows
+    assert not is_short_run(run_tags(keys, short=False))  # a backfill keeps C2
+    assert run_tags(keys, short=False) == range_tags(keys[0], keys[-1])
+    assert run_tags(keys[:1], short=False) == {}  # one window: its partition key says it
