@@ -11,9 +11,9 @@ window launched as a Dagster run can cost less than this, however fast its Spark
         [--checks 9] [--windows 60]
 
 With ``--windows`` W > 1 the run covers W windows, as a backfill does: one
-materialization per table and window, each check reported once for the range (as
-reclock reports it: the evaluation itself, since Dagster would list every partition of
-the asset to find the materialization judged).
+materialization per table and window, each check reported once for the range, by
+reclock's own ``CheckReports`` (the evaluation itself, since Dagster would list every
+partition of the asset to find the materialization judged).
 
 Reports the median wall of the whole process, of its start and imports, and of its run.
 """
@@ -34,6 +34,7 @@ import pyspark.sql.connect.session  # noqa: F401  (the client a run attaches wit
 from dagster import AssetExecutionContext
 
 import pipelines.cli  # noqa: F401  (reclock's definitions, as a run imports them)
+from assets.checks import CheckReports
 from assets.deployment import SOURCES_PER_STEP
 from assets.partitions import range_tags
 from benchmarks.open_ended import timed_command
@@ -54,7 +55,7 @@ def child(out: Path, sources: int, per_step: int, checks: int, windows: int) -> 
         start="2026-01-01-00:00", cron_schedule="* * * * *", fmt=KEY_FORMAT
     )
     names = [f"source_{index:03d}" for index in range(sources)]
-    steps = [step_of(names[i : i + per_step], minutes, checks, ranged=windows > 1)
+    steps = [step_of(names[i : i + per_step], minutes, checks)
              for i in range(0, sources, per_step)]  # fmt: skip
     defs = dg.Definitions(
         assets=steps, jobs=[dg.define_asset_job("window", selection=dg.AssetSelection.all())]
@@ -72,11 +73,11 @@ def child(out: Path, sources: int, per_step: int, checks: int, windows: int) -> 
 
 
 def step_of(
-    names: list[str], partitions: dg.PartitionsDefinition, checks: int, *, ranged: bool
+    names: list[str], partitions: dg.PartitionsDefinition, checks: int
 ) -> dg.AssetsDefinition:
     """One step's multi-asset of the sources ``names``, reporting every table, check and
-    export of each (``ranged``: a check as its evaluation, as reclock reports one in a run
-    of several windows)."""
+    export of each (a check as reclock's steps report it, ``CheckReports``)."""
+    reports = CheckReports()
     tables = {name: [dg.AssetKey([name, table]) for table, _ in TABLES] for name in names}
     specs = [
         dg.AssetSpec(dg.AssetKey([name, table]),
@@ -91,23 +92,15 @@ def step_of(
     @dg.multi_asset(name=f"sources_{names[0]}", specs=specs, check_specs=check_specs,
                     partitions_def=partitions, can_subset=True)  # fmt: skip
     def step(context: AssetExecutionContext) -> Iterator[Reported]:
-        specs = context.assets_def.check_specs_by_output_name
-        outputs = {spec.key: output for output, spec in specs.items()}
         for name in names:
             for key in tables[name]:
                 yield dg.MaterializeResult(asset_key=key, metadata={"rows": 1})
             for check, table in judged:
-                if not ranged:
-                    yield dg.AssetCheckResult(check_name=check, asset_key=tables[name][table],
-                                              passed=True)  # fmt: skip
-                    continue
-                yield dg.Output(None, output_name=outputs[
-                    dg.AssetCheckKey(tables[name][table], check)])  # fmt: skip
-                yield dg.AssetCheckEvaluation(asset_key=tables[name][table], check_name=check,
-                                              passed=True)  # fmt: skip
+                yield from reports.report(context, dg.AssetCheckResult(
+                    check_name=check, asset_key=tables[name][table], passed=True))  # fmt: skip
             yield dg.MaterializeResult(asset_key=dg.AssetKey([name, "changes_cdcv2"]))
 
-    return step
+    return reports.of(step)
 
 
 def main() -> None:
